@@ -1,0 +1,265 @@
+//! Curve-aware allocation: the oracle and `flexgate`.
+//!
+//! Both maximise total throughput subject to the budget and every floor, by greedy
+//! water-filling on concave hulls (module `select`), which is exact for concave curves. They
+//! differ only in which curves they optimise on:
+//!
+//! - **oracle**: every job's *true* measured curve (its upper concave hull). It is the yardstick
+//!   of the fleet experiment. On a non-concave curve the hull optimum is an upper bound that at
+//!   most one job (the one split at the threshold) may fall short of; the physical and synthetic
+//!   curve families used here are all concave, where the oracle is exact.
+//! - **flexgate**: curves *estimated* from what is known ([`crate::estimate`]): a measured sweep
+//!   is used as is; a PFI with its grid selects a member of the estimator family; a predicted
+//!   PFI uses the family's *expected* curve over the prediction's uncertainty (maximising expected
+//!   throughput). Jobs of unknown elasticity are inflexible in the first pass; only if the
+//!   budget still cannot be met are they cut, by a uniform fraction down to their floors, and
+//!   listed as fallbacks (BACKENDS.md §7: never assume elasticity that is not known).
+//!
+//! Planning is split in two so the expensive part can be cached per job: [`CurveAware::prepare`]
+//! estimates curves and floors once (when jobs start or knowledge changes), and
+//! [`Prepared::allocate`] plans any budget in expected O(n).
+
+use super::AllocationPolicy;
+use super::bounds::FloorModel;
+use super::proportional::proportional_cuts;
+use super::select::{Segment, shed_cheapest};
+use super::types::{Budget, CapPlan, Elasticity, FloorKind, JobSpec, PlanEntry, PlanError, Reason};
+use crate::curve::{ConcaveHull, PowerCurve};
+use crate::estimate::CurveFamily;
+use crate::pfi::CapGrid;
+use crate::units::{TokensPerSec, Watts};
+use std::sync::Arc;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Flexgate,
+    Oracle,
+}
+
+/// The oracle or the `flexgate` policy (see the module docs).
+#[derive(Debug, Clone)]
+pub struct CurveAware {
+    mode: Mode,
+    floors: FloorModel,
+}
+
+impl CurveAware {
+    /// `flexgate`: optimise on curves estimated from what is known.
+    #[must_use]
+    pub fn flexgate(family: Arc<CurveFamily>) -> Self {
+        Self {
+            mode: Mode::Flexgate,
+            floors: FloorModel::new(family),
+        }
+    }
+
+    /// The oracle: optimise on the true curves. Jobs must carry [`Elasticity::Measured`] with
+    /// their true curve; any other job is treated as inflexible (and, if needed, as a fallback).
+    #[must_use]
+    pub fn oracle(family: Arc<CurveFamily>) -> Self {
+        Self {
+            mode: Mode::Oracle,
+            floors: FloorModel::new(family),
+        }
+    }
+
+    /// Estimate every job's curve and floor once; the result plans any budget quickly.
+    pub fn prepare<'a>(&self, jobs: &'a [JobSpec]) -> Result<Prepared<'a>, PlanError> {
+        let mut prepared = Prepared {
+            policy: self.name(),
+            jobs,
+            floors: Vec::with_capacity(jobs.len()),
+            vertices: Vec::with_capacity(jobs.len() * 9),
+            offsets: Vec::with_capacity(jobs.len() + 1),
+            segments: Vec::with_capacity(jobs.len() * 8),
+            unknown: Vec::new(),
+        };
+        prepared.offsets.push(0);
+        for (index, job) in jobs.iter().enumerate() {
+            job.validate()?;
+            let (floor, kind) = self.floors.floor(job);
+            prepared.floors.push((floor, kind));
+            match self.hull_for(job, floor) {
+                Some(hull) => prepared.push_hull(index, job, floor, &hull),
+                None => prepared.unknown.push(index),
+            }
+            prepared.offsets.push(prepared.vertices.len() as u32);
+        }
+        Ok(prepared)
+    }
+
+    fn hull_for(&self, job: &JobSpec, floor: Watts) -> Option<ConcaveHull> {
+        let family = self.floors.family();
+        let per_gpu = job.uncapped_power.per_gpu(job.gpus);
+        let scaled = |shape: crate::estimate::NormalisedCurve| {
+            Some(shape.to_hull(job.uncapped_power, job.uncapped_tokens, floor))
+        };
+        match (&job.elasticity, self.mode) {
+            (Elasticity::Measured { curve }, _) => Some(curve.concave_hull()),
+            (_, Mode::Oracle) | (Elasticity::Unknown, _) => None,
+            (Elasticity::Pfi { value, grid }, Mode::Flexgate) => scaled(family.shape(*value, grid, per_gpu)),
+            (Elasticity::PredictedPfi { mean, sd, grid }, Mode::Flexgate) => {
+                let grid = grid.clone().unwrap_or_else(|| CapGrid::paper_default_for(job.gpus));
+                scaled(family.expected_shape(*mean, *sd, &grid, per_gpu))
+            }
+        }
+    }
+}
+
+impl AllocationPolicy for CurveAware {
+    fn name(&self) -> &'static str {
+        match self.mode {
+            Mode::Flexgate => "flexgate",
+            Mode::Oracle => "oracle",
+        }
+    }
+
+    fn plan(&self, jobs: &[JobSpec], budget: Budget) -> Result<CapPlan, PlanError> {
+        Ok(self.prepare(jobs)?.allocate(budget))
+    }
+}
+
+/// Jobs with their curves and floors estimated, ready to plan any budget.
+#[derive(Debug, Clone)]
+pub struct Prepared<'a> {
+    policy: &'static str,
+    jobs: &'a [JobSpec],
+    floors: Vec<(Watts, FloorKind)>,
+    /// All jobs' hull vertices `(power, tokens)` between floor and P_max, concatenated.
+    vertices: Vec<(f64, f64)>,
+    /// `vertices[offsets[i]..offsets[i+1]]` belong to job i (empty for inflexible jobs).
+    offsets: Vec<u32>,
+    /// Sheddable hull segments of all flexible jobs.
+    segments: Vec<Segment>,
+    /// Jobs whose elasticity is unknown (to this policy).
+    unknown: Vec<usize>,
+}
+
+impl Prepared<'_> {
+    /// Restrict `hull` to `[floor, P_max]`, store its vertices and its sheddable segments.
+    fn push_hull(&mut self, index: usize, job: &JobSpec, floor: Watts, hull: &ConcaveHull) {
+        let p_max = job.uncapped_power.value();
+        let floor = floor.value().min(p_max);
+        let start = self.vertices.len();
+        self.vertices.push((floor, hull.tokens_at(floor)));
+        for &(p, t) in hull.vertices() {
+            if p > floor && p < p_max {
+                self.vertices.push((p, t));
+            }
+        }
+        if p_max > floor {
+            // At P_max the job delivers T_max; if the hull ends earlier (a noisy sweep whose top
+            // point is not its best), the watts above the hull's end are free to shed.
+            let top_tokens = hull.tokens_at(p_max).min(job.uncapped_tokens.value()).max(0.0);
+            self.vertices.push((p_max, top_tokens));
+        }
+        for w in self.vertices[start..].windows(2) {
+            let width = w[1].0 - w[0].0;
+            if width > 0.0 {
+                self.segments.push(Segment {
+                    slope: (w[1].1 - w[0].1) / width,
+                    width,
+                    job: index as u32,
+                });
+            }
+        }
+    }
+
+    fn hull_tokens(&self, index: usize, power: f64) -> Option<f64> {
+        let v = &self.vertices[self.offsets[index] as usize..self.offsets[index + 1] as usize];
+        let (&first, &last) = (v.first()?, v.last()?);
+        if power <= first.0 {
+            return Some(first.1);
+        }
+        if power >= last.0 {
+            return Some(last.1);
+        }
+        let upper = v.partition_point(|x| x.0 < power);
+        let (a, b) = (v[upper - 1], v[upper]);
+        Some(a.1 + (power - a.0) / (b.0 - a.0) * (b.1 - a.1))
+    }
+
+    /// Plan `budget`: shed the cheapest watts on the hulls, then fall back on unknown jobs.
+    #[must_use]
+    pub fn allocate(&self, budget: Budget) -> CapPlan {
+        let jobs = self.jobs;
+        let uncapped: Watts = jobs.iter().map(|j| j.uncapped_power).sum();
+        let budget_w = budget.resolve(uncapped);
+        let need = (uncapped - budget_w).value().max(0.0);
+        let mut shed = vec![0.0; jobs.len()];
+        let mut segments = self.segments.clone();
+        let mut unmet = shed_cheapest(&mut segments, need, &mut shed);
+
+        let mut fallback = vec![false; jobs.len()];
+        if unmet > 0.0 && !self.unknown.is_empty() {
+            let weights: Vec<f64> = self.unknown.iter().map(|&i| jobs[i].uncapped_power.value()).collect();
+            let room: Vec<f64> = self
+                .unknown
+                .iter()
+                .map(|&i| (jobs[i].uncapped_power - self.floors[i].0).value().max(0.0))
+                .collect();
+            let (cuts, still_unmet) = proportional_cuts(&weights, &room, unmet);
+            for (&i, cut) in self.unknown.iter().zip(cuts) {
+                shed[i] = cut;
+                fallback[i] = cut > 0.0;
+            }
+            unmet = still_unmet;
+        }
+
+        let mut entries = Vec::with_capacity(jobs.len());
+        let mut planned = Watts::ZERO;
+        let mut fallbacks = Vec::new();
+        for (i, job) in jobs.iter().enumerate() {
+            let (floor, floor_kind) = self.floors[i];
+            let power =
+                Watts((job.uncapped_power.value() - shed[i]).max(floor.value().min(job.uncapped_power.value())));
+            planned += power;
+            let at_floor = power.value() <= floor.value() + 1e-6;
+            let reason = match (self.hull_tokens(i, power.value()), shed[i] > 1e-9) {
+                (None, false) => Reason::InflexibleUnknown,
+                (None, true) => Reason::FallbackUniform,
+                (Some(_), false) => Reason::Uncapped,
+                (Some(_), true) if at_floor && floor_kind == FloorKind::Tier => Reason::AtTierFloor,
+                (Some(_), true) if at_floor => Reason::AtCapFloor,
+                (Some(_), true) => Reason::Curtailed,
+            };
+            if fallback[i] {
+                fallbacks.push(job.id.clone());
+            }
+            let cap = if shed[i] <= 1e-9 {
+                job.cap_range.max
+            } else {
+                match &job.elasticity {
+                    Elasticity::Measured { curve } => cap_on_curve(curve, power),
+                    _ => power.per_gpu(job.gpus),
+                }
+                .clamp_to(job.cap_range.min, job.cap_range.max)
+            };
+            let expected_tokens = self
+                .hull_tokens(i, power.value())
+                .unwrap_or_else(|| job.uncapped_tokens.value() * (power / job.uncapped_power));
+            entries.push(PlanEntry {
+                job: job.id.clone(),
+                cap,
+                expected_power: power,
+                expected_tokens: TokensPerSec(expected_tokens),
+                floor,
+                floor_kind,
+                reason,
+            });
+        }
+        CapPlan {
+            policy: self.policy,
+            budget: budget_w,
+            uncapped_power: uncapped,
+            planned_power: planned,
+            shortfall: Watts(unmet),
+            entries,
+            fallbacks,
+        }
+    }
+}
+
+fn cap_on_curve(curve: &PowerCurve, power: Watts) -> crate::units::WattsPerGpu {
+    curve.cap_for_power(power)
+}

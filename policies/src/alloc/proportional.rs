@@ -1,0 +1,215 @@
+//! The paper's proportional rules: each job's curtailment is proportional to a weight.
+//!
+//! Curtailment `c_i = min(λ·w_i, h_i)` with headroom `h_i = P_max,i − floor_i`; λ is chosen so
+//! that Σ c_i equals the cut `Σ P_max − budget`. **Clipping and redistribution**: a job whose
+//! share would take it below its floor is clipped at the floor, and the overflow is spread over
+//! the remaining jobs *in proportion to their weights* — exactly what raising the common λ does.
+//! If every job reaches its floor the cut is not met and the plan reports the shortfall.
+//!
+//! Weights:
+//! - `Equal`: `w = P_max` — every job loses the same fraction of its draw (the paper's baseline);
+//! - `PfiPaper`: `w = (P_max/T_max)·PFI` — energy per token times flexibility (the paper's rule);
+//!   the PFI is the best known value (sweep > PFI > predicted mean); unknown counts as 1;
+//! - `Efficiency`: `w = P_max/T_max` — the ablation without PFI.
+//!
+//! Note that `PfiPaper` and `Efficiency` weights are *intensive* (watts per token/s, independent
+//! of job size), as the paper writes them: a 32-GPU job and an 8-GPU job of the same model get the
+//! same absolute curtailment. The curtailment is applied to the job's aggregate draw and split
+//! evenly over its GPUs (`cap = (P_max − c)/gpus`).
+
+use super::AllocationPolicy;
+use super::bounds::FloorModel;
+use super::types::{Budget, CapPlan, Elasticity, FloorKind, JobSpec, PlanEntry, PlanError, Reason};
+use crate::estimate::CurveFamily;
+use crate::pfi::{DEFAULT_EPSILON, pfi};
+use crate::units::{TokensPerSec, Watts};
+use std::sync::Arc;
+
+/// Which weight the proportional rule uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Weighting {
+    /// Same fraction of P_max from every job.
+    Equal,
+    /// ∝ (P_max/T_max)·PFI.
+    PfiPaper,
+    /// ∝ P_max/T_max.
+    Efficiency,
+}
+
+/// A proportional-curtailment policy.
+#[derive(Debug, Clone)]
+pub struct Proportional {
+    weighting: Weighting,
+    floors: FloorModel,
+}
+
+impl Proportional {
+    /// A policy with the given weighting; `family` is used only for conservative tier floors.
+    #[must_use]
+    pub fn new(weighting: Weighting, family: Arc<CurveFamily>) -> Self {
+        Self {
+            weighting,
+            floors: FloorModel::new(family),
+        }
+    }
+}
+
+/// Best known PFI point value for a job (used by the paper's rule and for expected throughput).
+#[must_use]
+pub fn known_pfi(job: &JobSpec) -> Option<f64> {
+    match &job.elasticity {
+        Elasticity::Measured { curve } => pfi(curve, DEFAULT_EPSILON).ok().map(|p| p.value),
+        Elasticity::Pfi { value, .. } => Some(*value),
+        Elasticity::PredictedPfi { mean, .. } => Some(*mean),
+        Elasticity::Unknown => None,
+    }
+}
+
+impl AllocationPolicy for Proportional {
+    fn name(&self) -> &'static str {
+        match self.weighting {
+            Weighting::Equal => "equal",
+            Weighting::PfiPaper => "pfi_paper",
+            Weighting::Efficiency => "efficiency",
+        }
+    }
+
+    fn plan(&self, jobs: &[JobSpec], budget: Budget) -> Result<CapPlan, PlanError> {
+        for job in jobs {
+            job.validate()?;
+        }
+        let uncapped: Watts = jobs.iter().map(|j| j.uncapped_power).sum();
+        let budget_w = budget.resolve(uncapped);
+        let floors: Vec<(Watts, FloorKind)> = jobs.iter().map(|j| self.floors.floor(j)).collect();
+        let weights: Vec<f64> = jobs.iter().map(|j| self.weight(j)).collect();
+        let headroom: Vec<f64> = jobs
+            .iter()
+            .zip(&floors)
+            .map(|(j, f)| (j.uncapped_power - f.0).value().max(0.0))
+            .collect();
+        let need = (uncapped - budget_w).value().max(0.0);
+        let (cuts, unmet) = proportional_cuts(&weights, &headroom, need);
+
+        let mut entries = Vec::with_capacity(jobs.len());
+        let mut planned = Watts::ZERO;
+        for (((job, &(floor, floor_kind)), &cut), &room) in jobs.iter().zip(&floors).zip(&cuts).zip(&headroom) {
+            let power = job.uncapped_power - Watts(cut);
+            planned += power;
+            let reason = if cut <= 0.0 {
+                Reason::Uncapped
+            } else if cut >= room - 1e-9 {
+                match floor_kind {
+                    FloorKind::CapMin => Reason::AtCapFloor,
+                    FloorKind::Tier => Reason::AtTierFloor,
+                }
+            } else {
+                Reason::Curtailed
+            };
+            let cap = if cut <= 0.0 {
+                job.cap_range.max
+            } else {
+                power.per_gpu(job.gpus).clamp_to(job.cap_range.min, job.cap_range.max)
+            };
+            // Expected throughput by the rule's own model: a straight line with the known PFI.
+            let pfi = known_pfi(job).unwrap_or(1.0);
+            let loss = (cut / job.uncapped_power.value()) / pfi;
+            entries.push(PlanEntry {
+                job: job.id.clone(),
+                cap,
+                expected_power: power,
+                expected_tokens: TokensPerSec(job.uncapped_tokens.value() * (1.0 - loss).max(0.0)),
+                floor,
+                floor_kind,
+                reason,
+            });
+        }
+        Ok(CapPlan {
+            policy: self.name(),
+            budget: budget_w,
+            uncapped_power: uncapped,
+            planned_power: planned,
+            shortfall: Watts(unmet),
+            entries,
+            fallbacks: Vec::new(),
+        })
+    }
+}
+
+impl Proportional {
+    fn weight(&self, job: &JobSpec) -> f64 {
+        let intensity = job.uncapped_power.value() / job.uncapped_tokens.value();
+        match self.weighting {
+            Weighting::Equal => job.uncapped_power.value(),
+            Weighting::Efficiency => intensity,
+            Weighting::PfiPaper => intensity * known_pfi(job).unwrap_or(1.0),
+        }
+    }
+}
+
+/// Solve `Σ min(λ·w_i, h_i) = need` for λ and return the cuts and the unmet remainder.
+///
+/// Jobs are visited in order of `h_i/w_i` (the λ at which each hits its floor); each clipped job
+/// removes its headroom from the remaining need and its weight from the pool, which is the
+/// "redistribute the overflow in proportion to the weights" rule in closed form.
+pub(crate) fn proportional_cuts(weights: &[f64], headroom: &[f64], need: f64) -> (Vec<f64>, f64) {
+    let n = weights.len();
+    let mut cuts = vec![0.0; n];
+    if need <= 0.0 {
+        return (cuts, 0.0);
+    }
+    let total_room: f64 = headroom.iter().sum();
+    if total_room <= need {
+        cuts.copy_from_slice(headroom);
+        return (cuts, need - total_room);
+    }
+    let usable = |i: usize| weights[i].is_finite() && weights[i] > 0.0 && headroom[i] > 0.0;
+    let mut order: Vec<usize> = (0..n).filter(|&i| usable(i)).collect();
+    order.sort_by(|&a, &b| (headroom[a] / weights[a]).total_cmp(&(headroom[b] / weights[b])));
+    let mut remaining = need;
+    let mut pool: f64 = order.iter().map(|&i| weights[i]).sum();
+    for (pos, &i) in order.iter().enumerate() {
+        let clip_at = headroom[i] / weights[i];
+        if clip_at * pool >= remaining {
+            let lambda = remaining / pool;
+            for &j in &order[pos..] {
+                cuts[j] = lambda * weights[j];
+            }
+            return (cuts, 0.0);
+        }
+        cuts[i] = headroom[i];
+        remaining -= headroom[i];
+        pool -= weights[i];
+    }
+    // Only reachable through rounding: every usable job clipped.
+    (cuts, remaining.max(0.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn equal_weights_cut_the_same_fraction_until_a_floor_clips() {
+        // Two jobs of 1000 W each, floors at 200 W and 900 W (headroom 800 and 100).
+        let (cuts, unmet) = proportional_cuts(&[1000.0, 1000.0], &[800.0, 100.0], 600.0);
+        // Second job clips at 100; the remaining 500 goes to the first.
+        assert_eq!(cuts, vec![500.0, 100.0]);
+        assert_eq!(unmet, 0.0);
+        let (cuts, _) = proportional_cuts(&[1000.0, 1000.0], &[800.0, 800.0], 600.0);
+        assert_eq!(cuts, vec![300.0, 300.0]);
+    }
+
+    #[test]
+    fn infeasible_cut_reports_the_shortfall() {
+        let (cuts, unmet) = proportional_cuts(&[1.0, 2.0], &[100.0, 50.0], 400.0);
+        assert_eq!(cuts, vec![100.0, 50.0]);
+        assert_eq!(unmet, 250.0);
+    }
+
+    #[test]
+    fn weights_split_in_proportion() {
+        let (cuts, unmet) = proportional_cuts(&[1.0, 3.0], &[1000.0, 1000.0], 400.0);
+        assert_eq!(cuts, vec![100.0, 300.0]);
+        assert_eq!(unmet, 0.0);
+    }
+}

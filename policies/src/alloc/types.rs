@@ -1,0 +1,216 @@
+//! Inputs and outputs shared by every allocation policy.
+
+use crate::curve::PowerCurve;
+use crate::pfi::CapGrid;
+use crate::units::{Fraction, TokensPerSec, Watts, WattsPerGpu};
+use serde::Serialize;
+use std::sync::Arc;
+
+/// The per-GPU cap range a GPU accepts (NVML's min/max power-management limits).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct CapRange {
+    /// Lowest cap the GPU accepts (200 W on H200 SXM). Never hard-code: read it from NVML.
+    pub min: WattsPerGpu,
+    /// Highest cap (700 W on H200 SXM); setting it means "uncapped".
+    pub max: WattsPerGpu,
+}
+
+impl CapRange {
+    /// The H200 SXM range, for simulation and examples.
+    pub const H200: CapRange = CapRange {
+        min: WattsPerGpu(200.0),
+        max: WattsPerGpu(700.0),
+    };
+}
+
+/// What is known about how a job trades power for throughput, best first.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Elasticity {
+    /// A measured sweep (for the oracle: the true curve).
+    Measured {
+        /// The measured curve.
+        curve: PowerCurve,
+    },
+    /// A measured PFI with the grid it was measured on.
+    Pfi {
+        /// The PFI value.
+        value: f64,
+        /// The caps of the sweep that produced it.
+        grid: CapGrid,
+    },
+    /// A PFI predicted from telemetry, with the predictor's standard error for a new job.
+    PredictedPfi {
+        /// Predicted PFI.
+        mean: f64,
+        /// Standard deviation of the prediction (the paper's LOO RMSE is 0.241).
+        sd: f64,
+        /// Grid the predictor was trained on, if known; otherwise the paper's grid for the job
+        /// size is assumed (fine for ≤ 8 GPUs, coarse above).
+        grid: Option<CapGrid>,
+    },
+    /// Nothing beyond the uncapped point: treated as inflexible unless the budget needs it.
+    Unknown,
+}
+
+/// One running job as a policy sees it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct JobSpec {
+    /// Job identifier (shared, cheap to clone into plans).
+    pub id: Arc<str>,
+    /// GPUs the job runs on; its cap applies to each of them.
+    pub gpus: u32,
+    /// Cap range of the job's GPUs.
+    pub cap_range: CapRange,
+    /// P_max: the job's measured aggregate draw now, uncapped. Always known in production.
+    pub uncapped_power: Watts,
+    /// T_max: the job's throughput now, uncapped. Always known in production.
+    pub uncapped_tokens: TokensPerSec,
+    /// What is known about its elasticity.
+    pub elasticity: Elasticity,
+    /// QoS tier: the largest throughput loss the job's owner accepts (0, 10, 25, 50 % in the
+    /// field demonstrations). `None` means no limit beyond the cap range.
+    pub max_slowdown: Option<Fraction>,
+}
+
+/// A job the planner refuses to plan, with the field at fault.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("job {job}: {field} {problem}")]
+pub struct PlanError {
+    /// The job's id.
+    pub job: String,
+    /// The offending field.
+    pub field: &'static str,
+    /// What is wrong with it.
+    pub problem: String,
+}
+
+impl JobSpec {
+    /// Check the numbers a policy relies on; the error names the job and field.
+    pub fn validate(&self) -> Result<(), PlanError> {
+        let err = |field: &'static str, problem: String| PlanError {
+            job: self.id.to_string(),
+            field,
+            problem,
+        };
+        if self.gpus == 0 {
+            return Err(err("gpus", "must be at least 1".into()));
+        }
+        let positive = |v: f64| v.is_finite() && v > 0.0;
+        if !positive(self.uncapped_power.value()) {
+            return Err(err(
+                "uncapped_power",
+                format!("must be a positive number, got {}", self.uncapped_power.value()),
+            ));
+        }
+        if !positive(self.uncapped_tokens.value()) {
+            return Err(err(
+                "uncapped_tokens",
+                format!("must be a positive number, got {}", self.uncapped_tokens.value()),
+            ));
+        }
+        let (lo, hi) = (self.cap_range.min.value(), self.cap_range.max.value());
+        if !positive(lo) || !positive(hi) || lo > hi {
+            return Err(err(
+                "cap_range",
+                format!("must satisfy 0 < min ≤ max, got [{lo}, {hi}]"),
+            ));
+        }
+        match &self.elasticity {
+            Elasticity::Pfi { value, .. } if !positive(*value) => {
+                Err(err("pfi", format!("must be a positive number, got {value}")))
+            }
+            Elasticity::PredictedPfi { mean, sd, .. } if !positive(*mean) || !sd.is_finite() || *sd < 0.0 => Err(err(
+                "pfi_predicted",
+                format!("needs a positive mean and a non-negative sd, got {mean} ± {sd}"),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// How much GPU-board power the jobs may draw in total.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub enum Budget {
+    /// An absolute aggregate budget (from the facility model).
+    Absolute(Watts),
+    /// A cut as a fraction of the jobs' total uncapped draw (the paper's experiment).
+    Cut(Fraction),
+}
+
+impl Budget {
+    /// The absolute budget for these jobs.
+    #[must_use]
+    pub fn resolve(self, total_uncapped: Watts) -> Watts {
+        match self {
+            Budget::Absolute(w) => w,
+            Budget::Cut(f) => total_uncapped * f.complement().value(),
+        }
+    }
+}
+
+/// Why a job got the cap it got (recorded in the ledger next to the cap).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reason {
+    /// Not curtailed: the cap is the GPU maximum.
+    Uncapped,
+    /// Curtailed to a level chosen by the policy's rule.
+    Curtailed,
+    /// Held at the GPUs' minimum cap: cannot go lower.
+    AtCapFloor,
+    /// Held at the lowest power its QoS tier allows.
+    AtTierFloor,
+    /// Elasticity unknown: left uncapped because the budget was met without it.
+    InflexibleUnknown,
+    /// Elasticity unknown, but the budget needed its watts: uniform conservative cap.
+    FallbackUniform,
+}
+
+/// Which limit sets a job's floor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FloorKind {
+    /// The GPUs' minimum cap.
+    CapMin,
+    /// The job's QoS tier (maximum slowdown).
+    Tier,
+}
+
+/// One job's line in a plan.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PlanEntry {
+    /// Job id.
+    pub job: Arc<str>,
+    /// Per-GPU cap to apply to each of the job's GPUs.
+    pub cap: WattsPerGpu,
+    /// Expected aggregate draw under that cap (at most `gpus × cap`).
+    pub expected_power: Watts,
+    /// Expected throughput under that cap, by the policy's own knowledge.
+    pub expected_tokens: TokensPerSec,
+    /// Lowest power the policy would ever plan for this job, and what set it.
+    pub floor: Watts,
+    /// What set the floor.
+    pub floor_kind: FloorKind,
+    /// Why this cap.
+    pub reason: Reason,
+}
+
+/// A plan: caps for every job, and honesty about what it could not do.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CapPlan {
+    /// Policy that made it.
+    pub policy: &'static str,
+    /// The aggregate budget asked for.
+    pub budget: Watts,
+    /// Total uncapped draw of the jobs (Σ P_max).
+    pub uncapped_power: Watts,
+    /// Total expected draw under the plan.
+    pub planned_power: Watts,
+    /// How far the plan stays above the budget because every floor was reached (0 if met).
+    pub shortfall: Watts,
+    /// Per-job caps, in the order of the input jobs.
+    pub entries: Vec<PlanEntry>,
+    /// Jobs whose elasticity was unknown and that had to be capped anyway.
+    pub fallbacks: Vec<Arc<str>>,
+}

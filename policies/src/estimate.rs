@@ -1,0 +1,349 @@
+//! Estimating a job's whole power–throughput curve from what is known about it.
+//!
+//! Production rarely has a measured sweep for a job. What it has, best first:
+//! 1. a measured sweep (the curve itself);
+//! 2. a PFI value with the cap grid it was measured on;
+//! 3. a PFI predicted from telemetry, with its uncertainty;
+//! 4. nothing but the uncapped point (P_max, T_max), which is always known.
+//!
+//! For 2 and 3 we need a *shape*: a one-parameter family of curves, calibrated so that its PFI on
+//! the stated grid equals the known value. The family is the physical model of
+//! [`crate::physics`] with generic H200 constants (not those of any particular job), indexed by
+//! a single parameter θ that is monotone in PFI: θ ∈ [0, 1] lowers the compute share φ from 1
+//! to 0.15 at α = 2.3 (memory-bound jobs, PFI up to ≈ 4), θ ∈ [−1, 0) lowers α from 2.3 to 1.5
+//! at φ = 1 (compute-bound jobs with little voltage headroom, PFI down to ≈ 0.95).
+//!
+//! The family is tabulated once ([`CurveFamily::h200_generic`]) in normalised power
+//! `x = P/P_max`, so estimating a job costs a few table look-ups (about a microsecond) instead
+//! of thousands of model evaluations. A predicted PFI is uncertain: the *expected* curve averages
+//! the family over the PFI's normal distribution (5-point Gauss–Hermite), which is what an
+//! allocator maximising expected throughput needs; a *pessimistic* curve at `mean − z·sd`
+//! guards QoS limits.
+
+use crate::curve::ConcaveHull;
+use crate::pfi::CapGrid;
+use crate::physics::PhysicalModel;
+use crate::units::{TokensPerSec, Watts, WattsPerGpu};
+
+/// Normalised power knots of the tabulated family: x = 0.20, 0.225, …, 1.00.
+const KNOTS: usize = 33;
+const KNOT_LO: f64 = 0.20;
+const KNOT_STEP: f64 = (1.0 - KNOT_LO) / (KNOTS as f64 - 1.0);
+/// Every how many table knots a job's hull gets a vertex (see [`NormalisedCurve::to_hull`]).
+pub const HULL_KNOT_STRIDE: usize = 4;
+/// Number of family members tabulated along θ ∈ [−1, 1].
+const MEMBERS: usize = 161;
+
+/// Gauss–Hermite (probabilists') nodes and weights, 5 points: E[g(Z)] ≈ Σ w_i g(z_i), Z ~ N(0,1).
+const GH_NODES: [f64; 5] = [
+    -2.856_970_013_872_806,
+    -1.355_626_179_974_266,
+    0.0,
+    1.355_626_179_974_266,
+    2.856_970_013_872_806,
+];
+const GH_WEIGHTS: [f64; 5] = [
+    0.011_257_411_327_720_7,
+    0.222_075_922_005_612_8,
+    0.533_333_333_333_333_3,
+    0.222_075_922_005_612_8,
+    0.011_257_411_327_720_7,
+];
+
+/// A tabulated one-parameter family of normalised curves `τ(x; θ)` (relative throughput at
+/// relative power), monotone in PFI along θ.
+#[derive(Debug, Clone)]
+pub struct CurveFamily {
+    /// `tau[member][knot]`: relative throughput at knot power for family member `member`.
+    tau: Vec<[f64; KNOTS]>,
+}
+
+impl CurveFamily {
+    /// The generic H200 family described in the module docs.
+    #[must_use]
+    pub fn h200_generic() -> Self {
+        let base = PhysicalModel::h200(1.0, 1.0);
+        // Work in normalised power: P_u = 1, shares of a typical 650 W GPU.
+        let normalised = PhysicalModel {
+            uncapped_w: 1.0,
+            static_w: base.static_w / 650.0,
+            memory_w: base.memory_w / 650.0,
+            ..base
+        };
+        let tau = (0..MEMBERS)
+            .map(|member| {
+                let theta = -1.0 + 2.0 * member as f64 / (MEMBERS as f64 - 1.0);
+                let model = member_model(normalised, theta);
+                let mut row = [0.0; KNOTS];
+                for (k, slot) in row.iter_mut().enumerate() {
+                    *slot = model.operating_point(knot_x(k)).1;
+                }
+                // Below the reachable power the clock sits at f_min; keep the row monotone.
+                for k in (0..KNOTS - 1).rev() {
+                    row[k] = row[k].min(row[k + 1]);
+                }
+                row
+            })
+            .collect();
+        Self { tau }
+    }
+
+    /// Relative throughput of member `m` (fractional index) at relative power `x`.
+    fn tau_at(&self, member: f64, x: f64) -> f64 {
+        let lo = (member.floor() as usize).min(MEMBERS - 1);
+        let hi = (lo + 1).min(MEMBERS - 1);
+        let w = member - lo as f64;
+        let a = interpolate_row(&self.tau[lo], x);
+        if w <= 0.0 || lo == hi {
+            return a;
+        }
+        a + w * (interpolate_row(&self.tau[hi], x) - a)
+    }
+
+    /// PFI of member `m` on relative caps `xs` (each `cap / P_u`, reference excluded).
+    fn pfi_of_member(&self, member: f64, xs: &[f64]) -> Option<f64> {
+        let (mut sum, mut kept) = (0.0, 0usize);
+        for &x in xs {
+            let loss = 1.0 - self.tau_at(member, x);
+            if loss >= crate::pfi::DEFAULT_EPSILON {
+                sum += (1.0 - x) / loss;
+                kept += 1;
+            }
+        }
+        (kept > 0).then(|| sum / kept as f64)
+    }
+
+    /// The (fractional) member whose PFI on the relative caps `xs` equals `pfi`, clamped to the
+    /// family's range (so an absurd PFI yields the most or least flexible member, never panics).
+    fn member_for_pfi(&self, pfi: f64, xs: &[f64]) -> f64 {
+        // PFI rises with the member index; binary search the table, then interpolate.
+        let value = |m: usize| self.pfi_of_member(m as f64, xs).unwrap_or(f64::INFINITY);
+        if !pfi.is_finite() || pfi <= value(0) {
+            return 0.0;
+        }
+        if pfi >= value(MEMBERS - 1) {
+            return (MEMBERS - 1) as f64;
+        }
+        let (mut lo, mut hi) = (0usize, MEMBERS - 1);
+        while hi - lo > 1 {
+            let mid = (lo + hi) / 2;
+            if value(mid) < pfi {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        let (a, b) = (value(lo), value(hi));
+        if b > a {
+            lo as f64 + (pfi - a) / (b - a)
+        } else {
+            lo as f64
+        }
+    }
+
+    /// The lowest PFI the family can express on a grid, for a job with uncapped draw `uncapped`.
+    #[must_use]
+    pub fn least_flexible_pfi(&self, grid: &CapGrid, uncapped: WattsPerGpu) -> f64 {
+        self.pfi_of_member(0.0, &relative_caps(grid, uncapped)).unwrap_or(1.0)
+    }
+
+    /// Relative throughput at relative power `x` for a job whose PFI on `grid` is `pfi`.
+    #[must_use]
+    pub fn shape(&self, pfi: f64, grid: &CapGrid, uncapped: WattsPerGpu) -> NormalisedCurve {
+        let member = self.member_for_pfi(pfi, &relative_caps(grid, uncapped));
+        NormalisedCurve::from_fn(|x| self.tau_at(member, x))
+    }
+
+    /// Expected relative throughput over a normal PFI distribution (mean, sd), by 5-point
+    /// Gauss–Hermite quadrature; PFI draws are clamped to the family's range.
+    #[must_use]
+    pub fn expected_shape(&self, mean: f64, sd: f64, grid: &CapGrid, uncapped: WattsPerGpu) -> NormalisedCurve {
+        let xs = relative_caps(grid, uncapped);
+        if sd.is_nan() || sd <= 0.0 {
+            let member = self.member_for_pfi(mean, &xs);
+            return NormalisedCurve::from_fn(|x| self.tau_at(member, x));
+        }
+        let members: Vec<(f64, f64)> = GH_NODES
+            .iter()
+            .zip(GH_WEIGHTS)
+            .map(|(z, w)| (self.member_for_pfi(mean + z * sd, &xs), w))
+            .collect();
+        NormalisedCurve::from_fn(|x| members.iter().map(|&(m, w)| w * self.tau_at(m, x)).sum())
+    }
+}
+
+fn member_model(normalised: PhysicalModel, theta: f64) -> PhysicalModel {
+    if theta >= 0.0 {
+        let phi = 1.0 - theta * (1.0 - crate::physics::MIN_COMPUTE_SHARE);
+        PhysicalModel {
+            compute_share: phi,
+            ..normalised
+        }
+    } else {
+        let alpha = normalised.alpha + theta * (normalised.alpha - crate::physics::MIN_ALPHA);
+        PhysicalModel {
+            compute_share: 1.0,
+            alpha,
+            ..normalised
+        }
+    }
+}
+
+fn knot_x(k: usize) -> f64 {
+    KNOT_LO + KNOT_STEP * k as f64
+}
+
+fn interpolate_row(row: &[f64; KNOTS], x: f64) -> f64 {
+    if x >= 1.0 {
+        return row[KNOTS - 1];
+    }
+    if x <= KNOT_LO {
+        return row[0] * (x / KNOT_LO).max(0.0);
+    }
+    let pos = (x - KNOT_LO) / KNOT_STEP;
+    let i = (pos.floor() as usize).min(KNOTS - 2);
+    let w = pos - i as f64;
+    row[i] + w * (row[i + 1] - row[i])
+}
+
+/// Caps of a grid relative to the job's uncapped per-GPU draw, reference (largest cap) excluded.
+/// Caps at or above the draw do not bind and are left out, as the ε rule would drop them.
+fn relative_caps(grid: &CapGrid, uncapped: WattsPerGpu) -> Vec<f64> {
+    let caps = grid.caps();
+    let capped = caps.split_last().map_or(&[][..], |(_, rest)| rest);
+    capped
+        .iter()
+        .map(|c| *c / uncapped)
+        .filter(|x| *x < 1.0 && x.is_finite())
+        .collect()
+}
+
+/// Relative throughput on the fixed normalised power knots, concave after construction.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NormalisedCurve {
+    tau: [f64; KNOTS],
+}
+
+impl NormalisedCurve {
+    fn from_fn(f: impl Fn(f64) -> f64) -> Self {
+        let mut tau = [0.0; KNOTS];
+        for (k, slot) in tau.iter_mut().enumerate() {
+            *slot = f(knot_x(k)).clamp(0.0, 1.0);
+        }
+        Self { tau }
+    }
+
+    /// Relative throughput at relative power `x`.
+    #[must_use]
+    pub fn tau_at(&self, x: f64) -> f64 {
+        interpolate_row(&self.tau, x)
+    }
+
+    /// The smallest relative power at which the relative throughput is at least `tau`.
+    #[must_use]
+    pub fn power_for_tau(&self, tau: f64) -> f64 {
+        if tau <= 0.0 {
+            return 0.0;
+        }
+        if tau >= self.tau[KNOTS - 1] {
+            return 1.0;
+        }
+        let k = self.tau.partition_point(|&t| t < tau);
+        if k == 0 {
+            return KNOT_LO * (tau / self.tau[0]).min(1.0);
+        }
+        let (a, b) = (self.tau[k - 1], self.tau[k]);
+        let w = if b > a { (tau - a) / (b - a) } else { 1.0 };
+        knot_x(k - 1) + w * KNOT_STEP
+    }
+
+    /// Scale to a job: vertices `(power W, tokens/s)` from `floor` up to `p_max`, as a hull,
+    /// sampled every [`HULL_KNOT_STRIDE`] table knots (Δx = 0.1).
+    ///
+    /// The coarser sampling keeps a 100 k-job plan within its time budget (≈ 7 segments a job);
+    /// on these smooth concave shapes the chord error is below half a percent of throughput.
+    #[must_use]
+    pub fn to_hull(&self, p_max: Watts, t_max: TokensPerSec, floor: Watts) -> ConcaveHull {
+        let x_floor = (floor / p_max).clamp(0.0, 1.0);
+        let mut pts = Vec::with_capacity(KNOTS / HULL_KNOT_STRIDE + 2);
+        pts.push((floor.value(), t_max.value() * self.tau_at(x_floor)));
+        for k in (0..KNOTS).step_by(HULL_KNOT_STRIDE) {
+            let x = knot_x(k);
+            if x > x_floor {
+                pts.push((p_max.value() * x, t_max.value() * self.tau[k]));
+            }
+        }
+        ConcaveHull::from_points(pts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pfi::pfi_on_grid;
+
+    #[test]
+    fn shape_reproduces_the_requested_pfi_on_its_grid() {
+        let family = CurveFamily::h200_generic();
+        for (pfi, grid, draw) in [
+            (1.10, CapGrid::coarse_h200(), 690.0),
+            (1.27, CapGrid::fine_h200(), 650.0),
+            (2.67, CapGrid::fine_h200(), 590.0),
+        ] {
+            let shape = family.shape(pfi, &grid, WattsPerGpu(draw));
+            // Build a one-GPU curve on the grid from the shape and measure its PFI.
+            let points: Vec<_> = grid
+                .caps()
+                .iter()
+                .map(|c| {
+                    let x = (c.value() / draw).min(1.0);
+                    crate::curve::CurvePoint {
+                        cap: *c,
+                        power: Watts(x * draw),
+                        tokens: TokensPerSec(shape.tau_at(x)),
+                    }
+                })
+                .collect();
+            let curve = crate::curve::PowerCurve::new(1, points).expect("curve");
+            let got = pfi_on_grid(&curve, &grid, 0.01).expect("pfi").value;
+            assert!((got - pfi).abs() < 0.02, "asked {pfi}, family gives {got}");
+        }
+    }
+
+    #[test]
+    fn more_flexible_jobs_keep_more_throughput_and_shapes_are_concave() {
+        let family = CurveFamily::h200_generic();
+        let grid = CapGrid::fine_h200();
+        let low = family.shape(1.2, &grid, WattsPerGpu(650.0));
+        let high = family.shape(2.2, &grid, WattsPerGpu(650.0));
+        for x in [0.4, 0.6, 0.8] {
+            assert!(high.tau_at(x) > low.tau_at(x));
+        }
+        for shape in [&low, &high] {
+            // Concave wherever a 200 W cap can reach (x ≥ 0.3); below, the clock floor flattens it.
+            let slopes: Vec<f64> = shape.tau[4..].windows(2).map(|w| w[1] - w[0]).collect();
+            assert!(
+                slopes.windows(2).all(|s| s[1] <= s[0] + 1e-9),
+                "not concave: {slopes:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn expected_shape_lies_between_the_tails_and_power_for_tau_inverts() {
+        let family = CurveFamily::h200_generic();
+        let grid = CapGrid::fine_h200();
+        let mean = family.shape(1.5, &grid, WattsPerGpu(650.0));
+        let expected = family.expected_shape(1.5, 0.24, &grid, WattsPerGpu(650.0));
+        let pess = family.shape(1.02, &grid, WattsPerGpu(650.0));
+        for x in [0.4, 0.7] {
+            assert!(expected.tau_at(x) > pess.tau_at(x));
+            assert!((expected.tau_at(x) - mean.tau_at(x)).abs() < 0.05);
+        }
+        let x = mean.power_for_tau(0.9);
+        assert!((mean.tau_at(x) - 0.9).abs() < 1e-9);
+        // Absurd inputs clamp rather than panic.
+        let _ = family.shape(f64::NAN, &grid, WattsPerGpu(650.0));
+        let _ = family.expected_shape(50.0, 10.0, &grid, WattsPerGpu(0.0));
+    }
+}

@@ -1,0 +1,12 @@
+//! The fleet simulator: the paper's allocation experiment and its extensions.
+
+pub mod experiment;
+pub mod file;
+pub mod groups;
+pub mod rng;
+pub mod truth;
+
+pub use experiment::{ExperimentConfig, ExperimentReport, KnowledgeLevel, Mix, TierMix, run_experiment};
+pub use file::parse_fleet;
+pub use groups::published_groups;
+pub use truth::{JobTemplate, TruthFamily, synthetic_templates};

@@ -1,0 +1,18 @@
+//! The pure decision core of flexgate.
+//!
+//! Everything here is deterministic and free of I/O and async, so it can be property-tested and
+//! benchmarked in isolation and replayed exactly from the ledger: units, power–throughput curves,
+//! the Power Flexibility Index (PFI), the telemetry predictor of PFI, the facility model that
+//! turns meter targets into GPU-board budgets, the allocation policies, and the fleet simulator
+//! that compares them.
+#![forbid(unsafe_code)]
+
+pub mod alloc;
+pub mod curve;
+pub mod estimate;
+pub mod facility;
+pub mod fleet;
+pub mod pfi;
+pub mod physics;
+pub mod predictor;
+pub mod units;
