@@ -1,1 +1,47 @@
-fn main() {}
+//! `flexgate`: the demand-response gateway between the power grid and AI training clusters.
+//!
+//! This binary only wires things together: argument parsing, files, terminal output. The
+//! decisions live in the `flexgate-policies` crate.
+
+mod commands;
+mod plot;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// flexgate turns utility curtailment events into per-job GPU power caps, cutting the jobs
+/// that lose the least throughput per watt first.
+///
+/// Start with `flexgate simulate`: it reproduces the fleet experiment of Colangelo et al.
+/// (PFI-aware power curtailment of training jobs) and compares our allocator against the
+/// paper's rules and the oracle.
+#[derive(Debug, Parser)]
+#[command(name = "flexgate", version, propagate_version = true, max_term_width = 100)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The commands; each one's help text lives on its argument struct.
+#[derive(Debug, Subcommand)]
+enum Command {
+    Simulate(commands::simulate::SimulateArgs),
+    Predictor(commands::predictor::PredictorArgs),
+    Facility(commands::facility::FacilityArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Simulate(args) => commands::simulate::run(&args),
+        Command::Predictor(args) => commands::predictor::run(&args),
+        Command::Facility(args) => commands::facility::run(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -115,11 +115,7 @@ pub struct Chart {
 
 impl Chart {
     /// An empty 900 × 500 chart with plain number axes.
-    pub fn new(
-        title: impl Into<String>,
-        x_label: impl Into<String>,
-        y_label: impl Into<String>,
-    ) -> Self {
+    pub fn new(title: impl Into<String>, x_label: impl Into<String>, y_label: impl Into<String>) -> Self {
         Chart {
             title: title.into(),
             x_label: x_label.into(),
@@ -173,11 +169,7 @@ impl Chart {
     /// also be inlined into HTML). Never fails: a chart without drawable points still renders
     /// its axes and a "no data" note, so a report shows that something was expected there.
     pub fn to_svg(&self) -> String {
-        let data: Vec<Vec<(f64, f64)>> = self
-            .series
-            .iter()
-            .map(|s| drawable_points(&s.points))
-            .collect();
+        let data: Vec<Vec<(f64, f64)>> = self.series.iter().map(|s| drawable_points(&s.points)).collect();
         let layout = Layout::new(self, &data);
         let mut out = String::with_capacity(8 * 1024);
         let (w, h) = (layout.width, layout.height);
@@ -315,10 +307,7 @@ impl Chart {
             let colour = series_colour(i);
             let _ = writeln!(out, r#"<g class="series" data-index="{i}">"#);
             let _ = writeln!(out, "<title>{}</title>", escape(&series.name));
-            let px: Vec<(f64, f64)> = points
-                .iter()
-                .map(|&(x, y)| (l.x_px(x), l.y_px(y)))
-                .collect();
+            let px: Vec<(f64, f64)> = points.iter().map(|&(x, y)| (l.x_px(x), l.y_px(y))).collect();
             let stroke = format!(
                 r#"fill="none" stroke="{colour}" stroke-width="2.2" stroke-linejoin="round" stroke-linecap="round"{}"#,
                 dash_attr(series.style, i)
@@ -335,10 +324,7 @@ impl Chart {
                 }
                 LineStyle::Solid | LineStyle::Dashed => {
                     if !px.is_empty() {
-                        let pts: Vec<String> = px
-                            .iter()
-                            .map(|&(x, y)| format!("{},{}", num(x), num(y)))
-                            .collect();
+                        let pts: Vec<String> = px.iter().map(|&(x, y)| format!("{},{}", num(x), num(y))).collect();
                         let _ = writeln!(out, r#"<polyline points="{}" {stroke}/>"#, pts.join(" "));
                     }
                 }
@@ -417,18 +403,10 @@ impl Chart {
                     out,
                     r##"<circle cx="{}" cy="{}" r="3.4" fill="{colour}" stroke="#ffffff" stroke-width="1.2"/>"##,
                     num(sx + LEGEND_SWATCH / 2.0),
-                    num(if style == LineStyle::Step {
-                        cy - 4.0
-                    } else {
-                        cy
-                    }),
+                    num(if style == LineStyle::Step { cy - 4.0 } else { cy }),
                 );
             }
-            let fill = if data[i].is_empty() {
-                r##" fill="#777777""##
-            } else {
-                ""
-            };
+            let fill = if data[i].is_empty() { r##" fill="#777777""## } else { "" };
             let _ = writeln!(
                 out,
                 r#"<text x="{}" y="{}"{fill}>{}</text>"#,
@@ -591,11 +569,7 @@ impl Layout {
         } else {
             AXIS_FONT + 10.0
         };
-        let y_ticks_w = y
-            .labels
-            .iter()
-            .map(|s| text_width(s, TICK_FONT))
-            .fold(0.0, f64::max);
+        let y_ticks_w = y.labels.iter().map(|s| text_width(s, TICK_FONT)).fold(0.0, f64::max);
         let plot_left = (OUTER + y_label_band + y_ticks_w + TICK_LEN + 6.0).min(width * 0.35);
 
         // Horizontal: the legend takes what its names need, up to 30 % of the width.
@@ -635,10 +609,7 @@ impl Layout {
         // The last x tick label is centred on the plot's right edge and needs half its width
         // of free space there; try once, then settle the x scale on the final plot width.
         let right_for = |x: &Scale| {
-            let half_last = x
-                .labels
-                .last()
-                .map_or(0.0, |s| text_width(s, TICK_FONT) / 2.0);
+            let half_last = x.labels.last().map_or(0.0, |s| text_width(s, TICK_FONT) / 2.0);
             let gap = (half_last + 6.0).max(if legend_w > 0.0 { 18.0 } else { 0.0 });
             width - OUTER - legend_w - gap
         };
@@ -766,13 +737,7 @@ impl Scale {
         }
     }
 
-    fn with_target(
-        lo: f64,
-        hi: f64,
-        format: AxisFormat,
-        zero_anchored: bool,
-        target: usize,
-    ) -> Self {
+    fn with_target(lo: f64, hi: f64, format: AxisFormat, zero_anchored: bool, target: usize) -> Self {
         let (ticks, labels) = match format {
             AxisFormat::Time => {
                 let t = time_ticks(lo, hi, target);
@@ -810,11 +775,7 @@ impl Scale {
 
     fn labels_fit(&self, length_px: f64) -> bool {
         let spacing = length_px / (self.ticks.len().max(2) - 1) as f64;
-        let widest = self
-            .labels
-            .iter()
-            .map(|s| text_width(s, TICK_FONT))
-            .fold(0.0, f64::max);
+        let widest = self.labels.iter().map(|s| text_width(s, TICK_FONT)).fold(0.0, f64::max);
         widest + 10.0 <= spacing
     }
 
@@ -920,8 +881,8 @@ fn decimals_for(step: f64) -> usize {
 
 /// Time steps a reader counts in: seconds, minutes and hours that divide a larger unit evenly.
 const TIME_STEPS_S: [f64; 19] = [
-    1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1800.0, 3600.0, 7200.0,
-    10800.0, 21600.0, 43200.0, 86400.0, 172800.0,
+    1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1800.0, 3600.0, 7200.0, 10800.0, 21600.0,
+    43200.0, 86400.0, 172800.0,
 ];
 
 /// Ticks for a time axis, starting at `lo` (elapsed 00:00).
@@ -1067,16 +1028,9 @@ mod tests {
     use super::*;
 
     fn assert_ticks(actual: &Ticks, expected: &[f64]) {
-        assert_eq!(
-            actual.values.len(),
-            expected.len(),
-            "{actual:?} vs {expected:?}"
-        );
+        assert_eq!(actual.values.len(), expected.len(), "{actual:?} vs {expected:?}");
         for (a, e) in actual.values.iter().zip(expected) {
-            assert!(
-                (a - e).abs() < 1e-9 * e.abs().max(1.0),
-                "{actual:?} vs {expected:?}"
-            );
+            assert!((a - e).abs() < 1e-9 * e.abs().max(1.0), "{actual:?} vs {expected:?}");
         }
     }
 
@@ -1084,14 +1038,8 @@ mod tests {
     fn nice_ticks_on_typical_ranges() {
         assert_ticks(&nice_ticks(0.0, 1.0, 5), &[0.0, 0.2, 0.4, 0.6, 0.8, 1.0]);
         assert_ticks(&nice_ticks(0.0, 0.4, 5), &[0.0, 0.1, 0.2, 0.3, 0.4]);
-        assert_ticks(
-            &nice_ticks(1234.0, 98765.0, 5),
-            &[0.0, 20e3, 40e3, 60e3, 80e3, 100e3],
-        );
-        assert_ticks(
-            &nice_ticks(-3.0, 7.0, 5),
-            &[-4.0, -2.0, 0.0, 2.0, 4.0, 6.0, 8.0],
-        );
+        assert_ticks(&nice_ticks(1234.0, 98765.0, 5), &[0.0, 20e3, 40e3, 60e3, 80e3, 100e3]);
+        assert_ticks(&nice_ticks(-3.0, 7.0, 5), &[-4.0, -2.0, 0.0, 2.0, 4.0, 6.0, 8.0]);
         // Representation noise must not add an extra tick below 0.3.
         assert_ticks(&nice_ticks(0.3, 0.7, 4), &[0.3, 0.4, 0.5, 0.6, 0.7]);
     }
@@ -1100,10 +1048,7 @@ mod tests {
     fn nice_ticks_on_a_single_value() {
         let t = nice_ticks(5.0, 5.0, 5);
         assert!(t.values.len() >= 3, "{t:?}");
-        assert!(
-            t.values[0] < 5.0 && *t.values.last().expect("ticks") > 5.0,
-            "{t:?}"
-        );
+        assert!(t.values[0] < 5.0 && *t.values.last().expect("ticks") > 5.0, "{t:?}");
         assert_ticks(&nice_ticks(0.0, 0.0, 4), &[-1.0, -0.5, 0.0, 0.5, 1.0]);
         let big = nice_ticks(2.5e9, 2.5e9, 5);
         assert!(
@@ -1136,9 +1081,7 @@ mod tests {
                 );
                 let mantissa = t.step / 10f64.powf(t.step.log10().floor());
                 assert!(
-                    [1.0, 2.0, 5.0, 10.0]
-                        .iter()
-                        .any(|m| (mantissa - m).abs() < 1e-6),
+                    [1.0, 2.0, 5.0, 10.0].iter().any(|m| (mantissa - m).abs() < 1e-6),
                     "{t:?}"
                 );
                 assert!(t.values.windows(2).all(|w| w[1] > w[0]), "{t:?}");
@@ -1154,10 +1097,7 @@ mod tests {
             ["0", "20k", "40k", "60k", "80k", "100k"]
         );
         let t = nice_ticks(0.0, 1500.0, 3);
-        assert_eq!(
-            number_labels(&t.values, t.step),
-            ["0", "0.5k", "1.0k", "1.5k"]
-        );
+        assert_eq!(number_labels(&t.values, t.step), ["0", "0.5k", "1.0k", "1.5k"]);
         let t = nice_ticks(0.0, 1.2e6, 6);
         assert_eq!(number_labels(&t.values, t.step)[3], "0.6M");
         assert_eq!(number_labels(&[1.2e6], 0.1e6), ["1.2M"]);
@@ -1167,20 +1107,11 @@ mod tests {
             ["1000", "1001", "1002", "1003", "1004", "1005"]
         );
         let t = nice_ticks(0.0, 0.4, 5);
-        assert_eq!(
-            number_labels(&t.values, t.step),
-            ["0", "0.1", "0.2", "0.3", "0.4"]
-        );
+        assert_eq!(number_labels(&t.values, t.step), ["0", "0.1", "0.2", "0.3", "0.4"]);
         let t = nice_ticks(-2.0, 2.0, 4);
-        assert_eq!(
-            number_labels(&t.values, t.step),
-            ["−2", "−1", "0", "1", "2"]
-        );
+        assert_eq!(number_labels(&t.values, t.step), ["−2", "−1", "0", "1", "2"]);
         let t = nice_ticks(0.0, 3e-7, 3);
-        assert_eq!(
-            number_labels(&t.values, t.step),
-            ["0", "1e-7", "2e-7", "3e-7"]
-        );
+        assert_eq!(number_labels(&t.values, t.step), ["0", "1e-7", "2e-7", "3e-7"]);
         let t = nice_ticks(0.0, 4e18, 4);
         assert_eq!(number_labels(&t.values, t.step)[4], "4e18");
     }
@@ -1256,27 +1187,14 @@ mod tests {
 
     fn three_series() -> Chart {
         let cuts = [0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3];
-        Chart::new(
-            "Throughput per job vs power cut",
-            "power cut",
-            "tokens/s per job",
-        )
-        .x_format(AxisFormat::Percent)
-        .series(Series::new(
-            "uniform cap",
-            cuts.map(|c| (c, 5200.0 * (1.0 - 1.3 * c))),
-        ))
-        .series(
-            Series::new("proportional", cuts.map(|c| (c, 5200.0 * (1.0 - 1.1 * c))))
-                .style(LineStyle::Dashed),
-        )
-        .series(
-            Series::new(
-                "PFI-aware",
-                cuts.map(|c| (c, 5200.0 * (1.0 - 0.7 * c * c - 0.4 * c))),
+        Chart::new("Throughput per job vs power cut", "power cut", "tokens/s per job")
+            .x_format(AxisFormat::Percent)
+            .series(Series::new("uniform cap", cuts.map(|c| (c, 5200.0 * (1.0 - 1.3 * c)))))
+            .series(Series::new("proportional", cuts.map(|c| (c, 5200.0 * (1.0 - 1.1 * c)))).style(LineStyle::Dashed))
+            .series(
+                Series::new("PFI-aware", cuts.map(|c| (c, 5200.0 * (1.0 - 0.7 * c * c - 0.4 * c))))
+                    .style(LineStyle::Step),
             )
-            .style(LineStyle::Step),
-        )
     }
 
     #[test]
@@ -1309,11 +1227,7 @@ mod tests {
     #[test]
     fn legend_sits_right_of_the_plot_and_inside_the_image() {
         let chart = three_series();
-        let data: Vec<_> = chart
-            .series
-            .iter()
-            .map(|s| drawable_points(&s.points))
-            .collect();
+        let data: Vec<_> = chart.series.iter().map(|s| drawable_points(&s.points)).collect();
         let l = Layout::new(&chart, &data);
         let legend = l.legend.expect("legend");
         assert!(
@@ -1322,12 +1236,9 @@ mod tests {
             l.plot_right
         );
         assert!(legend.x + legend.width <= l.width && legend.y + legend.height <= l.height);
-        assert!(
-            l.plot_left > 0.0 && l.plot_right - l.plot_left > 300.0 && l.plot_bottom > l.plot_top
-        );
+        assert!(l.plot_left > 0.0 && l.plot_right - l.plot_left > 300.0 && l.plot_bottom > l.plot_top);
         // Long names are shortened rather than squeezing the plot away.
-        let long =
-            Chart::new("", "", "").series(Series::new("x".repeat(500), [(0.0, 0.0), (1.0, 1.0)]));
+        let long = Chart::new("", "", "").series(Series::new("x".repeat(500), [(0.0, 0.0), (1.0, 1.0)]));
         let l = Layout::new(&long, &[drawable_points(&long.series[0].points)]);
         assert!(l.plot_right - l.plot_left > 400.0, "{l:?}");
     }
@@ -1358,47 +1269,28 @@ mod tests {
     fn degenerate_data_still_renders() {
         let cases = [
             Chart::new("one point", "x", "y").series(Series::new("p", [(3.0, 4.0)])),
-            Chart::new("flat", "x", "y")
-                .series(Series::new("p", [(0.0, 7.0), (1.0, 7.0), (2.0, 7.0)])),
+            Chart::new("flat", "x", "y").series(Series::new("p", [(0.0, 7.0), (1.0, 7.0), (2.0, 7.0)])),
             Chart::new("flat zero", "x", "y")
                 .y_from_zero(true)
                 .series(Series::new("p", [(0.0, 0.0), (1.0, 0.0)])),
-            Chart::new("huge", "x", "y").series(Series::new(
-                "p",
-                [(0.0, 1e9), (1.0, 3.5e9), (2.0, f64::MAX)],
-            )),
+            Chart::new("huge", "x", "y").series(Series::new("p", [(0.0, 1e9), (1.0, 3.5e9), (2.0, f64::MAX)])),
             Chart::new("tiny", "x", "y").series(Series::new("p", [(1e-12, 1e-9), (2e-12, 3e-9)])),
-            Chart::new("wide", "x", "y")
-                .series(Series::new("p", [(-1e300, -1e300), (1e300, 1e300)])),
+            Chart::new("wide", "x", "y").series(Series::new("p", [(-1e300, -1e300), (1e300, 1e300)])),
             Chart::new("tiny image", "x", "y")
                 .size(0, 0)
                 .series(Series::new("p", [(0.0, 1.0), (1.0, 2.0)])),
-            Chart::new("many", "x", "y")
-                .size(400, 250)
-                .series(Series::new(
-                    "p",
-                    (0..100_000).map(|i| (f64::from(i), f64::from(i % 97))),
-                )),
+            Chart::new("many", "x", "y").size(400, 250).series(Series::new(
+                "p",
+                (0..100_000).map(|i| (f64::from(i), f64::from(i % 97))),
+            )),
         ];
         for chart in cases {
             let svg = chart.to_svg();
             assert_well_formed(&svg);
-            assert!(
-                !svg.contains("NaN") && !svg.contains("inf"),
-                "{}: {svg}",
-                chart.title
-            );
-            let data: Vec<_> = chart
-                .series
-                .iter()
-                .map(|s| drawable_points(&s.points))
-                .collect();
+            assert!(!svg.contains("NaN") && !svg.contains("inf"), "{}: {svg}", chart.title);
+            let data: Vec<_> = chart.series.iter().map(|s| drawable_points(&s.points)).collect();
             let l = Layout::new(&chart, &data);
-            assert!(
-                l.y.ticks.len() >= 2 && l.x.ticks.len() >= 2,
-                "{}: {l:?}",
-                chart.title
-            );
+            assert!(l.y.ticks.len() >= 2 && l.x.ticks.len() >= 2, "{}: {l:?}", chart.title);
             let mut labels = l.y.labels.clone();
             labels.dedup();
             assert_eq!(
@@ -1424,8 +1316,7 @@ mod tests {
 
     #[test]
     fn markers_only_on_sparse_series_and_many_series_stay_distinct() {
-        let dense =
-            Chart::new("", "", "").series(Series::new("d", (0..31).map(|i| (f64::from(i), 1.0))));
+        let dense = Chart::new("", "", "").series(Series::new("d", (0..31).map(|i| (f64::from(i), 1.0))));
         assert_eq!(dense.to_svg().matches("<circle").count(), 0);
         let mut many = Chart::new("", "", "");
         for i in 0..9 {
@@ -1447,12 +1338,7 @@ mod tests {
     fn time_axis_chart_with_ceiling_steps() {
         let start = 1_750_000_000.0;
         let meter: Vec<(f64, f64)> = (0..=240)
-            .map(|i| {
-                (
-                    start + 15.0 * f64::from(i),
-                    900.0 + 40.0 * (f64::from(i) / 9.0).sin(),
-                )
-            })
+            .map(|i| (start + 15.0 * f64::from(i), 900.0 + 40.0 * (f64::from(i) / 9.0).sin()))
             .collect();
         let ceiling = [
             (start, 1000.0),
@@ -1479,9 +1365,7 @@ mod tests {
             let mut rest = s;
             while let Some(i) = rest.find('&') {
                 rest = &rest[i + 1..];
-                let end = rest
-                    .find(';')
-                    .unwrap_or_else(|| panic!("bare & in {s:?}\n{doc}"));
+                let end = rest.find(';').unwrap_or_else(|| panic!("bare & in {s:?}\n{doc}"));
                 let entity = &rest[..end];
                 let ok = ["amp", "lt", "gt", "quot", "apos"].contains(&entity)
                     || entity
@@ -1490,8 +1374,7 @@ mod tests {
                 assert!(ok, "bad entity &{entity}; in {doc}");
             }
             assert!(
-                !s.chars()
-                    .any(|c| c.is_control() && !matches!(c, '\t' | '\n' | '\r')),
+                !s.chars().any(|c| c.is_control() && !matches!(c, '\t' | '\n' | '\r')),
                 "control char in {s:?}"
             );
         }
@@ -1500,20 +1383,13 @@ mod tests {
         let mut rest = doc;
         loop {
             let Some(open) = rest.find('<') else {
-                assert!(
-                    rest.trim().is_empty() || !stack.is_empty(),
-                    "text after root"
-                );
+                assert!(rest.trim().is_empty() || !stack.is_empty(), "text after root");
                 check_chars(rest, doc);
                 break;
             };
             check_chars(&rest[..open], doc);
             if stack.is_empty() {
-                assert!(
-                    rest[..open].trim().is_empty(),
-                    "text outside root: {:?}",
-                    &rest[..open]
-                );
+                assert!(rest[..open].trim().is_empty(), "text outside root: {:?}", &rest[..open]);
             }
             let close = rest[open..].find('>').expect("unterminated tag") + open;
             let tag = &rest[open + 1..close];
@@ -1530,10 +1406,7 @@ mod tests {
             let name_end = body.find(char::is_whitespace).unwrap_or(body.len());
             let name = &body[..name_end];
             assert!(
-                !name.is_empty()
-                    && name
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || "-_:".contains(c)),
+                !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || "-_:".contains(c)),
                 "bad tag name {name:?}"
             );
             let mut attrs = body[name_end..].trim();
@@ -1551,10 +1424,7 @@ mod tests {
                 seen.push(key);
                 let after = attrs[eq + 1..].trim_start();
                 let quote = after.chars().next().expect("attribute value");
-                assert!(
-                    quote == '"' || quote == '\'',
-                    "unquoted attribute in <{tag}>"
-                );
+                assert!(quote == '"' || quote == '\'', "unquoted attribute in <{tag}>");
                 let end = after[1..].find(quote).expect("unterminated attribute") + 1;
                 check_chars(&after[1..end], doc);
                 attrs = after[end + 1..].trim_start();
@@ -1580,10 +1450,7 @@ mod tests {
             "<svg/><svg/>",
             "<svg a=\"1\" a=\"2\"/>",
         ] {
-            assert!(
-                std::panic::catch_unwind(|| assert_well_formed(bad)).is_err(),
-                "{bad}"
-            );
+            assert!(std::panic::catch_unwind(|| assert_well_formed(bad)).is_err(), "{bad}");
         }
         assert_well_formed("<svg a=\"&amp;\"><g/>x &lt; y</svg>\n");
     }

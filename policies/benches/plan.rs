@@ -1,9 +1,165 @@
-//! Planning benchmarks (filled in with the allocation policies).
-use criterion::{Criterion, criterion_group, criterion_main};
+//! Planning benchmarks.
+//!
+//! Fleets of N jobs are drawn (deterministically) from the 25 synthetic templates of the
+//! published H200 groups, with physical truth curves. Policies see what production usually has,
+//! a telemetry-predicted PFI: the template's true PFI plus N(0, 0.241²) noise, with sd 0.241; the
+//! oracle sees the true curves.
+//!
+//! - `flexgate_allocate/N`: `Prepared::allocate` for a 30 % cut, curves estimated beforehand
+//!   (what a demand-response event costs once jobs are known);
+//! - `flexgate_plan_end_to_end/N`: `plan`, estimation of every curve and floor included;
+//! - `equal_plan/N`: the paper's equal-cut baseline, for comparison;
+//! - `oracle_allocate/N`: the oracle's allocation on the prepared true curves;
+//! - `fleet_experiment/500x100x9`: the whole default experiment (500 workloads × 100 jobs × 9
+//!   cuts, five policies).
+//!
+//! Sample sizes and times are set so that the whole file runs in a few minutes on two cores.
+use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
+use flexgate_policies::alloc::{AllocationPolicy, Budget, CurveAware, Elasticity, JobSpec, Proportional, Weighting};
+use flexgate_policies::estimate::CurveFamily;
+use flexgate_policies::fleet::rng::SplitMix64;
+use flexgate_policies::fleet::{
+    ExperimentConfig, JobTemplate, TruthFamily, published_groups, run_experiment, synthetic_templates,
+};
+use flexgate_policies::units::Fraction;
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Duration;
 
-fn placeholder(c: &mut Criterion) {
-    c.bench_function("noop", |b| b.iter(|| std::hint::black_box(1 + 1)));
+/// Fleet sizes of the scaling benchmarks.
+const SIZES: [usize; 3] = [100, 10_000, 100_000];
+/// The paper's leave-one-out RMSE of the PFI predictor, used as the prediction's sd.
+const PREDICTOR_SD: f64 = 0.241;
+
+fn templates() -> Vec<JobTemplate> {
+    let groups = published_groups().expect("the embedded group table parses");
+    synthetic_templates(&groups, TruthFamily::Physical).expect("every published group calibrates")
 }
 
-criterion_group!(benches, placeholder);
+/// `n` jobs drawn uniformly from the templates, each with a noisy predicted PFI, and the same jobs
+/// with their true curves for the oracle.
+fn fleet(templates: &[JobTemplate], n: usize) -> (Vec<JobSpec>, Vec<JobSpec>) {
+    let mut rng = SplitMix64::new(0x5EED ^ n as u64);
+    let mut jobs = Vec::with_capacity(n);
+    let mut oracle_jobs = Vec::with_capacity(n);
+    for i in 0..n {
+        let t = &templates[(rng.next_u64() % templates.len() as u64) as usize];
+        let true_pfi = t.true_pfi.expect("synthetic templates carry their published PFI");
+        let uncapped = t.truth.uncapped();
+        let job = JobSpec {
+            id: format!("job-{i}").into(),
+            gpus: t.gpus,
+            cap_range: t.cap_range,
+            uncapped_power: uncapped.power,
+            uncapped_tokens: uncapped.tokens,
+            elasticity: Elasticity::PredictedPfi {
+                mean: (true_pfi + PREDICTOR_SD * rng.normal()).clamp(0.5, 5.0),
+                sd: PREDICTOR_SD,
+                grid: None,
+            },
+            max_slowdown: None,
+        };
+        oracle_jobs.push(JobSpec {
+            elasticity: Elasticity::Measured { curve: t.truth.clone() },
+            ..job.clone()
+        });
+        jobs.push(job);
+    }
+    (jobs, oracle_jobs)
+}
+
+fn cut() -> Budget {
+    Budget::Cut(Fraction::new(0.3).expect("0.3 is a fraction"))
+}
+
+/// Fewer samples, taken flat, for the large fleets whose iterations last milliseconds or more.
+fn configure(group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>, n: usize) {
+    group.throughput(Throughput::Elements(n as u64));
+    let (samples, mode, seconds) = match n {
+        100_000.. => (10, SamplingMode::Flat, 6),
+        10_000.. => (20, SamplingMode::Flat, 3),
+        _ => (50, SamplingMode::Auto, 3),
+    };
+    group
+        .sample_size(samples)
+        .sampling_mode(mode)
+        .measurement_time(Duration::from_secs(seconds));
+}
+
+fn scaling(c: &mut Criterion) {
+    let family = Arc::new(CurveFamily::h200_generic());
+    let templates = templates();
+    let fleets: Vec<(usize, Vec<JobSpec>, Vec<JobSpec>)> = SIZES
+        .iter()
+        .map(|&n| {
+            let (jobs, oracle_jobs) = fleet(&templates, n);
+            (n, jobs, oracle_jobs)
+        })
+        .collect();
+    let flexgate = CurveAware::flexgate(family.clone());
+    let oracle = CurveAware::oracle(family.clone());
+    let equal = Proportional::new(Weighting::Equal, family);
+
+    let mut group = c.benchmark_group("flexgate_allocate");
+    for (n, jobs, _) in &fleets {
+        configure(&mut group, *n);
+        let prepared = flexgate.prepare(jobs).expect("synthetic jobs are valid");
+        group.bench_function(BenchmarkId::from_parameter(n), |b| {
+            b.iter(|| black_box(prepared.allocate(black_box(cut()))));
+        });
+    }
+    group.finish();
+
+    let mut group = c.benchmark_group("flexgate_plan_end_to_end");
+    for (n, jobs, _) in &fleets {
+        configure(&mut group, *n);
+        group.bench_function(BenchmarkId::from_parameter(n), |b| {
+            b.iter(|| black_box(flexgate.plan(black_box(jobs), cut())));
+        });
+    }
+    group.finish();
+
+    let mut group = c.benchmark_group("equal_plan");
+    for (n, jobs, _) in &fleets {
+        configure(&mut group, *n);
+        group.bench_function(BenchmarkId::from_parameter(n), |b| {
+            b.iter(|| black_box(equal.plan(black_box(jobs), cut())));
+        });
+    }
+    group.finish();
+
+    let mut group = c.benchmark_group("oracle_allocate");
+    for (n, _, oracle_jobs) in &fleets {
+        configure(&mut group, *n);
+        let prepared = oracle.prepare(oracle_jobs).expect("synthetic jobs are valid");
+        group.bench_function(BenchmarkId::from_parameter(n), |b| {
+            b.iter(|| black_box(prepared.allocate(black_box(cut()))));
+        });
+    }
+    group.finish();
+}
+
+fn experiment(c: &mut Criterion) {
+    let templates = templates();
+    let config = ExperimentConfig::default();
+    let id = format!("{}x{}x{}", config.workloads, config.jobs, config.cuts.len());
+    let mut group = c.benchmark_group("fleet_experiment");
+    group
+        .sample_size(10)
+        .sampling_mode(SamplingMode::Flat)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(10));
+    group.bench_function(id, |b| {
+        b.iter(|| black_box(run_experiment(&config, &templates, "bench", &mut |_| {})));
+    });
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    targets = scaling, experiment
+}
 criterion_main!(benches);

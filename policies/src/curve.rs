@@ -199,7 +199,7 @@ impl PowerCurve {
 
     /// Throughput at a per-GPU cap, by linear interpolation between measured caps.
     ///
-    /// Below the lowest measured cap throughput is extrapolated proportionally to power (a
+    /// Below the lowest measured cap throughput is extrapolated in proportion to power (a
     /// pessimistic guess that never invents throughput).
     #[must_use]
     pub fn tokens_at_cap(&self, cap: WattsPerGpu) -> TokensPerSec {
@@ -209,11 +209,14 @@ impl PowerCurve {
     fn interpolate_by_cap(&self, cap: WattsPerGpu, field: impl Fn(&CurvePoint) -> f64, is_power: bool) -> f64 {
         let lowest = self.lowest();
         if cap <= lowest.cap {
-            let share = (cap / lowest.cap).max(0.0);
+            // Below the sweep a cap binds: power is at most gpus × cap, and throughput falls in
+            // proportion to power (the same rule as `ConcaveHull::tokens_at`, so that planning
+            // on the hull and accounting on the curve agree).
+            let power = lowest.power.value().min(cap.times_gpus(self.gpus).value()).max(0.0);
             return if is_power {
-                field(&lowest).min(cap.times_gpus(self.gpus).value())
+                power
             } else {
-                field(&lowest) * share
+                lowest.tokens.value() * power / lowest.power.value()
             };
         }
         let uncapped = self.uncapped();
@@ -330,13 +333,19 @@ impl ConcaveHull {
         &self.vertices
     }
 
-    /// Hull throughput at `power` (clamped to the hull's power range).
+    /// Hull throughput at `power`. Above the last vertex it stays at the maximum; below the first
+    /// it falls in proportion to power: nothing was measured there, and assuming the lowest
+    /// point's throughput would make those watts look free to shed.
     #[must_use]
     pub fn tokens_at(&self, power: f64) -> f64 {
         let v = &self.vertices;
         let Some(&first) = v.first() else { return 0.0 };
         if power <= first.0 {
-            return first.1;
+            return if first.0 > 0.0 {
+                first.1 * (power / first.0).max(0.0)
+            } else {
+                first.1
+            };
         }
         let last = v[v.len() - 1];
         if power >= last.0 {

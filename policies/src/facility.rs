@@ -693,6 +693,7 @@ impl ChainExt for Vec<ChainStep> {
 #[must_use]
 pub fn render_chain(chain: &[ChainStep]) -> String {
     let mut out = String::new();
+    let mut previous: Option<Op> = None;
     for s in chain {
         let v = if s.unit == "kW" {
             format!("{:.1}", s.value)
@@ -705,18 +706,24 @@ pub fn render_chain(chain: &[ChainStep]) -> String {
             v
         };
         let name = format!("{}{}", s.quantity, s.bound.suffix());
+        // Dimensionless quantities carry the unit "1"; printing it only adds noise.
+        let unit = if s.unit == "1" { "" } else { s.unit };
         let piece = match s.op {
-            Op::Start => format!("{name} {v} {}", s.unit),
-            Op::Plus => format!(" + {name} {v} {}", s.unit),
-            Op::Minus => format!(" − {name} {v} {}", s.unit),
+            Op::Start => format!("{name} {v} {}", unit),
+            Op::Plus => format!(" + {name} {v} {}", unit),
+            Op::Minus => format!(" − {name} {v} {}", unit),
             Op::Times => format!(" × {name} {v}"),
             Op::DividedBy => format!(" ÷ {name} {v}"),
-            Op::Equals => format!(" → {name} {v} {}", s.unit),
-            Op::Note => format!("[{name} = {v} {}] ", s.unit),
+            Op::Equals => format!(" → {name} {v} {}", unit),
+            Op::Note if unit.is_empty() => format!("[{name} = {v}] "),
+            Op::Note => format!("[{name} = {v} {}] ", unit),
         };
-        if s.op == Op::Start && !out.is_empty() && !out.ends_with(' ') {
+        // A new chain starts after an `Equals` (forward estimates carry three: nominal, hi, lo).
+        let new_chain = matches!(s.op, Op::Start | Op::Note) && previous == Some(Op::Equals);
+        if new_chain || (s.op == Op::Start && !out.is_empty() && !out.ends_with(' ')) {
             out.push_str("; ");
         }
+        previous = Some(s.op);
         out.push_str(&piece);
     }
     out.trim_end().to_owned()

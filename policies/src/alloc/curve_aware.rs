@@ -5,9 +5,11 @@
 //! differ only in which curves they optimise on:
 //!
 //! - **oracle**: every job's *true* measured curve (its upper concave hull). It is the yardstick
-//!   of the fleet experiment. On a non-concave curve the hull optimum is an upper bound that at
-//!   most one job (the one split at the threshold) may fall short of; the physical and synthetic
-//!   curve families used here are all concave, where the oracle is exact.
+//!   of the fleet experiment, exact when the curves are concave on `[floor, P_max]` (all three
+//!   synthetic families are). On a non-concave curve the hull optimum is an upper bound; greedy
+//!   leaves at most the threshold job inside a hull segment that bridges a dent, and that job is
+//!   repaired by rounding it to the segment's measured end points (see
+//!   `Prepared::repair_bridged_split`): near-optimal, not guaranteed optimal.
 //! - **flexgate**: curves *estimated* from what is known ([`crate::estimate`]): a measured sweep
 //!   is used as is; a PFI with its grid selects a member of the estimator family; a predicted
 //!   PFI uses the family's *expected* curve over the prediction's uncertainty (maximising expected
@@ -137,17 +139,20 @@ pub struct Prepared<'a> {
 
 impl Prepared<'_> {
     /// Restrict `hull` to `[floor, P_max]`, store its vertices and its sheddable segments.
+    ///
+    /// Below a sweep's lowest point the hull falls in proportion to power (see
+    /// [`ConcaveHull::tokens_at`]); that extension can make the curve non-concave at the lowest
+    /// point, so the hull is taken again over the floor point and the interior vertices. Greedy
+    /// shedding needs every job's segments to get steeper as power falls.
     fn push_hull(&mut self, index: usize, job: &JobSpec, floor: Watts, hull: &ConcaveHull) {
         let p_max = job.uncapped_power.value();
         let floor = floor.value().min(p_max);
+        let interior = hull.vertices().iter().copied().filter(|&(p, _)| p > floor && p < p_max);
+        let restricted = ConcaveHull::from_points(std::iter::once((floor, hull.tokens_at(floor))).chain(interior));
         let start = self.vertices.len();
-        self.vertices.push((floor, hull.tokens_at(floor)));
-        for &(p, t) in hull.vertices() {
-            if p > floor && p < p_max {
-                self.vertices.push((p, t));
-            }
-        }
-        if p_max > floor {
+        self.vertices.extend_from_slice(restricted.vertices());
+        let last_power = self.vertices.last().map_or(f64::NEG_INFINITY, |v| v.0);
+        if p_max > last_power {
             // At P_max the job delivers T_max; if the hull ends earlier (a noisy sweep whose top
             // point is not its best), the watts above the hull's end are free to shed.
             let top_tokens = hull.tokens_at(p_max).min(job.uncapped_tokens.value()).max(0.0);
@@ -162,6 +167,72 @@ impl Prepared<'_> {
                     job: index as u32,
                 });
             }
+        }
+    }
+
+    /// Throughput job `index` really delivers at `power`: on its measured curve when it has one
+    /// (hull points between measured points may not be reachable), else on its estimated hull.
+    fn delivered_tokens(&self, index: usize, power: f64) -> f64 {
+        match &self.jobs[index].elasticity {
+            Elasticity::Measured { curve } => curve.tokens_at_cap(curve.cap_for_power(Watts(power))).value(),
+            _ => self.hull_tokens(index, power).unwrap_or(0.0),
+        }
+    }
+
+    fn total_delivered(&self, shed: &[f64]) -> f64 {
+        shed.iter()
+            .enumerate()
+            .map(|(i, s)| self.delivered_tokens(i, self.jobs[i].uncapped_power.value() - s))
+            .sum()
+    }
+
+    /// Repair the greedy solution where it split a job inside a hull segment that bridges a
+    /// non-concave stretch of its measured curve (the hull promises throughput the curve cannot
+    /// deliver there). Greedy splits at most the threshold job(s); each such job is tried at the
+    /// segment's lower and upper vertex (real measured points), the rest re-planned around it,
+    /// and the best of the three kept. Exact for concave curves (nothing to repair); for others a
+    /// standard rounding of the single fractional item of a knapsack relaxation.
+    fn repair_bridged_split(&self, need: f64, shed: &mut Vec<f64>) {
+        const MAX_REPAIRS: usize = 4;
+        let bridged = |shed: &[f64], i: usize| {
+            let power = self.jobs[i].uncapped_power.value() - shed[i];
+            shed[i] > 0.0
+                && matches!(self.jobs[i].elasticity, Elasticity::Measured { .. })
+                && self
+                    .hull_tokens(i, power)
+                    .is_some_and(|h| h > self.delivered_tokens(i, power) * (1.0 + 1e-9) + 1e-12)
+        };
+        let candidates: Vec<usize> = (0..self.jobs.len())
+            .filter(|&i| bridged(shed, i))
+            .take(MAX_REPAIRS)
+            .collect();
+        for j in candidates {
+            if !bridged(shed, j) {
+                continue;
+            }
+            let p_max = self.jobs[j].uncapped_power.value();
+            let power = p_max - shed[j];
+            let v = &self.vertices[self.offsets[j] as usize..self.offsets[j + 1] as usize];
+            let upper = v.partition_point(|x| x.0 < power);
+            let (Some(&(below, _)), Some(&(above, _))) = (upper.checked_sub(1).and_then(|k| v.get(k)), v.get(upper))
+            else {
+                continue;
+            };
+            let mut best = (self.total_delivered(shed), shed.clone());
+            for target in [below, above] {
+                let mut trial = vec![0.0; shed.len()];
+                trial[j] = p_max - target;
+                let others: Vec<Segment> = self.segments.iter().filter(|s| s.job as usize != j).copied().collect();
+                let unmet = shed_cheapest(&others, (need - trial[j]).max(0.0), &mut trial);
+                if unmet > 1e-9 * need.max(1.0) {
+                    continue;
+                }
+                let value = self.total_delivered(&trial);
+                if value > best.0 {
+                    best = (value, trial);
+                }
+            }
+            *shed = best.1;
         }
     }
 
@@ -187,8 +258,10 @@ impl Prepared<'_> {
         let budget_w = budget.resolve(uncapped);
         let need = (uncapped - budget_w).value().max(0.0);
         let mut shed = vec![0.0; jobs.len()];
-        let mut segments = self.segments.clone();
-        let mut unmet = shed_cheapest(&mut segments, need, &mut shed);
+        let mut unmet = shed_cheapest(&self.segments, need, &mut shed);
+        if unmet <= 0.0 {
+            self.repair_bridged_split(need, &mut shed);
+        }
 
         let mut fallback = vec![false; jobs.len()];
         if unmet > 0.0 && !self.unknown.is_empty() {
@@ -215,7 +288,8 @@ impl Prepared<'_> {
                 Watts((job.uncapped_power.value() - shed[i]).max(floor.value().min(job.uncapped_power.value())));
             planned += power;
             let at_floor = power.value() <= floor.value() + 1e-6;
-            let reason = match (self.hull_tokens(i, power.value()), shed[i] > 1e-9) {
+            let hull_tokens = self.hull_tokens(i, power.value());
+            let reason = match (hull_tokens, shed[i] > 1e-9) {
                 (None, false) => Reason::InflexibleUnknown,
                 (None, true) => Reason::FallbackUniform,
                 (Some(_), false) => Reason::Uncapped,
@@ -235,9 +309,11 @@ impl Prepared<'_> {
                 }
                 .clamp_to(job.cap_range.min, job.cap_range.max)
             };
-            let expected_tokens = self
-                .hull_tokens(i, power.value())
-                .unwrap_or_else(|| job.uncapped_tokens.value() * (power / job.uncapped_power));
+            let expected_tokens = match (&job.elasticity, hull_tokens) {
+                (Elasticity::Measured { .. }, Some(_)) => self.delivered_tokens(i, power.value()),
+                (_, Some(hull)) => hull,
+                (_, None) => job.uncapped_tokens.value() * (power / job.uncapped_power),
+            };
             entries.push(PlanEntry {
                 job: job.id.clone(),
                 cap,

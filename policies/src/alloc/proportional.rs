@@ -165,23 +165,29 @@ pub(crate) fn proportional_cuts(weights: &[f64], headroom: &[f64], need: f64) ->
     let usable = |i: usize| weights[i].is_finite() && weights[i] > 0.0 && headroom[i] > 0.0;
     let mut order: Vec<usize> = (0..n).filter(|&i| usable(i)).collect();
     order.sort_by(|&a, &b| (headroom[a] / weights[a]).total_cmp(&(headroom[b] / weights[b])));
-    let mut remaining = need;
-    let mut pool: f64 = order.iter().map(|&i| weights[i]).sum();
+    // Weight still in the pool after the first `pos` jobs clipped, as suffix sums: subtracting
+    // clipped weights from a running total loses every digit of the small weights when weights
+    // span many decades (a stalled job reporting almost no throughput has a huge P/T weight).
+    let mut pool_from = vec![0.0; order.len() + 1];
+    for pos in (0..order.len()).rev() {
+        pool_from[pos] = pool_from[pos + 1] + weights[order[pos]];
+    }
+    let mut clipped_room = 0.0;
     for (pos, &i) in order.iter().enumerate() {
-        let clip_at = headroom[i] / weights[i];
-        if clip_at * pool >= remaining {
+        let remaining = need - clipped_room;
+        let pool = pool_from[pos];
+        if headroom[i] / weights[i] * pool >= remaining {
             let lambda = remaining / pool;
             for &j in &order[pos..] {
-                cuts[j] = lambda * weights[j];
+                cuts[j] = (lambda * weights[j]).min(headroom[j]);
             }
             return (cuts, 0.0);
         }
         cuts[i] = headroom[i];
-        remaining -= headroom[i];
-        pool -= weights[i];
+        clipped_room += headroom[i];
     }
     // Only reachable through rounding: every usable job clipped.
-    (cuts, remaining.max(0.0))
+    (cuts, (need - clipped_room).max(0.0))
 }
 
 #[cfg(test)]
@@ -204,6 +210,14 @@ mod tests {
         let (cuts, unmet) = proportional_cuts(&[1.0, 2.0], &[100.0, 50.0], 400.0);
         assert_eq!(cuts, vec![100.0, 50.0]);
         assert_eq!(unmet, 250.0);
+    }
+
+    #[test]
+    fn weights_many_decades_apart_still_meet_the_cut() {
+        // A stalled job (tiny throughput → weight 2e16) next to a normal one (weight 3).
+        let (cuts, unmet) = proportional_cuts(&[2e16, 3.0], &[900.0, 900.0], 1000.0);
+        assert_eq!(unmet, 0.0);
+        assert_eq!(cuts, vec![900.0, 100.0]);
     }
 
     #[test]

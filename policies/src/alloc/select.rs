@@ -6,9 +6,13 @@
 //! fractional knapsack), and for each job it sheds its top segments first, so the result is a
 //! valid operating point on every hull.
 //!
-//! Sorting all segments would cost O(n log n); a weighted quickselect with a three-way partition
-//! finds the threshold slope in expected O(n). Segments that tie at the threshold share the
-//! remaining cut in proportion to their widths, so identical jobs are treated identically.
+//! Sorting all segments would cost O(n log n) and a quickselect would have to copy them (it
+//! reorders); instead, large inputs are bucketed by slope in one pass (a histogram over the top
+//! 16 bits of an order-preserving integer image of each slope: sign, exponent and 4 mantissa
+//! bits, so each bucket spans ≤ 6.25 % in slope), the bucket holding the threshold is found by a
+//! prefix sum, and only that bucket's segments are sorted. Two linear passes, no copy of the
+//! input. Segments that tie at the threshold share the remaining cut in proportion to their
+//! widths, so identical jobs are treated identically.
 
 /// One hull segment of one job.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -21,74 +25,88 @@ pub(crate) struct Segment {
     pub job: u32,
 }
 
+/// Below this many segments a plain sort is cheaper than zeroing the histogram.
+const SORT_BELOW: usize = 4096;
+const BUCKET_BITS: u32 = 16;
+
 /// Shed `need` watts from `segments` at the least throughput cost.
 ///
 /// Adds each job's shed watts into `shed[job]` and returns the part of `need` that the segments
-/// could not cover (0 when feasible). Reorders `segments`.
-pub(crate) fn shed_cheapest(segments: &mut [Segment], need: f64, shed: &mut [f64]) -> f64 {
-    let total: f64 = segments.iter().map(|s| s.width).sum();
-    if need <= 0.0 {
-        return 0.0;
+/// could not cover (0 when feasible).
+pub(crate) fn shed_cheapest(segments: &[Segment], need: f64, shed: &mut [f64]) -> f64 {
+    if need <= 0.0 || segments.is_empty() {
+        return need.max(0.0);
+    }
+    let take_all = |shed: &mut [f64]| {
+        for s in segments {
+            shed[s.job as usize] += s.width;
+        }
+    };
+    if segments.len() < SORT_BELOW {
+        let total: f64 = segments.iter().map(|s| s.width).sum();
+        if total <= need {
+            take_all(shed);
+            return need - total;
+        }
+        let mut sorted = segments.to_vec();
+        sorted.sort_by(|a, b| a.slope.total_cmp(&b.slope));
+        return take_in_order(&sorted, need, shed);
+    }
+    let mut histogram = vec![0.0f64; 1 << BUCKET_BITS];
+    let mut total = 0.0;
+    for s in segments {
+        histogram[bucket(s.slope)] += s.width;
+        total += s.width;
     }
     if total <= need {
-        take_all(segments, shed);
+        take_all(shed);
         return need - total;
     }
-    let mut region = segments;
-    let mut need = need;
-    let mut seed = region.len() as u64 ^ 0x9E37_79B9_7F4A_7C15;
-    loop {
-        if region.is_empty() {
-            return need.max(0.0);
+    let mut below = 0.0;
+    let mut threshold = histogram.len() - 1;
+    for (b, width) in histogram.iter().enumerate() {
+        if below + width >= need {
+            threshold = b;
+            break;
         }
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        let pivot = region[(seed % region.len() as u64) as usize].slope;
-        let (lt, eq) = partition3(region, pivot);
-        let below: f64 = region[..lt].iter().map(|s| s.width).sum();
-        if below >= need && lt > 0 {
-            region = &mut region[..lt];
-            continue;
-        }
-        let at: f64 = region[lt..lt + eq].iter().map(|s| s.width).sum();
-        take_all(&region[..lt], shed);
-        if below + at >= need {
-            let share = if at > 0.0 { (need - below) / at } else { 0.0 };
-            for s in &region[lt..lt + eq] {
-                shed[s.job as usize] += s.width * share;
-            }
-            return 0.0;
-        }
-        take_all(&region[lt..lt + eq], shed);
-        need -= below + at;
-        region = &mut region[lt + eq..];
+        below += width;
     }
-}
-
-fn take_all(segments: &[Segment], shed: &mut [f64]) {
+    let mut boundary = Vec::new();
     for s in segments {
-        shed[s.job as usize] += s.width;
-    }
-}
-
-/// Dutch-flag partition by slope: `[< pivot][== pivot][> pivot]`; returns (len <, len ==).
-fn partition3(v: &mut [Segment], pivot: f64) -> (usize, usize) {
-    let (mut lt, mut i, mut gt) = (0usize, 0usize, v.len());
-    while i < gt {
-        let s = v[i].slope;
-        if s < pivot {
-            v.swap(lt, i);
-            lt += 1;
-            i += 1;
-        } else if s > pivot {
-            gt -= 1;
-            v.swap(i, gt);
-        } else {
-            i += 1;
+        match bucket(s.slope).cmp(&threshold) {
+            std::cmp::Ordering::Less => shed[s.job as usize] += s.width,
+            std::cmp::Ordering::Equal => boundary.push(*s),
+            std::cmp::Ordering::Greater => {}
         }
     }
-    (lt, gt - lt)
+    boundary.sort_by(|a, b| a.slope.total_cmp(&b.slope));
+    take_in_order(&boundary, need - below, shed)
+}
+
+/// Shed from slope-sorted segments until `need` is met; equal slopes share pro rata.
+fn take_in_order(sorted: &[Segment], need: f64, shed: &mut [f64]) -> f64 {
+    let mut left = need;
+    let mut i = 0;
+    while i < sorted.len() && left > 0.0 {
+        let slope = sorted[i].slope;
+        let group = sorted[i..].iter().take_while(|s| s.slope == slope).count();
+        let width: f64 = sorted[i..i + group].iter().map(|s| s.width).sum();
+        let share = if width <= left { 1.0 } else { left / width };
+        for s in &sorted[i..i + group] {
+            shed[s.job as usize] += s.width * share;
+        }
+        left -= width * share;
+        i += group;
+    }
+    // Rounding in the sums must not turn a feasible plan into a reported shortfall.
+    if left <= 1e-9 * need.abs().max(1.0) { 0.0 } else { left }
+}
+
+/// Histogram bucket of a slope: the top bits of an integer image that orders like the float.
+fn bucket(slope: f64) -> usize {
+    let bits = slope.to_bits();
+    let ordered = if bits >> 63 == 1 { !bits } else { bits | (1 << 63) };
+    (ordered >> (64 - BUCKET_BITS)) as usize
 }
 
 #[cfg(test)]
@@ -101,14 +119,14 @@ mod tests {
 
     #[test]
     fn sheds_cheapest_first_and_splits_ties() {
-        let mut segs = vec![
+        let segs = vec![
             seg(3.0, 100.0, 0),
             seg(1.0, 50.0, 1),
             seg(2.0, 100.0, 2),
             seg(2.0, 100.0, 0),
         ];
         let mut shed = vec![0.0; 3];
-        let unmet = shed_cheapest(&mut segs, 150.0, &mut shed);
+        let unmet = shed_cheapest(&segs, 150.0, &mut shed);
         assert_eq!(unmet, 0.0);
         // 50 from slope 1 (job 1), then 100 split over the two slope-2 segments (jobs 2 and 0).
         assert_eq!(shed, vec![50.0, 50.0, 50.0]);
@@ -116,42 +134,57 @@ mod tests {
 
     #[test]
     fn reports_what_cannot_be_shed() {
-        let mut segs = vec![seg(1.0, 10.0, 0)];
+        let segs = vec![seg(1.0, 10.0, 0)];
         let mut shed = vec![0.0];
-        assert_eq!(shed_cheapest(&mut segs, 25.0, &mut shed), 15.0);
+        assert_eq!(shed_cheapest(&segs, 25.0, &mut shed), 15.0);
         assert_eq!(shed, vec![10.0]);
     }
 
     #[test]
-    fn matches_a_sort_on_many_segments() {
-        let mut x: u64 = 42;
-        let mut segs = Vec::new();
-        for j in 0..500u32 {
-            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-            let slope = ((x >> 40) % 97) as f64 / 7.0;
-            segs.push(seg(slope, 1.0 + f64::from(j % 5), j));
-        }
-        let need = 700.0;
-        let mut sorted = segs.clone();
-        sorted.sort_by(|a, b| a.slope.total_cmp(&b.slope));
-        let mut acc = 0.0;
-        let mut threshold = 0.0;
-        for s in &sorted {
-            if acc + s.width >= need {
-                threshold = s.slope;
-                break;
+    fn matches_a_sort_on_small_and_large_inputs() {
+        // 500 segments take the sort path, 20 000 the histogram path; slopes include negatives
+        // (free watts) and many ties.
+        for n in [500u32, 20_000] {
+            let mut x: u64 = 42;
+            let segs: Vec<Segment> = (0..n)
+                .map(|j| {
+                    x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                    let slope = ((x >> 40) % 97) as f64 / 7.0 - 3.0;
+                    seg(slope, 1.0 + f64::from(j % 5), j)
+                })
+                .collect();
+            let total: f64 = segs.iter().map(|s| s.width).sum();
+            let need = total * 0.37;
+            let mut sorted = segs.clone();
+            sorted.sort_by(|a, b| a.slope.total_cmp(&b.slope));
+            let mut acc = 0.0;
+            let mut threshold = 0.0;
+            for s in &sorted {
+                if acc + s.width >= need {
+                    threshold = s.slope;
+                    break;
+                }
+                acc += s.width;
             }
-            acc += s.width;
-        }
-        let mut shed = vec![0.0; 500];
-        shed_cheapest(&mut segs, need, &mut shed);
-        assert!((shed.iter().sum::<f64>() - need).abs() < 1e-9);
-        for s in &sorted {
-            let got = shed[s.job as usize];
-            if s.slope < threshold {
-                assert_eq!(got, s.width);
-            } else if s.slope > threshold {
-                assert_eq!(got, 0.0);
+            let mut shed = vec![0.0; n as usize];
+            assert_eq!(shed_cheapest(&segs, need, &mut shed), 0.0);
+            assert!((shed.iter().sum::<f64>() - need).abs() < 1e-6 * need);
+            let tied: Vec<f64> = sorted
+                .iter()
+                .filter(|s| s.slope == threshold)
+                .map(|s| shed[s.job as usize] / s.width)
+                .collect();
+            assert!(
+                tied.windows(2).all(|w| (w[0] - w[1]).abs() < 1e-12),
+                "ties share pro rata"
+            );
+            for s in &sorted {
+                let got = shed[s.job as usize];
+                if s.slope < threshold {
+                    assert_eq!(got, s.width);
+                } else if s.slope > threshold {
+                    assert_eq!(got, 0.0);
+                }
             }
         }
     }

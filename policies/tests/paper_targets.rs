@@ -1,0 +1,105 @@
+//! The targets for the fleet experiment, checked on the full 500 × 100 experiment.
+//!
+//! These are acceptance checks, not tuned snapshots: each asserts a property the design must
+//! keep (the paper's rule beats the baseline; ours closes most of the gap; nothing ever beats
+//! the oracle; no plan breaks its budget), on the same seed the README quotes.
+
+use flexgate_policies::fleet::{
+    ExperimentConfig, ExperimentReport, Mix, TierMix, TruthFamily, published_groups, run_experiment,
+    synthetic_templates,
+};
+
+fn run(mix: Mix, family: TruthFamily, tiers: TierMix) -> ExperimentReport {
+    let templates = synthetic_templates(&published_groups().expect("groups"), family).expect("templates");
+    let config = ExperimentConfig {
+        mix,
+        tiers,
+        ..ExperimentConfig::default()
+    };
+    run_experiment(&config, &templates, "test", &mut |_| {}).expect("experiment runs")
+}
+
+fn tokens(report: &ExperimentReport, cut: f64, policy: &str) -> f64 {
+    report
+        .at_cut(cut)
+        .and_then(|c| c.strategies.get(policy))
+        .expect("result")
+        .tokens_per_s_per_job
+}
+
+fn closure(report: &ExperimentReport, cut: f64, policy: &str) -> f64 {
+    report
+        .at_cut(cut)
+        .and_then(|c| c.strategies.get(policy))
+        .and_then(|s| s.gap_closure)
+        .expect("gap closure defined")
+}
+
+fn assert_sound(report: &ExperimentReport) {
+    for cut in &report.results {
+        assert_eq!(cut.budget_violations, 0, "budget violated at cut {}", cut.cut);
+        let oracle = cut.strategies.get("oracle").expect("oracle").tokens_per_s_per_job;
+        // A plan that could not meet its budget draws more power than the oracle's; comparing
+        // throughput is only fair between plans that met the same budget.
+        for (name, s) in cut.strategies.0.iter().filter(|(_, s)| s.infeasible_plans == 0) {
+            assert!(
+                s.tokens_per_s_per_job <= oracle * (1.0 + 1e-9),
+                "{name} beats the oracle at cut {}: {} > {oracle}",
+                cut.cut,
+                s.tokens_per_s_per_job
+            );
+        }
+    }
+}
+
+#[test]
+fn the_paper_reproduces_in_kind_and_flexgate_closes_most_of_the_gap() {
+    for mix in [Mix::Production, Mix::Random] {
+        let report = run(mix, TruthFamily::Physical, TierMix::None);
+        assert_sound(&report);
+        for cut in report.results.iter().filter(|c| c.cut > 0.0) {
+            let equal = tokens(&report, cut.cut, "equal");
+            let paper = tokens(&report, cut.cut, "pfi_paper");
+            assert!(
+                paper > equal,
+                "{mix:?} cut {}: pfi_paper {paper} ≤ equal {equal}",
+                cut.cut
+            );
+            assert_eq!(cut.tier_violations, 0);
+        }
+        let ours = closure(&report, 0.3, "flexgate");
+        if mix == Mix::Production {
+            assert!(
+                ours >= 0.85,
+                "flexgate closes only {ours} of the gap at 30 % (production)"
+            );
+            // The paper reports 63 % for its rule; ours reproduces it within a few points.
+            let paper = closure(&report, 0.3, "pfi_paper");
+            assert!((0.5..0.75).contains(&paper), "pfi_paper closes {paper}");
+        }
+        assert!(ours > closure(&report, 0.3, "pfi_paper"));
+    }
+}
+
+#[test]
+fn flexgate_degrades_gracefully_on_curve_families_it_was_not_built_on() {
+    for family in [TruthFamily::Knee, TruthFamily::Powerlaw] {
+        let report = run(Mix::Production, family, TierMix::None);
+        assert_sound(&report);
+        // (At 10 % the knee family loses nothing under any policy: every job stays above its
+        // knee, the gap is zero and gap closure is undefined.)
+        for cut in [0.2, 0.3, 0.4] {
+            let ours = closure(&report, cut, "flexgate");
+            assert!(ours >= 0.8, "{family:?} at {cut}: flexgate closes {ours}");
+        }
+    }
+}
+
+#[test]
+fn tiers_are_respected_by_the_oracle_and_budgets_by_everyone() {
+    let report = run(Mix::Production, TruthFamily::Physical, TierMix::Field);
+    assert_sound(&report);
+    for cut in &report.results {
+        assert_eq!(cut.strategies.get("oracle").expect("oracle").tier_violations, 0);
+    }
+}

@@ -1,0 +1,417 @@
+//! `flexgate simulate`: the paper's fleet experiment, reproduced and beaten.
+
+use super::{read_input, write_output};
+use crate::plot::{AxisFormat, Chart, LineStyle, Series};
+use anyhow::{Context, Result, bail};
+use clap::{Args, ValueEnum};
+use flexgate_policies::fleet::experiment::{PAPER_PREDICTOR_RMSE, PRODUCTION_FINE_TUNING_SHARE, STRATEGIES};
+use flexgate_policies::fleet::{
+    ExperimentConfig, ExperimentReport, JobTemplate, KnowledgeLevel, Mix, TierMix, TruthFamily, parse_fleet,
+    published_groups, run_experiment, synthetic_templates,
+};
+use flexgate_policies::units::Fraction;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+/// Compare allocation policies under cluster-wide GPU power cuts.
+///
+/// Draws WORKLOADS random workloads of JOBS training jobs, cuts their total GPU power by each
+/// CUT, lets every policy choose per-job caps, and reads each job's real throughput off its
+/// true power curve. Policies: `equal` (same fraction from every job: the paper's baseline),
+/// `pfi_paper` (the paper's rule: cut ∝ P_max/T_max × PFI), `efficiency` (cut ∝ P_max/T_max),
+/// `flexgate` (ours: curve-aware, from predicted PFI with its uncertainty) and `oracle`
+/// (knows every true curve). `gap_closure` = (policy − equal) / (oracle − equal).
+///
+/// By default the jobs are synthetic, one per published H200 group (25 groups, PFI 1.10–2.67),
+/// calibrated so that each group's PFI on its own cap grid is exactly the published value.
+///
+/// Examples:
+///   flexgate simulate                              # production mix, cuts 0–40 %, table
+///   flexgate simulate --mix random --cut 0.3 --json
+///   flexgate simulate --curves knee --plot knee.svg --csv knee.csv
+///   flexgate simulate --fleet my_jobs.json         # your own measured curves
+#[derive(Debug, Args)]
+#[command(verbatim_doc_comment)]
+pub struct SimulateArgs {
+    /// Number of random workloads.
+    #[arg(long, default_value_t = 500, value_name = "N")]
+    workloads: usize,
+    /// Jobs per workload.
+    #[arg(long, default_value_t = 100, value_name = "N")]
+    jobs: usize,
+    /// Job mix: `production` = 80 % fine-tuning jobs (small ones favoured), 20 % pretraining
+    /// (large ones favoured); `random` = uniform over job groups. Not with --fleet: fleet
+    /// files are sampled uniformly.
+    #[arg(long, value_enum, default_value_t = MixArg::Production, conflicts_with = "fleet")]
+    mix: MixArg,
+    /// A cut to evaluate, as a fraction of the jobs' total uncapped GPU power (repeatable).
+    #[arg(long = "cut", value_name = "FRACTION", value_parser = parse_fraction)]
+    cut: Vec<f64>,
+    /// A range of cuts `START:END:STEP`, inclusive (default 0:0.4:0.05 when no --cut is given).
+    #[arg(long, value_name = "START:END:STEP", value_parser = parse_cut_range)]
+    cuts: Option<CutRange>,
+    /// Seed of every random draw; the same seed gives the same numbers.
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+    /// Family of the synthetic ground-truth curves (not with --fleet). `physical`: clock and
+    /// voltage model; `knee`: flat then linear; `powerlaw`: loss ∝ power-cut^1.5.
+    #[arg(long, value_enum, default_value_t = CurvesArg::Physical, conflicts_with = "fleet")]
+    curves: CurvesArg,
+    /// QoS tiers: `none` (the paper's setup) or `field` (max slowdown 0/10/25/50 % with
+    /// probabilities 0.1/0.3/0.4/0.2, as in the field demonstrations).
+    #[arg(long, value_enum, default_value_t = TiersArg::None)]
+    tiers: TiersArg,
+    /// What the policies are told about each job: `predicted` PFI (paper's setting, with the
+    /// predictor error), the measured `pfi`, the full `sweep`, `unknown`, or `as-given` in the
+    /// fleet file (the default with --fleet).
+    #[arg(long, value_enum)]
+    knowledge: Option<KnowledgeArg>,
+    /// Standard deviation of the PFI prediction error (the paper's leave-one-out RMSE).
+    #[arg(long, default_value_t = PAPER_PREDICTOR_RMSE, value_name = "SD")]
+    predictor_sd: f64,
+    /// Draw jobs from this fleet file instead of the synthetic groups (format in the README).
+    #[arg(long, value_name = "FILE.json")]
+    fleet: Option<PathBuf>,
+    /// Print the report as JSON on stdout instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Also write the results as CSV (one row per cut and policy).
+    #[arg(long, value_name = "FILE.csv")]
+    csv: Option<PathBuf>,
+    /// Also draw throughput per job versus cut, one line per policy, as SVG.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum MixArg {
+    Production,
+    Random,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum CurvesArg {
+    Physical,
+    Knee,
+    Powerlaw,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum TiersArg {
+    None,
+    Field,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum KnowledgeArg {
+    Predicted,
+    Pfi,
+    Sweep,
+    Unknown,
+    AsGiven,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct CutRange {
+    start: f64,
+    end: f64,
+    step: f64,
+}
+
+fn parse_fraction(text: &str) -> Result<f64, String> {
+    let value: f64 = text.trim().parse().map_err(|_| format!("{text:?} is not a number"))?;
+    if !(0.0..1.0).contains(&value) {
+        return Err(format!("a cut must be in [0, 1) (0.3 means 30 %), got {value}"));
+    }
+    Ok(value)
+}
+
+fn parse_cut_range(text: &str) -> Result<CutRange, String> {
+    let parts: Vec<&str> = text.split(':').collect();
+    let [start, end, step] = parts[..] else {
+        return Err(format!("expected START:END:STEP such as 0:0.4:0.05, got {text:?}"));
+    };
+    let (start, end) = (parse_fraction(start)?, parse_fraction(end)?);
+    let step: f64 = step
+        .trim()
+        .parse()
+        .map_err(|_| format!("step {step:?} is not a number"))?;
+    if !(step.is_finite() && step > 0.0) || end < start {
+        return Err("need START ≤ END and a positive STEP".to_string());
+    }
+    if (end - start) / step > 1000.0 {
+        return Err("at most 1000 cut levels".to_string());
+    }
+    Ok(CutRange { start, end, step })
+}
+
+impl CutRange {
+    fn values(self) -> Vec<f64> {
+        let count = ((self.end - self.start) / self.step + 1e-9).floor() as usize;
+        (0..=count).map(|i| self.start + self.step * i as f64).collect()
+    }
+}
+
+/// The cut levels asked for: --cut values and the --cuts range, sorted and de-duplicated.
+fn cut_levels(args: &SimulateArgs) -> Result<Vec<Fraction>> {
+    let mut cuts = args.cut.clone();
+    match args.cuts {
+        Some(range) => cuts.extend(range.values()),
+        None if cuts.is_empty() => cuts.extend(
+            CutRange {
+                start: 0.0,
+                end: 0.4,
+                step: 0.05,
+            }
+            .values(),
+        ),
+        None => {}
+    }
+    // Round to 1e-9 so 0.30000000000000004 and 0.3 are one level.
+    let mut cuts: Vec<f64> = cuts.into_iter().map(|c| (c * 1e9).round() / 1e9).collect();
+    cuts.sort_by(f64::total_cmp);
+    cuts.dedup();
+    cuts.into_iter()
+        .map(|c| Fraction::new(c).with_context(|| format!("cut {c}")))
+        .collect()
+}
+
+fn load_templates(args: &SimulateArgs) -> Result<(Vec<JobTemplate>, String)> {
+    match &args.fleet {
+        Some(path) => {
+            let text = read_input(path)?;
+            let templates = parse_fleet(&text).with_context(|| format!("invalid fleet file {}", path.display()))?;
+            Ok((templates, format!("fleet:{}", path.display())))
+        }
+        None => {
+            let groups = published_groups().context("the embedded PFI group table is corrupt")?;
+            let family = match args.curves {
+                CurvesArg::Physical => TruthFamily::Physical,
+                CurvesArg::Knee => TruthFamily::Knee,
+                CurvesArg::Powerlaw => TruthFamily::Powerlaw,
+            };
+            let templates = synthetic_templates(&groups, family).context("calibrating the synthetic job curves")?;
+            let name = format!("{family:?}").to_lowercase();
+            Ok((templates, format!("synthetic:{name}")))
+        }
+    }
+}
+
+/// Run the command.
+pub fn run(args: &SimulateArgs) -> Result<()> {
+    if !(args.predictor_sd.is_finite() && args.predictor_sd >= 0.0) {
+        bail!(
+            "--predictor-sd must be a non-negative number, got {}",
+            args.predictor_sd
+        );
+    }
+    let (templates, source) = load_templates(args)?;
+    let knowledge = match (args.knowledge, args.fleet.is_some()) {
+        (Some(KnowledgeArg::Predicted), _) | (None, false) => KnowledgeLevel::Predicted,
+        (Some(KnowledgeArg::Pfi), _) => KnowledgeLevel::Pfi,
+        (Some(KnowledgeArg::Sweep), _) => KnowledgeLevel::Sweep,
+        (Some(KnowledgeArg::Unknown), _) => KnowledgeLevel::Unknown,
+        (Some(KnowledgeArg::AsGiven), _) | (None, true) => KnowledgeLevel::AsGiven,
+    };
+    let mix = match (args.mix, args.fleet.is_some()) {
+        (_, true) => Mix::Random,
+        (MixArg::Production, false) => Mix::Production,
+        (MixArg::Random, false) => Mix::Random,
+    };
+    let config = ExperimentConfig {
+        mix,
+        workloads: args.workloads,
+        jobs: args.jobs,
+        seed: args.seed,
+        cuts: cut_levels(args)?,
+        tiers: match args.tiers {
+            TiersArg::None => TierMix::None,
+            TiersArg::Field => TierMix::Field,
+        },
+        knowledge,
+        predictor_sd: args.predictor_sd,
+    };
+
+    let bar = if args.quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(config.workloads as u64)
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} simulating {bar:40} {pos}/{len} workloads ({eta} left)")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let report = run_experiment(&config, &templates, &source, &mut |done| bar.set_position(done as u64))?;
+    bar.finish_and_clear();
+
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", render_table(&report));
+    }
+    if let Some(path) = &args.csv {
+        write_output(path, &render_csv(&report))?;
+        if !args.json {
+            println!("wrote {}", path.display());
+        }
+    }
+    if let Some(path) = &args.plot {
+        write_output(path, &render_plot(&report))?;
+        if !args.json {
+            println!("wrote {}", path.display());
+        }
+    }
+    Ok(())
+}
+
+fn render_table(report: &ExperimentReport) -> String {
+    let mut out = String::new();
+    let mix = match report.mix {
+        Mix::Production => format!(
+            "production mix ({:.0} % fine-tuning jobs, {:.0} % pretraining)",
+            PRODUCTION_FINE_TUNING_SHARE * 100.0,
+            (1.0 - PRODUCTION_FINE_TUNING_SHARE) * 100.0
+        ),
+        Mix::Random => "random mix".to_string(),
+    };
+    let _ = writeln!(
+        out,
+        "flexgate simulate: {mix}, {} workloads × {} jobs, seed {}, jobs from {}, tiers {:?}, knowledge {:?} (sd {})",
+        report.workloads, report.jobs, report.seed, report.source, report.tiers, report.knowledge, report.predictor_sd
+    );
+    let _ = writeln!(
+        out,
+        "tokens/s per job (gap closure: share of the equal → oracle gap recovered)\n"
+    );
+    let _ = write!(out, "{:>5}", "cut");
+    for name in STRATEGIES {
+        let _ = write!(out, " {name:>19}");
+    }
+    let _ = writeln!(out, " {:>11}", "violations");
+    for cut in &report.results {
+        let _ = write!(out, "{:>4.0}%", cut.cut * 100.0);
+        for name in STRATEGIES {
+            let cell = cut.strategies.get(name).map_or_else(String::new, |s| {
+                let closure = s
+                    .gap_closure
+                    .map_or_else(|| "    —".to_string(), |g| format!("{:>4.0}%", g * 100.0));
+                format!("{:>12} {closure:>6}", thousands(s.tokens_per_s_per_job))
+            });
+            let _ = write!(out, " {cell:>19}");
+        }
+        let _ = writeln!(out, " {:>5}/{:<5}", cut.budget_violations, cut.tier_violations);
+    }
+    let _ = writeln!(
+        out,
+        "\nviolations = budget/tier, summed over policies: a budget violation is a plan whose real draw \
+         exceeded its budget plus the shortfall it declared; a tier violation is a job slowed more than its tier allows."
+    );
+    let infeasible: Vec<String> = report
+        .results
+        .iter()
+        .filter_map(|c| {
+            let n = c.strategies.get("flexgate").map_or(0, |s| s.infeasible_plans);
+            (n > 0).then(|| format!("{:.0} %: {n}", c.cut * 100.0))
+        })
+        .collect();
+    if !infeasible.is_empty() {
+        let _ = writeln!(
+            out,
+            "flexgate plans that could not meet the cut with every job at its floor (shortfall reported): {}",
+            infeasible.join(", ")
+        );
+    }
+    out
+}
+
+/// 61650.4 → "61,650".
+fn thousands(value: f64) -> String {
+    let rounded = value.round();
+    let digits = format!("{:.0}", rounded.abs());
+    let mut grouped = String::new();
+    for (i, ch) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            grouped.push(',');
+        }
+        grouped.push(ch);
+    }
+    if rounded < 0.0 { format!("-{grouped}") } else { grouped }
+}
+
+fn render_csv(report: &ExperimentReport) -> String {
+    let mut out = String::from(
+        "cut,strategy,tokens_per_s_per_job,gap_closure,budget_violations,tier_violations,infeasible_plans,\
+         mean_shortfall_w,mean_power_over_budget,fallback_jobs\n",
+    );
+    for cut in &report.results {
+        for (name, s) in &cut.strategies.0 {
+            let _ = writeln!(
+                out,
+                "{},{name},{:.3},{},{},{},{},{:.3},{:.6},{}",
+                cut.cut,
+                s.tokens_per_s_per_job,
+                s.gap_closure.map_or_else(String::new, |g| format!("{g:.6}")),
+                s.budget_violations,
+                s.tier_violations,
+                s.infeasible_plans,
+                s.mean_shortfall_w,
+                s.mean_power_over_budget,
+                s.fallback_jobs
+            );
+        }
+    }
+    out
+}
+
+fn render_plot(report: &ExperimentReport) -> String {
+    let title = format!(
+        "Throughput under a GPU power cut — {:?} mix, {} × {} jobs, {}",
+        report.mix, report.workloads, report.jobs, report.source
+    );
+    let mut chart =
+        Chart::new(title, "cut of total uncapped GPU power", "tokens/s per job (mean)").x_format(AxisFormat::Percent);
+    for name in STRATEGIES {
+        let points: Vec<(f64, f64)> = report
+            .results
+            .iter()
+            .filter_map(|c| c.strategies.get(name).map(|s| (c.cut, s.tokens_per_s_per_job)))
+            .collect();
+        let style = if name == "oracle" {
+            LineStyle::Dashed
+        } else {
+            LineStyle::Solid
+        };
+        chart = chart.series(Series::new(name, points).style(style));
+    }
+    chart.to_svg()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cut_ranges_parse_inclusively_and_reject_nonsense() {
+        let r = parse_cut_range("0:0.4:0.05").expect("valid range");
+        assert_eq!(r.values().len(), 9);
+        assert!(parse_cut_range("0.4:0:0.05").is_err());
+        assert!(parse_cut_range("0:1.5:0.1").is_err());
+        assert!(parse_cut_range("0:0.4:0").is_err());
+        assert!(parse_cut_range("0:0.4").is_err());
+        assert!(parse_cut_range("0:0.9:0.00001").is_err());
+        assert!(parse_fraction("NaN").is_err());
+        assert!(parse_fraction("-0.1").is_err());
+    }
+
+    #[test]
+    fn thousands_groups_digits() {
+        assert_eq!(thousands(61650.4), "61,650");
+        assert_eq!(thousands(999.0), "999");
+        assert_eq!(thousands(1_234_567.0), "1,234,567");
+        assert_eq!(thousands(-1234.0), "-1,234");
+    }
+}

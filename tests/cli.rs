@@ -1,0 +1,272 @@
+//! End-to-end tests of the `flexgate` command line: the real binary, real files.
+
+use serde_json::Value;
+use std::process::{Command, Output};
+
+fn flexgate(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_flexgate"))
+        .args(args)
+        .output()
+        .expect("the flexgate binary runs")
+}
+
+fn stdout_json(output: &Output) -> Value {
+    assert!(
+        output.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("stdout is JSON")
+}
+
+const STRATEGIES: [&str; 5] = ["equal", "pfi_paper", "efficiency", "flexgate", "oracle"];
+
+#[test]
+fn simulate_json_has_the_documented_shape() {
+    let out = flexgate(&[
+        "simulate",
+        "--workloads",
+        "20",
+        "--jobs",
+        "50",
+        "--cut",
+        "0.3",
+        "--cut",
+        "0.1",
+        "--json",
+        "-q",
+    ]);
+    let report = stdout_json(&out);
+    assert_eq!(report["mix"], "production");
+    assert_eq!(report["workloads"], 20);
+    assert_eq!(report["jobs"], 50);
+    assert_eq!(report["seed"], 7);
+    let results = report["results"].as_array().expect("results array");
+    assert_eq!(results.len(), 2);
+    assert_eq!(results[1]["cut"], 0.3);
+    for r in results {
+        assert_eq!(r["budget_violations"], 0);
+        assert_eq!(r["tier_violations"], 0);
+        let strategies = r["strategies"].as_object().expect("strategies object");
+        let names: Vec<&str> = strategies.keys().map(String::as_str).collect();
+        assert_eq!(names, STRATEGIES, "strategies in report order");
+        for s in strategies.values() {
+            assert!(s["tokens_per_s_per_job"].as_f64().expect("number") > 0.0);
+        }
+        assert_eq!(r["strategies"]["equal"]["gap_closure"], 0.0);
+        assert_eq!(r["strategies"]["oracle"]["gap_closure"], 1.0);
+        let flexgate = r["strategies"]["flexgate"]["gap_closure"].as_f64().expect("number");
+        let paper = r["strategies"]["pfi_paper"]["gap_closure"].as_f64().expect("number");
+        assert!(flexgate > paper && paper > 0.0, "flexgate {flexgate}, paper {paper}");
+    }
+}
+
+#[test]
+fn simulate_is_reproducible_from_its_seed() {
+    let args = [
+        "simulate",
+        "--workloads",
+        "5",
+        "--jobs",
+        "20",
+        "--cut",
+        "0.25",
+        "--json",
+        "-q",
+        "--mix",
+        "random",
+    ];
+    assert_eq!(flexgate(&args).stdout, flexgate(&args).stdout);
+    let mut other = args.to_vec();
+    other.extend(["--seed", "8"]);
+    assert_ne!(flexgate(&args).stdout, flexgate(&other).stdout);
+}
+
+#[test]
+fn simulate_writes_csv_and_svg() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let csv = dir.path().join("out.csv");
+    let svg = dir.path().join("out.svg");
+    let out = flexgate(&[
+        "simulate",
+        "--workloads",
+        "5",
+        "--jobs",
+        "20",
+        "--cuts",
+        "0:0.4:0.1",
+        "--curves",
+        "knee",
+        "-q",
+        "--csv",
+        csv.to_str().expect("utf-8 path"),
+        "--plot",
+        svg.to_str().expect("utf-8 path"),
+    ]);
+    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("synthetic:knee") && table.contains("40%"), "{table}");
+    let csv = std::fs::read_to_string(csv).expect("csv written");
+    assert_eq!(csv.lines().count(), 1 + 5 * 5, "header + 5 cuts × 5 policies");
+    assert!(csv.starts_with("cut,strategy,tokens_per_s_per_job,gap_closure"));
+    let svg = std::fs::read_to_string(svg).expect("svg written");
+    assert!(svg.starts_with("<svg") && svg.contains("xmlns"));
+    for name in STRATEGIES {
+        assert!(svg.contains(name), "plot legend lacks {name}");
+    }
+}
+
+const FLEET: &str = r#"[
+ {"id": "dense", "gpus": 8, "min_cap_w": 200, "max_cap_w": 700,
+  "points": [{"cap_w": 700, "power_w": 5400, "tokens_per_s": 8000},
+             {"cap_w": 500, "power_w": 4000, "tokens_per_s": 6800},
+             {"cap_w": 300, "power_w": 2400, "tokens_per_s": 4300},
+             {"cap_w": 200, "power_w": 1600, "tokens_per_s": 2900}],
+  "known": {"pfi_predicted": 1.2, "pfi_predicted_sd": 0.24}},
+ {"id": "moe-lora", "gpus": 8,
+  "points": [{"cap_w": 700, "power_w": 4700, "tokens_per_s": 90000},
+             {"cap_w": 500, "power_w": 4000, "tokens_per_s": 88000},
+             {"cap_w": 300, "power_w": 2400, "tokens_per_s": 76000},
+             {"cap_w": 200, "power_w": 1600, "tokens_per_s": 60000}],
+  "known": {"pfi": 2.4, "pfi_grid_w": [200, 300, 500, 700]},
+  "max_slowdown": 0.25}
+]"#;
+
+#[test]
+fn simulate_accepts_a_fleet_file() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("fleet.json");
+    std::fs::write(&path, FLEET).expect("write fleet");
+    let out = flexgate(&[
+        "simulate",
+        "--fleet",
+        path.to_str().expect("utf-8"),
+        "--workloads",
+        "10",
+        "--jobs",
+        "10",
+        "--cut",
+        "0.3",
+        "--json",
+        "-q",
+    ]);
+    let report = stdout_json(&out);
+    assert_eq!(report["knowledge"], "as_given");
+    assert_eq!(report["results"][0]["budget_violations"], 0);
+    let oracle = report["results"][0]["strategies"]["oracle"]["tokens_per_s_per_job"]
+        .as_f64()
+        .expect("number");
+    let equal = report["results"][0]["strategies"]["equal"]["tokens_per_s_per_job"]
+        .as_f64()
+        .expect("number");
+    assert!(oracle > equal);
+}
+
+#[test]
+fn a_bad_fleet_file_is_refused_with_the_job_and_field_named() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("fleet.json");
+    std::fs::write(
+        &path,
+        FLEET.replace(
+            "\"power_w\": 2400, \"tokens_per_s\": 76000",
+            "\"power_w\": 2400, \"tokens_per_s\": -5",
+        ),
+    )
+    .expect("write");
+    let out = flexgate(&["simulate", "--fleet", path.to_str().expect("utf-8"), "-q"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("job #1 (moe-lora)") && stderr.contains("points[2].tokens_per_s"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+
+    let out = flexgate(&["simulate", "--fleet", "/nonexistent/fleet.json", "-q"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/fleet.json"));
+}
+
+#[test]
+fn invalid_flags_are_refused_by_name() {
+    for (args, needle) in [
+        (vec!["simulate", "--cut", "1.5"], "--cut"),
+        (vec!["simulate", "--cuts", "0.4:0.1:0.1"], "--cuts"),
+        (vec!["simulate", "--mix", "weird"], "--mix"),
+        (vec!["simulate", "--workloads", "0", "-q"], "at least 1"),
+        (vec!["simulate", "--predictor-sd", "NaN", "-q"], "--predictor-sd"),
+    ] {
+        let out = flexgate(&args);
+        assert!(!out.status.success(), "{args:?} should fail");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn facility_commands_show_their_chain() {
+    let ceiling = stdout_json(&flexgate(&[
+        "facility", "ceiling", "--fsl-kw", "9000", "--nodes", "1000", "--json",
+    ]));
+    let budget = ceiling["gpu_budget"].as_f64().expect("watts");
+    assert!(budget > 0.0 && budget < 9_000_000.0);
+    assert!(ceiling["chain"].as_array().is_some_and(|c| c.len() > 5));
+    let text = flexgate(&["facility", "reduction", "--kw", "2000"]);
+    assert!(text.status.success());
+    assert!(String::from_utf8_lossy(&text.stdout).contains("gpu_shed_kw"));
+    let bad = flexgate(&["facility", "ceiling", "--fsl-kw", "NaN", "--nodes", "10"]);
+    assert_eq!(bad.status.code(), Some(1));
+}
+
+#[test]
+fn predictor_reports_its_scores_and_an_interval() {
+    // Synthetic telemetry: PFI rises with the DRAM × copy product, plus deterministic scatter.
+    let samples: Vec<Value> = (0..25)
+        .map(|i| {
+            let x = f64::from(i);
+            let dram = 0.1 + 0.03 * x;
+            let copy = 10.0 + 2.0 * x;
+            let scatter = ((x * 7.3).sin()) * 0.15;
+            serde_json::json!({"pfi": 1.1 + 0.02 * dram * copy + scatter, "dram_active": dram,
+                               "mem_copy_util_pct": copy, "cluster": format!("c{}", i % 5)})
+        })
+        .collect();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("samples.json");
+    std::fs::write(&path, serde_json::to_string(&samples).expect("json")).expect("write");
+    let out = stdout_json(&flexgate(&[
+        "predictor",
+        path.to_str().expect("utf-8"),
+        "--dram-active",
+        "0.4",
+        "--mem-copy-util",
+        "30",
+        "--json",
+    ]));
+    let r2 = out["report"]["in_sample_r2"].as_f64().expect("r2");
+    let loo = out["report"]["loo_r2"].as_f64().expect("loo");
+    assert!(r2 > loo && loo > 0.0, "in-sample {r2}, loo {loo}");
+    let interval = out["interval"].as_array().expect("interval");
+    let mean = out["prediction"]["mean"].as_f64().expect("mean");
+    assert!(interval[0].as_f64().expect("lo") < mean && mean < interval[1].as_f64().expect("hi"));
+}
+
+#[test]
+fn the_shipped_facility_parameters_match_the_code_and_load() {
+    let shipped: Value =
+        serde_json::from_str(include_str!("../deploy/site-facility.json")).expect("deploy/site-facility.json is JSON");
+    let current = stdout_json(&flexgate(&["facility", "params"]));
+    assert_eq!(
+        shipped, current,
+        "regenerate with: flexgate facility params > deploy/site-facility.json"
+    );
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/site-facility.json");
+    let out = flexgate(&[
+        "facility", "--params", path, "forward", "--gpu-kw", "5200", "--nodes", "1000",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let bad = flexgate(&["facility", "--params", "Cargo.toml", "params"]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("invalid facility parameters"));
+}
