@@ -3,10 +3,8 @@
 //! This binary only wires things together: argument parsing, files, terminal output. The
 //! decisions live in the `flexgate-policies` crate.
 
-mod commands;
-mod plot;
-
 use clap::{Parser, Subcommand};
+use flexgate::commands;
 use std::process::ExitCode;
 
 /// flexgate turns utility curtailment events into per-job GPU power caps, cutting the jobs

@@ -7,24 +7,21 @@
 //! reports, opens in any browser and converts losslessly with `rsvg-convert`; and writing it
 //! by hand avoids pulling a font rasteriser and a plotting stack into an operational CLI.
 //!
-//! ```ignore
+//! ```
+//! use flexgate::plot::{AxisFormat, Chart, LineStyle, Series};
 //! let svg = Chart::new("Throughput under a power cut", "power cut", "tokens/s per job")
 //!     .x_format(AxisFormat::Percent)
 //!     .series(Series::new("proportional", [(0.0, 1000.0), (0.1, 950.0)]))
 //!     .series(Series::new("PFI-aware", [(0.0, 1000.0), (0.1, 990.0)]).style(LineStyle::Dashed))
 //!     .to_svg();
+//! assert!(svg.starts_with("<svg") && svg.contains("PFI-aware"));
 //! ```
 //!
 //! Text widths are *estimated* from character counts because no font metrics are available
 //! without a font library; every estimate errs on the wide side so labels get room rather than
 //! overlap.
 
-// The CLI adopts this API in stages (the audit report's time axis and ceiling steps come later),
-// so parts of it are legitimately unused by the binary for a while. Remove once all is used.
-#![allow(dead_code)]
-
 use std::fmt::Write as _;
-use std::path::Path;
 
 /// How a series is drawn between its points.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -158,11 +155,6 @@ impl Chart {
         self.width = width;
         self.height = height;
         self
-    }
-
-    /// Writes [`Chart::to_svg`] to `path`.
-    pub fn save(&self, path: impl AsRef<Path>) -> std::io::Result<()> {
-        std::fs::write(path, self.to_svg())
     }
 
     /// Renders the chart as a standalone SVG document (UTF-8, no XML declaration, so it can

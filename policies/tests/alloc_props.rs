@@ -281,6 +281,29 @@ enum Sweep {
     Partial,
 }
 
+/// A case whose job is known by what `knowledge` says about `truth`, uncapped at its top point.
+fn case_for(
+    truth: PowerCurve,
+    gpus: u32,
+    range: CapRange,
+    knowledge: &Knowledge,
+    max_slowdown: Option<Fraction>,
+) -> Case {
+    let top = truth.uncapped();
+    Case {
+        job: JobSpec {
+            id: "job".into(),
+            gpus,
+            cap_range: range,
+            uncapped_power: top.power,
+            uncapped_tokens: top.tokens,
+            elasticity: elasticity(knowledge, &truth, range),
+            max_slowdown,
+        },
+        truth,
+    }
+}
+
 fn case(tiers: bool, sweep: Sweep) -> impl Strategy<Value = Case> {
     (
         prop::sample::select(vec![1u32, 2, 4, 8, 16, 32]),
@@ -314,19 +337,7 @@ fn case(tiers: bool, sweep: Sweep) -> impl Strategy<Value = Case> {
                     }
                     Shape::Concave { draw, start, slopes } => (range, concave(lowest, *draw, *start, slopes)),
                 };
-                let top = truth.uncapped();
-                Case {
-                    job: JobSpec {
-                        id: "job".into(),
-                        gpus,
-                        cap_range: range,
-                        uncapped_power: top.power,
-                        uncapped_tokens: top.tokens,
-                        elasticity: elasticity(&knowledge, &truth, range),
-                        max_slowdown,
-                    },
-                    truth,
-                }
+                case_for(truth, gpus, range, &knowledge, max_slowdown)
             },
         )
 }
@@ -853,19 +864,13 @@ fn extreme_case(power_scale: BoxedStrategy<f64>, tokens: BoxedStrategy<f64>) -> 
                     };
                     PowerCurve::new(gpus, vec![point]).expect("single point curve is valid")
                 };
-                let top = truth.uncapped();
-                Case {
-                    job: JobSpec {
-                        id: "job".into(),
-                        gpus,
-                        cap_range: range,
-                        uncapped_power: top.power,
-                        uncapped_tokens: top.tokens,
-                        elasticity: elasticity(&knowledge, &truth, range),
-                        max_slowdown: tier.map(|s| Fraction::new(s).expect("tier in [0, 1]")),
-                    },
+                case_for(
                     truth,
-                }
+                    gpus,
+                    range,
+                    &knowledge,
+                    tier.map(|s| Fraction::new(s).expect("tier in [0, 1]")),
+                )
             },
         )
 }

@@ -1,0 +1,9 @@
+//! The flexgate application: everything between the command line and the decision core.
+//!
+//! A library as well as a binary so that end-to-end tests (and later the gateway runtime's
+//! tests) can drive the application in-process. It wires the pure `flexgate-policies` crate to
+//! files, terminals and charts; it holds no allocation math and no protocol parsing.
+#![forbid(unsafe_code)]
+
+pub mod commands;
+pub mod plot;
