@@ -99,7 +99,9 @@ impl CurveAware {
         match (&job.elasticity, self.mode) {
             (Elasticity::Measured { curve }, _) => Some(curve.concave_hull()),
             (_, Mode::Oracle) | (Elasticity::Unknown, _) => None,
-            (Elasticity::Pfi { value, grid }, Mode::Flexgate) => scaled(family.shape(*value, grid, per_gpu)),
+            (Elasticity::Pfi { value, grid }, Mode::Flexgate) => {
+                scaled(family.expected_shape(*value, 0.0, grid, per_gpu))
+            }
             (Elasticity::PredictedPfi { mean, sd, grid }, Mode::Flexgate) => {
                 let grid = grid.clone().unwrap_or_else(|| CapGrid::paper_default_for(job.gpus));
                 scaled(family.expected_shape(*mean, *sd, &grid, per_gpu))
