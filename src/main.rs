@@ -24,6 +24,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     Simulate(commands::simulate::SimulateArgs),
+    Pfi(commands::pfi::PfiArgs),
     Predictor(commands::predictor::PredictorArgs),
     Facility(commands::facility::FacilityArgs),
 }
@@ -32,6 +33,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Simulate(args) => commands::simulate::run(&args),
+        Command::Pfi(args) => commands::pfi::run(&args),
         Command::Predictor(args) => commands::predictor::run(&args),
         Command::Facility(args) => commands::facility::run(&args),
     };

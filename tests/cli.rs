@@ -270,3 +270,38 @@ fn the_shipped_facility_parameters_match_the_code_and_load() {
     assert_eq!(bad.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("invalid facility parameters"));
 }
+
+#[test]
+fn pfi_from_raw_telemetry_matches_the_hand_computation() {
+    // Two runs; each has 10 training samples (top 10 % = the single best one) plus an
+    // evaluation dip that must be ignored.
+    let run = |cap: f64, power: f64, tokens: f64| {
+        let mut samples: Vec<Value> = (0..10)
+            .map(|i| {
+                let f = f64::from(i);
+                serde_json::json!({"power_w": power - 50.0 + 5.0 * f, "tokens_per_s": tokens - 90.0 + 10.0 * f, "phase": "training"})
+            })
+            .collect();
+        samples.push(serde_json::json!({"power_w": 100.0, "tokens_per_s": 1.0, "phase": "evaluation"}));
+        serde_json::json!({"cap_w": cap, "samples": samples})
+    };
+    let sweep = serde_json::json!({"gpus": 8, "runs": [run(700.0, 5600.0, 10000.0), run(400.0, 3200.0, 8000.0)]});
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("sweep.json");
+    std::fs::write(&path, sweep.to_string()).expect("write");
+    let out = stdout_json(&flexgate(&["pfi", path.to_str().expect("utf-8"), "--json"]));
+    // Best samples: (5595 W, 10000 tok/s) and (3195 W, 8000 tok/s):
+    // (1 − 3195/5595) / (1 − 8000/10000) = 0.428954 / 0.2 = 2.144772
+    let value = out["value"].as_f64().expect("value");
+    assert!((value - (1.0 - 3195.0 / 5595.0) / 0.2).abs() < 1e-9, "{value}");
+    assert_eq!(out["grid"], serde_json::json!([400.0, 700.0]));
+
+    std::fs::write(
+        &path,
+        r#"{"gpus": 8, "points": [{"cap_w": 700, "power_w": 5600, "tokens_per_s": 1}]}"#,
+    )
+    .expect("write");
+    let out = flexgate(&["pfi", path.to_str().expect("utf-8")]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("capped point"));
+}

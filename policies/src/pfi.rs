@@ -191,10 +191,13 @@ pub enum RunPhase {
 
 /// One telemetry sample of a sweep run (DCGM every ~5 s in the paper).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RunSample {
-    /// Job aggregate GPU power at the sample.
+    /// Job aggregate GPU power at the sample (`power_w` on the wire).
+    #[serde(rename = "power_w")]
     pub power: Watts,
-    /// Job throughput at the sample.
+    /// Job throughput at the sample (`tokens_per_s` on the wire).
+    #[serde(rename = "tokens_per_s")]
     pub tokens: TokensPerSec,
     /// Phase the sample belongs to.
     pub phase: RunPhase,

@@ -1,6 +1,7 @@
 //! One module per CLI command.
 
 pub mod facility;
+pub mod pfi;
 pub mod predictor;
 pub mod simulate;
 
