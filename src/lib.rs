@@ -5,5 +5,13 @@
 //! files, terminals and charts; it holds no allocation math and no protocol parsing.
 #![forbid(unsafe_code)]
 
+pub mod api;
+pub mod audit;
+pub mod cluster;
 pub mod commands;
+pub mod config;
+pub mod http_client;
+pub mod ledger;
 pub mod plot;
+pub mod runtime;
+pub mod serve;

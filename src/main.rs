@@ -23,6 +23,10 @@ struct Cli {
 /// The commands; each one's help text lives on its argument struct.
 #[derive(Debug, Subcommand)]
 enum Command {
+    Run(commands::run::RunArgs),
+    Demo(commands::demo::DemoArgs),
+    Audit(commands::audit::AuditArgs),
+    Log(commands::log::LogArgs),
     Simulate(commands::simulate::SimulateArgs),
     Pfi(commands::pfi::PfiArgs),
     Predictor(commands::predictor::PredictorArgs),
@@ -32,6 +36,10 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Run(args) => commands::run::run(&args),
+        Command::Demo(args) => commands::demo::run(&args),
+        Command::Audit(args) => commands::audit::run(&args),
+        Command::Log(args) => commands::log::run(&args),
         Command::Simulate(args) => commands::simulate::run(&args),
         Command::Pfi(args) => commands::pfi::run(&args),
         Command::Predictor(args) => commands::predictor::run(&args),

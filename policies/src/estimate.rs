@@ -204,7 +204,7 @@ impl CurveFamily {
 }
 
 /// Weights of the estimator's shape prior: the physical family, and the ensemble of knee and
-/// power-law shapes ([`ShapeEnsemble`]), all calibrated to the same PFI on the same grid.
+/// power-law shapes (`ShapeEnsemble`), all calibrated to the same PFI on the same grid.
 pub const SHAPE_MIX: [f64; 2] = [0.5, 0.5];
 
 /// Knee positions of the shape ensemble (relative power where throughput starts to fall).

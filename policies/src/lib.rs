@@ -10,6 +10,7 @@
 pub mod alloc;
 pub mod curve;
 pub mod estimate;
+pub mod event;
 pub mod facility;
 pub mod fleet;
 pub mod pfi;

@@ -1,8 +1,12 @@
 //! One module per CLI command.
 
+pub mod audit;
+pub mod demo;
 pub mod facility;
+pub mod log;
 pub mod pfi;
 pub mod predictor;
+pub mod run;
 pub mod simulate;
 
 use anyhow::{Context, Result, bail};

@@ -30,6 +30,7 @@ use crate::curve::{ConcaveHull, PowerCurve};
 use crate::estimate::CurveFamily;
 use crate::pfi::CapGrid;
 use crate::units::{TokensPerSec, Watts};
+use std::borrow::Cow;
 use std::sync::Arc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,9 +68,19 @@ impl CurveAware {
 
     /// Estimate every job's curve and floor once; the result plans any budget quickly.
     pub fn prepare<'a>(&self, jobs: &'a [JobSpec]) -> Result<Prepared<'a>, PlanError> {
+        self.prepare_cow(Cow::Borrowed(jobs))
+    }
+
+    /// Like [`Self::prepare`], but the result owns the jobs, so a long-running service can keep
+    /// it between grid events and only re-estimate when its jobs change.
+    pub fn prepare_owned(&self, jobs: Vec<JobSpec>) -> Result<Prepared<'static>, PlanError> {
+        self.prepare_cow(Cow::Owned(jobs))
+    }
+
+    fn prepare_cow<'a>(&self, jobs: Cow<'a, [JobSpec]>) -> Result<Prepared<'a>, PlanError> {
         let mut prepared = Prepared {
             policy: self.name(),
-            jobs,
+            jobs: Cow::Borrowed(&[]),
             floors: Vec::with_capacity(jobs.len()),
             vertices: Vec::with_capacity(jobs.len() * 9),
             offsets: Vec::with_capacity(jobs.len() + 1),
@@ -87,6 +98,7 @@ impl CurveAware {
             }
             prepared.offsets.push(prepared.vertices.len() as u32);
         }
+        prepared.jobs = jobs;
         Ok(prepared)
     }
 
@@ -127,7 +139,7 @@ impl AllocationPolicy for CurveAware {
 #[derive(Debug, Clone)]
 pub struct Prepared<'a> {
     policy: &'static str,
-    jobs: &'a [JobSpec],
+    jobs: Cow<'a, [JobSpec]>,
     floors: Vec<(Watts, FloorKind)>,
     /// All jobs' hull vertices `(power, tokens)` between floor and P_max, concatenated.
     vertices: Vec<(f64, f64)>,
@@ -140,6 +152,12 @@ pub struct Prepared<'a> {
 }
 
 impl Prepared<'_> {
+    /// The jobs this preparation is for, in plan order.
+    #[must_use]
+    pub fn jobs(&self) -> &[JobSpec] {
+        &self.jobs
+    }
+
     /// Restrict `hull` to `[floor, P_max]`, store its vertices and its sheddable segments.
     ///
     /// Below a sweep's lowest point the hull falls in proportion to power (see
@@ -255,7 +273,7 @@ impl Prepared<'_> {
     /// Plan `budget`: shed the cheapest watts on the hulls, then fall back on unknown jobs.
     #[must_use]
     pub fn allocate(&self, budget: Budget) -> CapPlan {
-        let jobs = self.jobs;
+        let jobs = &self.jobs[..];
         let uncapped: Watts = jobs.iter().map(|j| j.uncapped_power).sum();
         let budget_w = budget.resolve(uncapped);
         let need = (uncapped - budget_w).value().max(0.0);

@@ -1,0 +1,159 @@
+//! The HTTP API (axum). Reads are open on the listening address; every write needs the bearer
+//! token. Errors are JSON `{"error": {"field": ..., "message": ...}}` with the right 4xx/5xx.
+
+use crate::runtime::{Gateway, SubmitError, Transport};
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// Largest request body accepted (a `dr.event/1` document is a few hundred bytes).
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+const OPENAPI: &str = include_str!("openapi.json");
+
+/// Shared state of the handlers.
+#[derive(Clone)]
+struct Api {
+    gateway: Arc<Gateway>,
+    /// SHA-256 of the token: compared in constant time, and the token itself is not kept around
+    /// in a form that a debug print could leak.
+    token_digest: [u8; 32],
+}
+
+/// The router, ready to serve.
+pub fn router(gateway: Arc<Gateway>, token: &str) -> Router {
+    let api = Api {
+        gateway,
+        token_digest: Sha256::digest(token.as_bytes()).into(),
+    };
+    Router::new()
+        .route("/v1/events", get(list_events).post(post_event))
+        .route("/v1/events/{id}", get(get_event))
+        .route("/v1/status", get(status))
+        .route("/v1/jobs", get(jobs))
+        .route("/v1/plan", get(plan))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route(
+            "/openapi.json",
+            get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }),
+        )
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(api)
+}
+
+fn error(status: StatusCode, field: Option<&str>, message: impl Into<String>) -> Response {
+    (
+        status,
+        axum::Json(json!({"error": {"field": field, "message": message.into()}})),
+    )
+        .into_response()
+}
+
+impl Api {
+    fn authorized(&self, headers: &HeaderMap) -> bool {
+        let Some(given) = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+        else {
+            return false;
+        };
+        let digest: [u8; 32] = Sha256::digest(given.trim().as_bytes()).into();
+        // Constant-time comparison of the digests.
+        digest
+            .iter()
+            .zip(self.token_digest)
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+    }
+}
+
+async fn post_event(State(api): State<Api>, request: Request) -> Response {
+    if !api.authorized(request.headers()) {
+        return error(
+            StatusCode::UNAUTHORIZED,
+            None,
+            "missing or wrong bearer token (Authorization: Bearer <token>)",
+        );
+    }
+    let transport = Transport::Http {
+        peer: request
+            .extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|ConnectInfo(addr)| addr.to_string()),
+    };
+    let body: Bytes = match axum::body::to_bytes(request.into_body(), MAX_BODY_BYTES).await {
+        Ok(body) => body,
+        Err(_) => {
+            return error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                None,
+                format!("the body exceeds {MAX_BODY_BYTES} bytes"),
+            );
+        }
+    };
+    match api.gateway.submit_event(&body, transport).await {
+        Ok(outcome) => (StatusCode::OK, axum::Json(outcome.ack)).into_response(),
+        Err(SubmitError::Invalid(e)) => error(StatusCode::BAD_REQUEST, Some(&e.field), e.message),
+        Err(SubmitError::Refused { reason, ack }) => (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            axum::Json(json!({"error": {"field": null, "message": reason}, "ack": ack})),
+        )
+            .into_response(),
+        Err(e @ SubmitError::Stale { .. }) => error(StatusCode::CONFLICT, Some("revision"), e.to_string()),
+        Err(SubmitError::Ledger(e)) => {
+            tracing::error!("ledger failure on submit: {e}");
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                None,
+                "the event could not be recorded; it was not acknowledged, retry",
+            )
+        }
+    }
+}
+
+async fn list_events(State(api): State<Api>) -> Response {
+    axum::Json(api.gateway.events().await).into_response()
+}
+
+async fn get_event(State(api): State<Api>, Path(id): Path<String>) -> Response {
+    match api.gateway.event(&id).await {
+        Some(event) => axum::Json(event).into_response(),
+        None => error(StatusCode::NOT_FOUND, Some("id"), format!("no event {id:?}")),
+    }
+}
+
+async fn status(State(api): State<Api>) -> Response {
+    axum::Json(api.gateway.status().await).into_response()
+}
+
+async fn jobs(State(api): State<Api>) -> Response {
+    axum::Json(api.gateway.jobs().await).into_response()
+}
+
+async fn plan(State(api): State<Api>) -> Response {
+    match api.gateway.plan().await {
+        Some(plan) => axum::Json(plan).into_response(),
+        None => error(
+            StatusCode::NOT_FOUND,
+            None,
+            "no plan in force: no event constrains the site",
+        ),
+    }
+}
+
+async fn metrics(State(api): State<Api>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        api.gateway.metrics().await,
+    )
+        .into_response()
+}

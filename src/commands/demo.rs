@@ -1,0 +1,348 @@
+//! `flexgate demo`: the whole mission in one process, in under a minute.
+
+use crate::cluster::ClusterBackend;
+use crate::cluster::sim::{SimCluster, SimConfig};
+use crate::config::{BackendConfig, Config};
+use crate::http_client;
+use crate::runtime::Clock;
+use crate::serve::Server;
+use anyhow::{Context, Result, bail};
+use chrono::{Duration as ChronoDuration, SecondsFormat, Utc};
+use clap::Args;
+use flexgate_policies::alloc::{AllocationPolicy, Budget, Proportional, Weighting};
+use flexgate_policies::estimate::CurveFamily;
+use flexgate_policies::units::Watts;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Watch flexgate do the whole job: a gateway and a simulated GPU cluster in one process.
+///
+/// The demo starts the gateway on a loopback port with a simulated cluster (16 nodes × 8 GPUs
+/// of training jobs calibrated to the 25 published H200 job groups; a fifth of them with
+/// unknown elasticity), measures a baseline, then submits a real `dr.event/1` curtailment event
+/// through the HTTP API: hold the meter at 80 % of its baseline for 30 minutes, with a 5-minute
+/// ramp and a 5-minute recovery. Event time runs SPEED times faster than real time. It prints
+/// the acknowledgment, the phases as they pass, a before/after table (per-job caps, fleet power
+/// against the target, throughput kept against equal cuts), and the audit summary.
+///
+/// Example:
+///   flexgate demo
+///   flexgate demo --speed 60 --data ./demo-data     # keep the ledger, then: flexgate audit ...
+#[derive(Debug, Args)]
+#[command(verbatim_doc_comment)]
+pub struct DemoArgs {
+    /// Event seconds per real second.
+    #[arg(long, default_value_t = 120.0)]
+    speed: f64,
+    /// Simulated GPU nodes (8 GPUs each).
+    #[arg(long, default_value_t = 16)]
+    nodes: u32,
+    /// Seed of the simulated cluster.
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+    /// Ceiling as a fraction of the measured baseline.
+    #[arg(long, default_value_t = 0.8)]
+    ceiling_fraction: f64,
+    /// Keep the ledger here (default: a temporary directory, removed at the end).
+    #[arg(long, value_name = "DIR")]
+    data: Option<PathBuf>,
+}
+
+/// Run the command.
+pub fn run(args: &DemoArgs) -> Result<()> {
+    if !(args.speed >= 1.0 && args.speed <= 10_000.0) {
+        bail!("--speed must be between 1 and 10000");
+    }
+    if !(args.ceiling_fraction > 0.3 && args.ceiling_fraction < 1.0) {
+        bail!("--ceiling-fraction must be in (0.3, 1)");
+    }
+    if args.nodes == 0 || args.nodes > 4096 {
+        bail!("--nodes must be between 1 and 4096");
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(demo(args))
+}
+
+async fn demo(args: &DemoArgs) -> Result<()> {
+    let temp = tempdir_path()?;
+    let data = args.data.clone().unwrap_or_else(|| temp.clone());
+    let mut config = Config::default();
+    config.gateway.data_dir = data.clone();
+    config.gateway.site = "demo-site".to_string();
+    config.gateway.telemetry_interval_s = 10;
+    config.site.baseline_window_s = 600;
+    config.control.settle_s = 120;
+    let facility = crate::config::facility_for_nodes(args.nodes);
+    config.facility = facility.clone();
+    let sim_config = SimConfig {
+        nodes: args.nodes,
+        seed: args.seed,
+        settle_ms: 200,
+        facility,
+        ..SimConfig::default()
+    };
+    config.backend = BackendConfig::Sim(sim_config.clone());
+    let sim = SimCluster::new(sim_config).context("building the simulated cluster")?;
+    let backend: Arc<dyn ClusterBackend> = sim.clone();
+    let clock = Clock::starting_at(Utc::now(), args.speed);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let server = Server::start(config.clone(), clock, Some(backend), listener).await?;
+    let addr = server.addr;
+    let token = match &server.token_file {
+        Some(path) => std::fs::read_to_string(path)?.trim().to_string(),
+        None => config.gateway.api_token.clone(),
+    };
+    let event_secs = |s: f64| clock.real_duration(s);
+
+    println!(
+        "flexgate demo: gateway on http://{addr}, simulated cluster of {} nodes × 8 GPUs, event time ×{}",
+        args.nodes, args.speed
+    );
+    let jobs = get(addr, "/v1/jobs").await?;
+    let unknown = jobs
+        .as_array()
+        .map_or(0, |j| j.iter().filter(|j| j["elasticity"] == "unknown").count());
+    println!(
+        "  {} training jobs ({} with unknown elasticity); measuring a 10-minute baseline …",
+        jobs.as_array().map_or(0, Vec::len),
+        unknown
+    );
+    tokio::time::sleep(event_secs(600.0)).await;
+    let before = get(addr, "/v1/status").await?;
+    let baseline_kw = before["measured_meter_kw"].as_f64().context("no meter reading yet")?;
+    let jobs_before = get(addr, "/v1/jobs").await?;
+
+    let start = clock.now() + ChronoDuration::seconds(60);
+    let ceiling_kw = (baseline_kw * args.ceiling_fraction * 10.0).round() / 10.0;
+    let event = json!({
+        "schema": "dr.event/1", "event_id": "demo-001", "revision": 1, "site": "demo-site",
+        "issued_at": clock.now().to_rfc3339_opts(SecondsFormat::Secs, true), "program": "demo-program", "mandatory": true,
+        "target": {"form": "ceiling", "point": "meter", "kw": ceiling_kw},
+        "window": {"start": start.to_rfc3339_opts(SecondsFormat::Secs, true), "ramp_s": 300, "duration_s": 1800, "recovery_s": 300},
+        "cancel": false
+    });
+    let body = serde_json::to_vec(&event)?;
+    let ack = http_client::request(addr, "POST", "/v1/events", Some(&token), Some(&body)).await?;
+    if ack.status != 200 {
+        bail!("the gateway refused the demo event ({}): {}", ack.status, ack.text());
+    }
+    let ack = ack.json()?;
+    println!(
+        "\nPOST /v1/events  ceiling {ceiling_kw:.1} kW at the meter (baseline {baseline_kw:.1} kW), ramp 5 min, hold 30 min, recovery 5 min"
+    );
+    println!(
+        "  ack: opt {} · accepted target {} kW · ledger checkpoint {}…",
+        ack["opt"],
+        ack["accepted_target_kw"],
+        &ack["log_checkpoint"].as_str().unwrap_or("")[..16.min(ack["log_checkpoint"].as_str().unwrap_or("").len())]
+    );
+
+    // Follow the event; keep the plan in force in the middle of the hold.
+    let mut last_phase = String::new();
+    let mut held_plan: Option<Value> = None;
+    let mut held_status: Option<Value> = None;
+    let mut held_jobs: Option<Value> = None;
+    let deadline = tokio::time::Instant::now() + event_secs(4000.0);
+    loop {
+        let status = get(addr, "/v1/status").await?;
+        let events = get(addr, "/v1/events").await?;
+        let phase = events
+            .as_array()
+            .and_then(|e| e.iter().find(|e| e["id"] == "demo-001"))
+            .and_then(|e| e["state"].as_str())
+            .unwrap_or("unknown")
+            .to_string();
+        if phase != last_phase {
+            println!(
+                "  {}  {:<10} ceiling {:>8} kW · meter {:>8} kW · GPU boards {:>8} kW",
+                clock.now().format("%H:%M:%S"),
+                phase,
+                fmt_kw(status["meter_ceiling_kw"].as_f64()),
+                fmt_kw(status["measured_meter_kw"].as_f64()),
+                fmt_kw(status["measured_gpu_w"].as_f64().map(|w| w / 1000.0)),
+            );
+            last_phase = phase.clone();
+        }
+        if phase == "active" && clock.now() > start + ChronoDuration::seconds(300 + 900) && held_plan.is_none() {
+            held_plan = Some(get(addr, "/v1/plan").await?);
+            held_status = Some(status.clone());
+            held_jobs = Some(get(addr, "/v1/jobs").await?);
+        }
+        if phase == "completed" || phase == "cancelled" || tokio::time::Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(event_secs(30.0)).await;
+    }
+    tokio::time::sleep(event_secs(600.0)).await; // meter-after baseline
+
+    if let (Some(plan), Some(status), Some(jobs_during)) = (&held_plan, &held_status, &held_jobs) {
+        let specs: Vec<_> = sim.inventory().await?.into_iter().map(|j| j.spec).collect();
+        print_before_after(&sim, &specs, &jobs_before, jobs_during, plan, status, baseline_kw)?;
+    }
+    server.shutdown().await;
+
+    let records = super::audit::read_records(&data)?;
+    let verified = crate::ledger::verify(&data.join("ledger"));
+    let report = crate::audit::build(&records, "demo-001", 600).context("the demo event is not in the ledger")?;
+    println!(
+        "\nAudit summary (flexgate audit --event demo-001 --data {}):",
+        data.display()
+    );
+    println!(
+        "  baseline (meter before/after) {} kW; {} plans, {} dispatches, {} closed-loop trims, fallbacks: {}",
+        fmt_kw(report.baseline.kw),
+        report.plans.len(),
+        report.dispatches.len(),
+        report.trims.len(),
+        if report.fallbacks.is_empty() {
+            "none".to_string()
+        } else {
+            format!("{} jobs (unknown elasticity)", report.fallbacks.len())
+        }
+    );
+    for i in &report.intervals {
+        println!(
+            "  interval {}: ceiling {} kW, mean meter {} kW, {} of samples at or under the ceiling, delivered {} kW, shortfall {} kW",
+            i.index,
+            fmt_kw(i.ceiling_kw),
+            fmt_kw(i.mean_meter_kw),
+            i.compliance
+                .map_or_else(|| "—".into(), |c| format!("{:.0} %", c * 100.0)),
+            fmt_kw(i.delivered_reduction_kw),
+            fmt_kw(i.shortfall_kw)
+        );
+    }
+    match verified {
+        Ok(v) => println!(
+            "  ledger: {} records, hash chain verified (head {}…)",
+            v.records,
+            &v.head_hash[..16.min(v.head_hash.len())]
+        ),
+        Err(e) => println!("  ledger verification FAILED at record {}: {}", e.seq, e.reason),
+    }
+    if args.data.is_none() {
+        let _ = std::fs::remove_dir_all(&temp);
+    }
+    Ok(())
+}
+
+async fn get(addr: std::net::SocketAddr, path: &str) -> Result<Value> {
+    let response = http_client::request(addr, "GET", path, None, None).await?;
+    if response.status != 200 {
+        bail!("GET {path}: {} {}", response.status, response.text());
+    }
+    Ok(response.json()?)
+}
+
+fn fmt_kw(v: Option<f64>) -> String {
+    v.map_or_else(|| "—".to_string(), |x| format!("{x:.1}"))
+}
+
+/// The before/after table: per-job caps, fleet power against the target, and the throughput the
+/// plan keeps against an equal cut of the same GPU budget (both read off the true curves).
+fn print_before_after(
+    sim: &SimCluster,
+    specs: &[flexgate_policies::alloc::JobSpec],
+    jobs_before: &Value,
+    jobs_during: &Value,
+    plan: &Value,
+    status: &Value,
+    baseline_kw: f64,
+) -> Result<()> {
+    let before: HashMap<String, &Value> = jobs_before
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|j| Some((j["id"].as_str()?.to_string(), j)))
+        .collect();
+    println!(
+        "\nIn the middle of the hold (plan #{}, policy {}):",
+        plan["seq"],
+        plan["policy"].as_str().unwrap_or("")
+    );
+    println!(
+        "  {:<34} {:>6} {:>22} {:>10} {:>12} {:>14}",
+        "job", "GPUs", "knowledge", "cap W/GPU", "power kW", "tokens/s kept"
+    );
+    let mut rows: Vec<&Value> = jobs_during.as_array().map(|a| a.iter().collect()).unwrap_or_default();
+    rows.sort_by(|a, b| {
+        a["cap_w"]
+            .as_f64()
+            .unwrap_or(0.0)
+            .total_cmp(&b["cap_w"].as_f64().unwrap_or(0.0))
+    });
+    let shown = rows.len().min(12);
+    for j in rows.iter().take(shown) {
+        let id = j["id"].as_str().unwrap_or("");
+        let before_power = before
+            .get(id)
+            .and_then(|b| b["measured_power_w"].as_f64())
+            .unwrap_or(0.0);
+        let kept = j["measured_tokens_per_s"].as_f64().unwrap_or(0.0)
+            / j["uncapped_tokens_per_s"].as_f64().unwrap_or(1.0).max(1e-9);
+        println!(
+            "  {:<34} {:>6} {:>22} {:>10.0} {:>5.1} → {:>4.1} {:>13.0} %",
+            id,
+            j["gpus"],
+            j["elasticity"].as_str().unwrap_or(""),
+            j["cap_w"].as_f64().unwrap_or(0.0),
+            before_power / 1000.0,
+            j["measured_power_w"].as_f64().unwrap_or(0.0) / 1000.0,
+            kept * 100.0
+        );
+    }
+    if rows.len() > shown {
+        println!("  … {} more jobs (GET /v1/jobs)", rows.len() - shown);
+    }
+    let meter = status["measured_meter_kw"].as_f64().unwrap_or(f64::NAN);
+    let ceiling = status["meter_ceiling_kw"].as_f64().unwrap_or(f64::NAN);
+    println!(
+        "\n  meter: baseline {baseline_kw:.1} kW → {meter:.1} kW against a ceiling of {ceiling:.1} kW ({})",
+        if meter <= ceiling + 0.05 { "met" } else { "NOT met" }
+    );
+
+    // Throughput kept by the plan versus an equal cut of the same GPU budget, on the true curves.
+    let budget = Watts(plan["gpu_budget_w"].as_f64().unwrap_or(0.0));
+    let equal = Proportional::new(Weighting::Equal, Arc::new(CurveFamily::h200_generic()))
+        .plan(specs, Budget::Absolute(budget))?;
+    let caps: HashMap<String, f64> = plan["entries"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| Some((e["job"].as_str()?.to_string(), e["cap"].as_f64()?)))
+        .collect();
+    let (mut ours, mut theirs, mut full) = (0.0, 0.0, 0.0);
+    for entry in &equal.entries {
+        let Some(truth) = sim.truth_of(&entry.job) else {
+            continue;
+        };
+        full += truth.uncapped().tokens.value();
+        theirs += truth.tokens_at_cap(entry.cap).value();
+        let cap = caps
+            .get(entry.job.as_ref())
+            .copied()
+            .map_or(truth.uncapped().cap, flexgate_policies::units::WattsPerGpu);
+        ours += truth.tokens_at_cap(cap).value();
+    }
+    if full > 0.0 {
+        println!(
+            "  throughput kept: flexgate {:.1} % of uncapped, an equal cut of the same GPU budget {:.1} % (+{:.0} tokens/s fleet-wide)",
+            ours / full * 100.0,
+            theirs / full * 100.0,
+            ours - theirs
+        );
+    }
+    Ok(())
+}
+
+fn tempdir_path() -> Result<PathBuf> {
+    let base = std::env::temp_dir().join(format!(
+        "flexgate-demo-{}-{}",
+        std::process::id(),
+        Utc::now().timestamp_millis()
+    ));
+    std::fs::create_dir_all(&base)?;
+    Ok(base)
+}

@@ -1,0 +1,101 @@
+//! `flexgate run`: the gateway as a service.
+
+use crate::config::Config;
+use anyhow::{Context, Result};
+use clap::Args;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Run the gateway: HTTP API, event book, planner, dispatcher and ledger.
+///
+/// With no configuration file it runs on embedded defaults: ledger in ./flexgate-data, API on
+/// 127.0.0.1:8080, an in-process simulated cluster (16 nodes × 8 GPUs) as the backend. Writes to
+/// the API need a bearer token: set one with --api-token (or FLEXGATE_API_TOKEN), or let the
+/// gateway generate one into DATA/api-token (mode 0600) at first start.
+///
+/// Flags override FLEXGATE_* environment variables, which override the file. Every field of the
+/// file is documented in deploy/flexgate.toml.
+///
+/// Examples:
+///   flexgate run
+///   flexgate run --config /etc/flexgate/flexgate.toml --listen 0.0.0.0:8080
+///   curl -H "Authorization: Bearer $(cat flexgate-data/api-token)" \
+///        -d @event.json http://127.0.0.1:8080/v1/events
+#[derive(Debug, Args)]
+#[command(verbatim_doc_comment)]
+pub struct RunArgs {
+    /// Configuration file (TOML).
+    #[arg(long, env = "FLEXGATE_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Data directory (ledger, token file).
+    #[arg(long, env = "FLEXGATE_DATA", value_name = "DIR")]
+    data: Option<PathBuf>,
+    /// API listen address.
+    #[arg(long, env = "FLEXGATE_LISTEN", value_name = "ADDR")]
+    listen: Option<SocketAddr>,
+    /// Bearer token for writes (prefer the environment variable: command lines are visible to
+    /// other users of the machine).
+    #[arg(long, env = "FLEXGATE_API_TOKEN", value_name = "TOKEN", hide_env_values = true)]
+    api_token: Option<String>,
+}
+
+/// Load the file and apply the overrides.
+pub fn effective_config(args: &RunArgs) -> Result<Config> {
+    let mut config = Config::load(args.config.as_deref())?;
+    if let Some(data) = &args.data {
+        config.gateway.data_dir = data.clone();
+    }
+    if let Some(listen) = args.listen {
+        config.gateway.listen = listen;
+    }
+    if let Some(token) = &args.api_token {
+        config.gateway.api_token = token.clone();
+    }
+    config.validate()?;
+    Ok(config)
+}
+
+/// Run the command until SIGINT or SIGTERM.
+pub fn run(args: &RunArgs) -> Result<()> {
+    init_logging();
+    let config = effective_config(args)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(config.gateway.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", config.gateway.listen))?;
+        crate::serve::run(config, listener, shutdown_signal()).await?;
+        Ok(())
+    })
+}
+
+/// Log to stderr; `RUST_LOG` sets the level (default `info`).
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}

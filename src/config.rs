@@ -1,0 +1,254 @@
+//! The gateway's configuration: one TOML file, every field documented, every field defaulted.
+//!
+//! Precedence: command-line flags > `FLEXGATE_*` environment variables > the file > defaults.
+//! (clap reads the environment variables for the flags that have them.) Unknown fields are an
+//! error, so a typo never silently falls back to a default. `deploy/flexgate.toml` lists every
+//! field with its default; a test loads it, so it cannot drift from this file.
+
+use crate::cluster::sim::SimConfig;
+use flexgate_policies::facility::FacilityParams;
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// The whole configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Where and how the gateway runs.
+    pub gateway: GatewayConfig,
+    /// The site behind the utility meter: its limits and how abstract signals map to kW.
+    pub site: SiteConfig,
+    /// Facility model parameters (meter ⇄ GPU-board power); see `flexgate facility params`.
+    pub facility: FacilityParams,
+    /// Closed-loop control on measured meter power.
+    pub control: ControlConfig,
+    /// The cluster backend.
+    pub backend: BackendConfig,
+}
+
+impl Default for Config {
+    /// Defaults describe the default simulated cluster (16 nodes × 8 GPUs) and a facility model
+    /// sized to it, so `flexgate run` with no file is a coherent small site.
+    fn default() -> Self {
+        let backend = SimConfig::default();
+        let facility = facility_for_nodes(backend.nodes);
+        Self {
+            gateway: GatewayConfig::default(),
+            site: SiteConfig::default(),
+            facility: facility.clone(),
+            control: ControlConfig::default(),
+            backend: BackendConfig::Sim(SimConfig { facility, ..backend }),
+        }
+    }
+}
+
+/// Facility parameters for a site of `nodes` 8-GPU nodes: the model's defaults describe the
+/// 1,000-node worked example of FACILITY_AND_GRID.md §1.4, so the site-level fixed loads
+/// (static load, fabric and storage, fixed cooling) are scaled to the node count; per-node and
+/// per-kW terms are unchanged.
+#[must_use]
+pub fn facility_for_nodes(nodes: u32) -> FacilityParams {
+    let mut p = FacilityParams::default();
+    let scale = f64::from(nodes.max(1)) / 1000.0;
+    for b in [&mut p.static_site_kw, &mut p.fabric_kw, &mut p.cool_fixed_kw] {
+        b.lo *= scale;
+        b.nominal *= scale;
+        b.hi *= scale;
+    }
+    p.meter_err_kw *= scale;
+    p.noise_kw *= scale;
+    p.cooling_meter_err_kw *= scale;
+    p
+}
+
+/// Where and how the gateway runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GatewayConfig {
+    /// Directory of the ledger (sled) and the API token file.
+    pub data_dir: PathBuf,
+    /// HTTP API address. Keep it on loopback or behind TLS termination: the API is plain HTTP.
+    pub listen: SocketAddr,
+    /// Bearer token for writes. Empty: a random token is generated at first start and kept in
+    /// `<data_dir>/api-token` (mode 0600); its path, never its value, is logged.
+    pub api_token: String,
+    /// Site name: events for another site are refused.
+    pub site: String,
+    /// Allocation policy: `flexgate` (curve-aware, default), `equal`, `pfi_paper`, `efficiency`.
+    pub policy: String,
+    /// Seconds between telemetry readings (and measurement records in the ledger).
+    pub telemetry_interval_s: u64,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        Self {
+            data_dir: PathBuf::from("./flexgate-data"),
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            api_token: String::new(),
+            site: "site-1".to_string(),
+            policy: "flexgate".to_string(),
+            telemetry_interval_s: 5,
+        }
+    }
+}
+
+/// The site behind the meter.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SiteConfig {
+    /// Facility maximum at the meter (kW), for capacity-fraction targets. 0: derived from the
+    /// cluster's uncapped draw at start.
+    pub facility_max_kw: f64,
+    /// Shed fraction of the baseline per SIMPLE/level signal (levels 1, 2, 3).
+    pub level_shed_fraction: [f64; 3],
+    /// Seconds of meter history averaged for the meter-before baseline.
+    pub baseline_window_s: u64,
+}
+
+impl Default for SiteConfig {
+    fn default() -> Self {
+        Self {
+            facility_max_kw: 0.0,
+            level_shed_fraction: [0.10, 0.20, 0.30],
+            baseline_window_s: 900,
+        }
+    }
+}
+
+/// Closed-loop trim: when the measured meter stays above the ceiling after `settle_s`, the GPU
+/// budget is lowered by an integral term, bounded, and every change is logged with its reason.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ControlConfig {
+    /// Seconds after a dispatch before measurements are trusted for trimming.
+    pub settle_s: u64,
+    /// Integral gain: fraction of the meter excess (converted to GPU watts) added per tick.
+    pub gain: f64,
+    /// Largest trim as a fraction of the GPU budget.
+    pub max_trim_fraction: f64,
+    /// Meter excess (kW) below which no trim happens (meter error + noise).
+    pub deadband_kw: f64,
+}
+
+impl Default for ControlConfig {
+    fn default() -> Self {
+        Self {
+            settle_s: 30,
+            gain: 0.5,
+            max_trim_fraction: 0.25,
+            deadband_kw: 0.5,
+        }
+    }
+}
+
+/// The cluster backend.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, tag = "type", rename_all = "snake_case")]
+pub enum BackendConfig {
+    /// The in-process simulated cluster (the default: works with no hardware).
+    Sim(SimConfig),
+}
+
+impl Default for BackendConfig {
+    fn default() -> Self {
+        BackendConfig::Sim(SimConfig::default())
+    }
+}
+
+/// A configuration that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file cannot be read.
+    #[error("cannot read the configuration {path}: {source}")]
+    Read {
+        /// File path.
+        path: PathBuf,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for this schema.
+    #[error("invalid configuration {path}: {message}")]
+    Parse {
+        /// File path.
+        path: PathBuf,
+        /// What toml said (it names the line and the field).
+        message: String,
+    },
+    /// A value out of its range.
+    #[error("invalid configuration: {field}: {message}")]
+    Invalid {
+        /// Dotted field path.
+        field: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl Config {
+    /// Load a file (or the defaults when `path` is `None`) and check it.
+    pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
+        let config = match path {
+            None => Config::default(),
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
+                Self::parse(&text).map_err(|message| ConfigError::Parse {
+                    path: path.to_path_buf(),
+                    message,
+                })?
+            }
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Parse TOML text.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        toml::from_str(text).map_err(|e| e.to_string())
+    }
+
+    /// Range checks the types cannot express.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |field, message: String| Err(ConfigError::Invalid { field, message });
+        if !["flexgate", "equal", "pfi_paper", "efficiency"].contains(&self.gateway.policy.as_str()) {
+            return invalid(
+                "gateway.policy",
+                format!(
+                    "unknown policy {:?}; use flexgate, equal, pfi_paper or efficiency",
+                    self.gateway.policy
+                ),
+            );
+        }
+        if self.gateway.telemetry_interval_s == 0 || self.gateway.telemetry_interval_s > 3600 {
+            return invalid("gateway.telemetry_interval_s", "must be 1–3600".into());
+        }
+        if self.gateway.site.trim().is_empty() {
+            return invalid("gateway.site", "must not be empty".into());
+        }
+        if !(self.site.facility_max_kw.is_finite() && self.site.facility_max_kw >= 0.0) {
+            return invalid("site.facility_max_kw", "must be a number ≥ 0".into());
+        }
+        if self.site.level_shed_fraction.iter().any(|f| !(0.0..=1.0).contains(f)) {
+            return invalid("site.level_shed_fraction", "each must be in [0, 1]".into());
+        }
+        let c = &self.control;
+        if !(c.gain > 0.0 && c.gain <= 1.0) {
+            return invalid("control.gain", "must be in (0, 1]".into());
+        }
+        if !(0.0..=0.9).contains(&c.max_trim_fraction) {
+            return invalid("control.max_trim_fraction", "must be in [0, 0.9]".into());
+        }
+        if !(c.deadband_kw.is_finite() && c.deadband_kw >= 0.0) {
+            return invalid("control.deadband_kw", "must be a number ≥ 0".into());
+        }
+        self.facility.validate().map_err(|e| ConfigError::Invalid {
+            field: "facility",
+            message: e.to_string(),
+        })?;
+        Ok(())
+    }
+}

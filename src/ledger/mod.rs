@@ -1,0 +1,520 @@
+//! The audit ledger: an append-only, hash-chained, de-duplicating record of everything the
+//! gateway received, decided and did (design: FACILITY_AND_GRID.md §3–§4, STACK.md §4).
+//!
+//! # What a record is
+//!
+//! Each [`Record`] has a dense sequence number (`1, 2, 3, …`; there is no record 0), the UTC wall
+//! clock time at which the writer sequenced it, a [`RecordKind`], an optional event ID, an
+//! optional de-duplication key and a free-form JSON body. Records are chained:
+//!
+//! ```text
+//! hash = SHA-256( prev_hash_bytes ‖ canonical_json(record without its "hash" member) )
+//! ```
+//!
+//! where `prev_hash_bytes` are the 32 raw bytes of the previous record's hash (hex-decoded;
+//! 32 zero bytes, [`GENESIS_HASH`] in hex, before record 1) and `canonical_json` is the RFC 8785
+//! style form of [`canonical_json`] (see its module docs for the one documented deviation: exact
+//! integers beyond 2^53). Changing, inserting, deleting or reordering any record breaks the chain,
+//! which [`verify`] reports with the first sequence number that does not check out. The chain
+//! alone does not stop the owner of the disk from rewriting *everything* after a point; that needs
+//! the head hash anchored elsewhere (checkpoints echoed to the utility, §4 of the design).
+//!
+//! Each record is stored as exactly that canonical text (with `hash` added in its sorted place),
+//! and verification hashes the *stored bytes* minus the `hash` member instead of re-serialising a
+//! parsed record: serde_json's default float parser is not correctly rounded (about one random
+//! double in five reads back one ULP off; see `raw.rs`), so a parse → canonicalise round trip
+//! could fail an untouched record. An outside auditor can check a JSONL export line the same way
+//! (delete `,"hash":"…"`, hash the rest after the previous hash's bytes), or canonicalise with a
+//! correctly rounding parser. The same caveat applies to readers: floats in bodies returned by
+//! [`Ledger::get`]/[`Ledger::iter_from`] may differ from what was appended in the last bit.
+//!
+//! # Storage layout (sled 0.34)
+//!
+//! - tree `records`: big-endian `u64` seq → the record as canonical JSON (including `hash`);
+//! - tree `dedup`: de-duplication key (UTF-8) → big-endian `u64` seq of the record that holds it;
+//! - tree `meta`: `format` → `flexgate-ledger/1`.
+//!
+//! A record and its dedup entry are written in one sled transaction, so they are recovered
+//! together or not at all.
+//!
+//! # Durability: what is and is not guaranteed
+//!
+//! [`Ledger::append`] resolves only after the batch holding the record was written **and** sled's
+//! flush returned. Appends are group-committed: one writer thread drains everything pending (up
+//! to [`MAX_BATCH`] records), writes the batch in one transaction, flushes once and then answers
+//! every waiter. (The writer is a dedicated thread calling `Db::flush`, the same call that
+//! `flush_async` hands to sled's thread pool; `writer.rs` says why it is not a Tokio task.)
+//! Be honest about what that flush is (STACK.md §4):
+//!
+//! - sled's flush uses `sync_file_range`, not `fsync`: it does not flush the drive's volatile
+//!   write cache or file-system metadata. An acknowledged record **can be lost on power loss or
+//!   an OS crash** on drives with volatile caches. sled is also **not safe on btrfs** (sled
+//!   #1351). Put the ledger on ext4/xfs, ideally on a drive with power-loss protection.
+//! - What we do guarantee, and test with a kill -9 harness (`tests/ledger_crash.rs`): **no
+//!   acknowledged record is lost when the process crashes or is killed**, and the store reopens
+//!   with an intact chain. That is evidence, not proof: corruption of sled stores after abrupt
+//!   stops is still being reported upstream (sled #1527, #1533), hence the recovery path below.
+//! - Records can survive a crash without ever having been acknowledged (written, flush not yet
+//!   returned). Delivery is therefore *at-least-once*: callers re-submit unacknowledged work
+//!   with the same `dedup_key`, and the ledger answers with the original record
+//!   (`duplicate: true`) instead of writing a second copy. Dropping an `append` future does not
+//!   withdraw the record either; the same rule applies.
+//!
+//! # Recovery path
+//!
+//! If [`Ledger::open`] fails with a storage or corruption error, do **not** delete anything:
+//! stop the gateway, move the ledger directory aside (keep it as evidence and for
+//! [`verify`]/[`export`] of what is still readable), start the gateway with a fresh directory, and
+//! re-sync from the sources (OpenADR `oadrRequestEvent` / VTN event listing, and the MQTT
+//! broker's redelivery of unacknowledged QoS 1 messages). Dedup keys make the re-sync idempotent.
+//!
+//! # Locking
+//!
+//! sled takes an exclusive `flock` on its `db` file. Only one open handle per directory can
+//! exist, even within one process: [`verify`] and [`export`] open the store themselves, so they
+//! fail with [`LedgerError::Locked`] (or a `VerifyFailure` saying so) while a gateway has the
+//! ledger open. Use [`Ledger::verify`] and [`Ledger::export`] on the running instance instead.
+//! Note that opening a sled store is never strictly read-only: sled may write recovery state.
+//! To examine a store without touching it, copy the directory first.
+
+mod canonical;
+mod raw;
+mod store;
+#[cfg(test)]
+mod tests;
+mod writer;
+
+pub use canonical::canonical_json;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use tokio::sync::{mpsc, oneshot};
+
+/// `prev_hash` of record 1: 32 zero bytes, in hex.
+pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// The most records one group commit writes and flushes together.
+pub const MAX_BATCH: usize = 4096;
+
+/// How many appends may queue for the writer before `append` waits (back-pressure).
+const QUEUE_DEPTH: usize = 2 * MAX_BATCH;
+
+/// What a record is about (FACILITY_AND_GRID.md §3 checklist).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordKind {
+    /// Bytes received from the grid side, verbatim, with transport metadata.
+    RawInput,
+    /// How a raw input was understood: normalised target, baseline, ceilings.
+    Interpretation,
+    /// What we answered the counterparty (opt in/out, response code).
+    Ack,
+    /// A dispatch plan: per-job caps and the reasons for them.
+    Plan,
+    /// A command sent to a cluster.
+    Dispatch,
+    /// A cluster's confirmation (limit read back, failures, retries).
+    Confirmation,
+    /// Meter, sub-meter or telemetry readings.
+    Measurement,
+    /// Restore ramp after an event.
+    Restore,
+    /// A manual action, with the operator's identity.
+    Operator,
+    /// Event lifecycle transitions (modified, cancelled, ended).
+    EventState,
+    /// A checkpoint of the chain head (to be signed/anchored elsewhere).
+    Checkpoint,
+    /// The gateway started (version, configuration hashes).
+    Startup,
+}
+
+/// One ledger record, exactly as stored and hashed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Record {
+    /// Position in the chain, from 1, without gaps.
+    pub seq: u64,
+    /// UTC wall-clock time at which the writer sequenced the record. Order is given by `seq`.
+    pub time: DateTime<Utc>,
+    pub kind: RecordKind,
+    /// The grid event this record belongs to, if any (used by [`export`]'s filter).
+    pub event: Option<String>,
+    /// De-duplication key (e.g. `eventID/modificationNumber`), unique across the ledger.
+    pub dedup_key: Option<String>,
+    pub body: serde_json::Value,
+    /// Hash of record `seq - 1` in hex ([`GENESIS_HASH`] for record 1).
+    pub prev_hash: String,
+    /// This record's hash in hex (see the module docs for the formula).
+    pub hash: String,
+}
+
+/// What a caller hands to [`Ledger::append`]; the ledger adds seq, time and the hashes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewRecord {
+    pub kind: RecordKind,
+    pub event: Option<String>,
+    pub dedup_key: Option<String>,
+    pub body: serde_json::Value,
+}
+
+impl NewRecord {
+    /// A record of `kind` with `body`, no event and no dedup key.
+    pub fn new(kind: RecordKind, body: serde_json::Value) -> Self {
+        NewRecord {
+            kind,
+            event: None,
+            dedup_key: None,
+            body,
+        }
+    }
+
+    /// Sets the event ID.
+    pub fn with_event(mut self, event: impl Into<String>) -> Self {
+        self.event = Some(event.into());
+        self
+    }
+
+    /// Sets the de-duplication key.
+    pub fn with_dedup_key(mut self, key: impl Into<String>) -> Self {
+        self.dedup_key = Some(key.into());
+        self
+    }
+}
+
+/// The answer to an append: where the record is (or already was) in the chain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Appended {
+    pub seq: u64,
+    pub hash: String,
+    /// `true` when the dedup key was already present: nothing was written, and `seq`/`hash` are
+    /// those of the original record.
+    pub duplicate: bool,
+}
+
+/// A chain that checked out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerifyReport {
+    /// Number of records (equal to the last seq).
+    pub records: u64,
+    /// Hash of the last record ([`GENESIS_HASH`] for an empty ledger): compare it with anchored
+    /// checkpoints.
+    pub head_hash: String,
+}
+
+/// The first place where the chain does not check out. `seq` 0 means the store as a whole
+/// (it could not be opened, or its format is unknown).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("ledger verification failed at record {seq}: {reason}")]
+pub struct VerifyFailure {
+    pub seq: u64,
+    pub reason: String,
+}
+
+/// Output formats of [`export`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExportFormat {
+    /// One canonical JSON record per line (the hashed form plus its `hash`).
+    Jsonl,
+    /// A header line, then `seq,time,kind,event,dedup_key,hash,prev_hash,body` per record
+    /// (RFC 4180 quoting, `\n` line ends, body as canonical compact JSON).
+    Csv,
+}
+
+/// Everything that can go wrong with the ledger; every message says what to do next.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    #[error(
+        "the ledger at {} is locked by another process (is a gateway running?): stop it, or use the running \
+         gateway's own verify/export",
+        dir.display()
+    )]
+    Locked { dir: PathBuf },
+
+    #[error("there is no ledger at {} (no sled database found): check the path", dir.display())]
+    NotFound { dir: PathBuf },
+
+    #[error(
+        "cannot open the ledger at {}: {source}. Recovery: stop the gateway, move the directory aside (keep it \
+         as evidence), start with a fresh directory and re-sync events from the sources",
+        dir.display()
+    )]
+    Open { dir: PathBuf, source: sled::Error },
+
+    #[error(
+        "the ledger at {} has format {found:?}, but this build reads {expected:?}: use a matching flexgate \
+         version",
+        dir.display()
+    )]
+    Format {
+        dir: PathBuf,
+        found: String,
+        expected: String,
+    },
+
+    #[error(
+        "record {seq} is corrupt: {reason}. Run the ledger verification for a full report; recovery: move the \
+         directory aside and re-sync from the sources"
+    )]
+    Corrupt { seq: u64, reason: String },
+
+    #[error(
+        "ledger storage error: {0}. Check the disk (space, I/O errors); if the gateway cannot reopen the \
+         ledger, move the directory aside and re-sync from the sources"
+    )]
+    Storage(#[from] sled::Error),
+
+    #[error("cannot encode a ledger record as JSON: {0} (a bug: please report it with the record)")]
+    Encode(#[from] serde_json::Error),
+
+    #[error("cannot write the export: {0}: check the output file or pipe")]
+    Output(#[from] std::io::Error),
+
+    #[error("the ledger is closed: open it again to append")]
+    Closed,
+
+    #[error(
+        "the ledger writer stopped after an error and accepts no more records ({reason}): the record may or \
+         may not be stored; restart the gateway and re-submit with the same dedup key"
+    )]
+    WriterFailed { reason: String },
+}
+
+/// Cheap, cloneable handle on an open ledger. All clones share one sled database and one writer
+/// thread. The directory stays locked until the last handle is closed ([`Ledger::close`]) or
+/// dropped; dropping the last handle waits (blocking) for the writer to finish its batch and
+/// flush, then releases the lock before the drop returns.
+#[derive(Clone)]
+pub struct Ledger {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    dir: PathBuf,
+    store: store::Store,
+    shared: Arc<Shared>,
+    /// `Some` until `Inner` is dropped.
+    tx: Option<mpsc::Sender<writer::Command>>,
+    writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Closing the channel lets the writer finish what is queued, flush and exit; joining it
+        // means its sled handle is gone when `store` is dropped next, which releases the lock.
+        drop(self.tx.take());
+        if let Some(writer) = self.writer.get_mut().unwrap_or_else(PoisonError::into_inner).take()
+            && writer.join().is_err()
+        {
+            tracing::error!("the ledger writer thread panicked");
+        }
+    }
+}
+
+/// State shared between handles and the writer thread.
+struct Shared {
+    /// Latest flushed (seq, hash).
+    head: RwLock<(u64, String)>,
+    /// Why the writer stopped, if it failed.
+    failure: Mutex<Option<String>>,
+}
+
+impl std::fmt::Debug for Ledger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (seq, hash) = self.head();
+        f.debug_struct("Ledger")
+            .field("dir", &self.inner.dir)
+            .field("head_seq", &seq)
+            .field("head_hash", &hash)
+            .finish()
+    }
+}
+
+impl Ledger {
+    /// Opens (creating if needed) the ledger in `dir`, checks the last record (its hash, and its
+    /// link to the record before it) and starts the writer thread.
+    ///
+    /// Fails with [`LedgerError::Locked`] if another handle (in any process) has the directory
+    /// open, and with [`LedgerError::Corrupt`]/[`LedgerError::Open`] if the store is damaged: see
+    /// the recovery path in the module docs. Nothing is repaired or truncated automatically.
+    pub async fn open(dir: &Path) -> Result<Ledger, LedgerError> {
+        let path = dir.to_path_buf();
+        let opened = tokio::task::spawn_blocking(move || -> Result<_, LedgerError> {
+            let store = store::Store::open(&path, true)?;
+            let head = store.read_head()?;
+            Ok((store, head))
+        })
+        .await;
+        let (store, head) = match opened {
+            Ok(result) => result?,
+            Err(join) => {
+                return Err(LedgerError::WriterFailed {
+                    reason: format!("opening the store did not complete: {join}"),
+                });
+            }
+        };
+        tracing::info!(dir = %dir.display(), seq = head.0, hash = %head.1, "ledger opened");
+        let shared = Arc::new(Shared {
+            head: RwLock::new(head.clone()),
+            failure: Mutex::new(None),
+        });
+        let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
+        let thread = {
+            let (store, shared) = (store.clone(), shared.clone());
+            std::thread::Builder::new()
+                .name("flexgate-ledger".to_string())
+                .spawn(move || writer::run(rx, store, shared, head))
+                .map_err(|e| LedgerError::WriterFailed {
+                    reason: format!("cannot start the writer thread: {e}"),
+                })?
+        };
+        Ok(Ledger {
+            inner: Arc::new(Inner {
+                dir: dir.to_path_buf(),
+                store,
+                shared,
+                tx: Some(tx),
+                writer: Mutex::new(Some(thread)),
+            }),
+        })
+    }
+
+    /// Appends `entry` and resolves once it is durably flushed (see the module docs for what
+    /// "durably" means with sled). If `entry.dedup_key` is already in the ledger (or earlier in
+    /// the same group commit), nothing is written and the original seq and hash are returned
+    /// with `duplicate: true`.
+    ///
+    /// Dropping the returned future does not withdraw the record: it may still be written.
+    /// Re-submit with the same dedup key to learn its fate.
+    pub async fn append(&self, entry: NewRecord) -> Result<Appended, LedgerError> {
+        let (reply, answer) = oneshot::channel();
+        self.send(writer::Command::Append { entry, reply }).await?;
+        answer.await.unwrap_or_else(|_| Err(self.stopped()))
+    }
+
+    /// Resolves once everything appended before the call is flushed. Every `append` already
+    /// waits for its own flush, so this is only a barrier (e.g. at shutdown); it fails if the
+    /// writer has stopped.
+    pub async fn flush(&self) -> Result<(), LedgerError> {
+        let (reply, answer) = oneshot::channel();
+        self.send(writer::Command::Flush { reply }).await?;
+        answer.await.unwrap_or_else(|_| Err(self.stopped()))
+    }
+
+    /// Latest flushed (seq, hash); `(0, GENESIS_HASH)` for an empty ledger.
+    pub fn head(&self) -> (u64, String) {
+        self.inner
+            .shared
+            .head
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Number of flushed records (equal to the head seq: seqs are dense from 1).
+    pub fn len(&self) -> u64 {
+        self.head().0
+    }
+
+    /// `true` when no record has been flushed yet.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The directory this ledger lives in.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// Flushed records with `seq >= from`, in order, up to the head at the time of the call.
+    /// Records are decoded but not hash-checked (that is [`verify`]'s job).
+    pub fn iter_from(&self, from: u64) -> impl Iterator<Item = Result<Record, LedgerError>> + Send + 'static {
+        self.inner.store.iter_records(from, Some(self.len()))
+    }
+
+    /// The flushed record `seq`, if it exists.
+    pub fn get(&self, seq: u64) -> Result<Option<Record>, LedgerError> {
+        if seq == 0 || seq > self.len() {
+            return Ok(None);
+        }
+        self.inner.store.get(seq)
+    }
+
+    /// The seq of the flushed record holding dedup key `key`, if any.
+    pub fn find_dedup(&self, key: &str) -> Result<Option<u64>, LedgerError> {
+        Ok(self.inner.store.find_dedup(key)?.filter(|seq| *seq <= self.len()))
+    }
+
+    /// Verifies the chain of the open ledger up to its head (the same checks as [`verify`],
+    /// which cannot run while this handle holds the lock).
+    pub fn verify(&self) -> Result<VerifyReport, VerifyFailure> {
+        self.inner.store.verify(Some(self.len()))
+    }
+
+    /// Exports the flushed records of the open ledger (see [`export`]).
+    pub fn export(&self, format: ExportFormat, event: Option<&str>, out: &mut dyn Write) -> Result<u64, LedgerError> {
+        self.inner.store.export(format, event, Some(self.len()), out)
+    }
+
+    /// Flushes and stops the writer (appends queued before the call are still written and
+    /// answered; later ones, from any clone, fail with [`LedgerError::Closed`]), then drops this
+    /// handle. The directory is unlocked when this returns unless other clones are still alive.
+    pub async fn close(self) -> Result<(), LedgerError> {
+        let (reply, answer) = oneshot::channel();
+        let flushed = match self.send(writer::Command::Close { reply }).await {
+            Ok(()) => answer.await.unwrap_or_else(|_| Err(self.stopped())),
+            Err(e) => Err(e),
+        };
+        // Dropping the last handle joins the writer and sled's flusher thread: keep that blocking
+        // off the runtime's workers.
+        let _ = tokio::task::spawn_blocking(move || drop(self)).await;
+        match flushed {
+            Err(LedgerError::Closed) => Ok(()), // closed before: nothing left to flush
+            other => other,
+        }
+    }
+
+    async fn send(&self, command: writer::Command) -> Result<(), LedgerError> {
+        let Some(tx) = &self.inner.tx else {
+            return Err(LedgerError::Closed);
+        };
+        tx.send(command).await.map_err(|_| self.stopped())
+    }
+
+    fn stopped(&self) -> LedgerError {
+        match self
+            .inner
+            .shared
+            .failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+        {
+            Some(reason) => LedgerError::WriterFailed { reason },
+            None => LedgerError::Closed,
+        }
+    }
+}
+
+/// Walks the whole chain of the ledger in `dir` (the gateway must not be running: this opens the
+/// store and takes sled's exclusive lock). Reports the first sequence gap, `prev_hash` mismatch,
+/// hash mismatch (a modified record), undecodable record or dedup-index inconsistency.
+pub fn verify(dir: &Path) -> Result<VerifyReport, VerifyFailure> {
+    let store = store::Store::open(dir, false).map_err(|e| VerifyFailure {
+        seq: 0,
+        reason: e.to_string(),
+    })?;
+    store.verify(None)
+}
+
+/// Writes the records of the ledger in `dir` (optionally only those whose `event` equals
+/// `event`) to `out`; returns how many were written. Opens the store itself, so the gateway must
+/// not be running (use [`Ledger::export`] on a running one). Stops at the first undecodable
+/// record with [`LedgerError::Corrupt`]; it does not check hashes (use [`verify`]).
+pub fn export(dir: &Path, format: ExportFormat, event: Option<&str>, out: &mut dyn Write) -> Result<u64, LedgerError> {
+    let store = store::Store::open(dir, false)?;
+    store.export(format, event, None, out)
+}

@@ -1,0 +1,86 @@
+//! The one clock every timer of the gateway goes through.
+//!
+//! Wall-clock instants (event windows, ledger timestamps) are derived from tokio's monotonic
+//! clock, so a test that pauses tokio time (`tokio::time::pause`) runs hours of event time in
+//! milliseconds, and the demo can run event time faster than real time with `speed`.
+
+use chrono::{DateTime, Duration as ChronoDuration, Utc};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Maps tokio's monotonic time to UTC, optionally accelerated.
+#[derive(Debug, Clone, Copy)]
+pub struct Clock {
+    origin_wall: DateTime<Utc>,
+    origin: Instant,
+    speed: f64,
+}
+
+impl Clock {
+    /// Real time: UTC now, advancing at the pace of tokio's clock.
+    #[must_use]
+    pub fn real() -> Self {
+        Self::starting_at(Utc::now(), 1.0)
+    }
+
+    /// A clock that reads `wall` now and runs `speed` times faster than tokio's clock.
+    #[must_use]
+    pub fn starting_at(wall: DateTime<Utc>, speed: f64) -> Self {
+        Self {
+            origin_wall: wall,
+            origin: Instant::now(),
+            speed: if speed.is_finite() && speed > 0.0 { speed } else { 1.0 },
+        }
+    }
+
+    /// How many event seconds pass per real second.
+    #[must_use]
+    pub fn speed(&self) -> f64 {
+        self.speed
+    }
+
+    /// The current instant.
+    #[must_use]
+    pub fn now(&self) -> DateTime<Utc> {
+        let elapsed = Instant::now().saturating_duration_since(self.origin).as_secs_f64() * self.speed;
+        self.origin_wall + ChronoDuration::microseconds((elapsed * 1e6) as i64)
+    }
+
+    /// The tokio instant at which this clock reads `at` (now, if `at` is past).
+    #[must_use]
+    pub fn instant_of(&self, at: DateTime<Utc>) -> Instant {
+        let ahead = (at - self.now()).num_microseconds().unwrap_or(i64::MAX).max(0) as f64 / 1e6;
+        Instant::now() + Duration::from_secs_f64(ahead / self.speed)
+    }
+
+    /// Real duration for `event_seconds` of event time.
+    #[must_use]
+    pub fn real_duration(&self, event_seconds: f64) -> Duration {
+        Duration::from_secs_f64((event_seconds / self.speed).max(0.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn paused_time_drives_the_wall_clock() {
+        let start = Utc::now();
+        let clock = Clock::starting_at(start, 1.0);
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        let elapsed = clock.now() - start;
+        assert_eq!(elapsed.num_seconds(), 3600);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn accelerated_clock_and_instants_agree() {
+        let start = Utc::now();
+        let clock = Clock::starting_at(start, 60.0);
+        let target = start + ChronoDuration::minutes(30);
+        tokio::time::sleep_until(clock.instant_of(target)).await;
+        let drift = (clock.now() - target).num_milliseconds().abs();
+        assert!(drift <= 1, "drift {drift} ms");
+        assert_eq!(clock.real_duration(120.0), Duration::from_secs(2));
+    }
+}

@@ -1,0 +1,819 @@
+//! The gateway's state and its one planning step.
+
+use super::clock::Clock;
+use super::views::{EventView, JobView, PlanView, StatusView};
+use crate::cluster::{CapCommand, CapOutcome, ClusterBackend, JobState, Telemetry};
+use crate::config::Config;
+use crate::ledger::{Ledger, LedgerError, NewRecord, RecordKind};
+use chrono::{DateTime, Utc};
+use flexgate_policies::alloc::{
+    AllocationPolicy, Budget, CapPlan, CurveAware, JobSpec, Prepared, Proportional, Weighting,
+};
+use flexgate_policies::estimate::CurveFamily;
+use flexgate_policies::event::{
+    BaselineEstimate, CeilingTarget, DrAck, EventBook, EventError, EventSource, GridEvent, Opt, Phase, SiteContext,
+    UpsertOutcome, parse_dr_event, to_ceiling,
+};
+use flexgate_policies::facility::{CoolingState, FacilityModel, PreEvent};
+use flexgate_policies::units::{Kilowatts, Watts, WattsPerGpu};
+use serde_json::json;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use tokio::sync::{Mutex, Notify};
+
+/// Where a submission came from (recorded verbatim with the raw bytes).
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(tag = "transport", rename_all = "snake_case")]
+pub enum Transport {
+    /// `POST /v1/events`.
+    Http {
+        /// Peer address, if known.
+        peer: Option<String>,
+    },
+}
+
+/// Why a submission was not accepted. Nothing in the event book changed.
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    /// The document is not a valid `dr.event/1`.
+    #[error("{0}")]
+    Invalid(EventError),
+    /// Valid, but not something this gateway can act on (wrong site, unmappable target); the
+    /// refusal is recorded and acknowledged with `opt: out`.
+    #[error("{reason}")]
+    Refused {
+        /// Why.
+        reason: String,
+        /// The opt-out acknowledgment that was recorded.
+        ack: Box<DrAck>,
+    },
+    /// A lower revision than the one held.
+    #[error("revision {revision} of {event_id} is older than the revision {held} already held")]
+    Stale {
+        /// Event id.
+        event_id: String,
+        /// Revision submitted.
+        revision: u64,
+        /// Revision held.
+        held: u64,
+        /// The recorded acknowledgment.
+        ack: Box<DrAck>,
+    },
+    /// The ledger could not record it: not acknowledged, the sender must retry.
+    #[error("the ledger could not record the event: {0}")]
+    Ledger(#[from] LedgerError),
+}
+
+/// An accepted (or repeated) submission.
+#[derive(Debug, Clone)]
+pub struct SubmitOutcome {
+    /// The acknowledgment, recorded in the ledger before it is returned.
+    pub ack: DrAck,
+    /// True when this exact revision had been received before (the stored ack is returned).
+    pub repeated: bool,
+}
+
+/// The allocation policy in force.
+enum Planner {
+    Curve {
+        policy: CurveAware,
+        /// Estimated curves for the current job set (re-estimated only when jobs change).
+        cache: Option<Prepared<'static>>,
+    },
+    Proportional(Proportional),
+}
+
+impl Planner {
+    fn plan(&mut self, jobs: &[JobSpec], budget: Watts) -> Result<CapPlan, flexgate_policies::alloc::PlanError> {
+        match self {
+            Planner::Proportional(p) => p.plan(jobs, Budget::Absolute(budget)),
+            Planner::Curve { policy, cache } => {
+                let fresh = cache
+                    .as_ref()
+                    .is_none_or(|c| c.jobs().len() != jobs.len() || c.jobs().iter().zip(jobs).any(|(a, b)| a != b));
+                if fresh {
+                    *cache = Some(policy.prepare_owned(jobs.to_vec())?);
+                }
+                match cache {
+                    Some(prepared) => Ok(prepared.allocate(Budget::Absolute(budget))),
+                    None => policy.plan(jobs, Budget::Absolute(budget)),
+                }
+            }
+        }
+    }
+}
+
+/// A cap the gateway has sent and what became of it.
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+pub(crate) struct AppliedCap {
+    pub cap: WattsPerGpu,
+    pub generation: u64,
+    pub confirmed: bool,
+}
+
+/// The plan in force, with what it was derived from.
+#[derive(Debug, Clone, serde::Serialize)]
+pub(crate) struct PlanInForce {
+    pub seq: u64,
+    pub at: DateTime<Utc>,
+    pub ceiling_kw: f64,
+    pub binding_event: String,
+    pub gpu_budget_w: f64,
+    /// The facility model's open-loop budget before trim and fixed load.
+    pub base_budget_w: f64,
+    pub trim_w: f64,
+    pub plan: CapPlan,
+}
+
+/// Mutable state behind one lock: decisions are serialised, which keeps the ledger's story in
+/// the same order as what happened.
+pub(crate) struct State {
+    pub book: EventBook,
+    pub jobs: Vec<JobState>,
+    pub caps: HashMap<Arc<str>, AppliedCap>,
+    pub pre_event_caps: HashMap<Arc<str>, WattsPerGpu>,
+    pub curtailment_started: Option<(DateTime<Utc>, f64)>,
+    pub plan: Option<PlanInForce>,
+    pub telemetry: Option<Telemetry>,
+    pub meter_history: VecDeque<(DateTime<Utc>, f64)>,
+    pub trim_w: f64,
+    pub last_dispatch: Option<DateTime<Utc>>,
+    pub planned_ceiling: Option<f64>,
+    planner: Planner,
+}
+
+/// Counters for `/metrics`.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub events_accepted: AtomicU64,
+    pub events_refused: AtomicU64,
+    pub plans: AtomicU64,
+    pub dispatch_failures: AtomicU64,
+    pub trims: AtomicU64,
+}
+
+/// The running gateway.
+pub struct Gateway {
+    pub(crate) config: Config,
+    pub(crate) clock: Clock,
+    pub(crate) ledger: Ledger,
+    pub(crate) backend: Arc<dyn ClusterBackend>,
+    pub(crate) facility: FacilityModel,
+    pub(crate) state: Mutex<State>,
+    pub(crate) wake: Notify,
+    pub(crate) counters: Counters,
+}
+
+/// Error while building the gateway.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The facility parameters are invalid.
+    #[error("facility parameters: {0}")]
+    Facility(String),
+    /// The ledger failed.
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    /// The backend failed.
+    #[error("cluster backend {0}")]
+    Backend(String),
+}
+
+impl Gateway {
+    /// Build a gateway over an open ledger and a backend, rebuilding state from the ledger.
+    pub async fn start(
+        config: Config,
+        clock: Clock,
+        ledger: Ledger,
+        backend: Arc<dyn ClusterBackend>,
+    ) -> Result<Arc<Self>, StartError> {
+        let facility = FacilityModel::new(config.facility.clone()).map_err(|e| StartError::Facility(e.to_string()))?;
+        let family = Arc::new(CurveFamily::h200_generic());
+        let planner = match config.gateway.policy.as_str() {
+            "equal" => Planner::Proportional(Proportional::new(Weighting::Equal, family)),
+            "pfi_paper" => Planner::Proportional(Proportional::new(Weighting::PfiPaper, family)),
+            "efficiency" => Planner::Proportional(Proportional::new(Weighting::Efficiency, family)),
+            _ => Planner::Curve {
+                policy: CurveAware::flexgate(family),
+                cache: None,
+            },
+        };
+        let jobs = backend
+            .inventory()
+            .await
+            .map_err(|e| StartError::Backend(e.to_string()))?;
+        let state = State {
+            book: EventBook::default(),
+            jobs,
+            caps: HashMap::new(),
+            pre_event_caps: HashMap::new(),
+            curtailment_started: None,
+            plan: None,
+            telemetry: None,
+            meter_history: VecDeque::new(),
+            trim_w: 0.0,
+            last_dispatch: None,
+            planned_ceiling: None,
+            planner,
+        };
+        let gateway = Arc::new(Self {
+            config,
+            clock,
+            ledger,
+            backend,
+            facility,
+            state: Mutex::new(state),
+            wake: Notify::new(),
+            counters: Counters::default(),
+        });
+        gateway.recover().await?;
+        Ok(gateway)
+    }
+
+    /// The clock everything runs on.
+    #[must_use]
+    pub fn clock(&self) -> Clock {
+        self.clock
+    }
+
+    /// The ledger handle.
+    #[must_use]
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    /// Give up the gateway and close its ledger (flush, unlock the directory).
+    pub async fn close(self) -> Result<(), LedgerError> {
+        self.ledger.close().await
+    }
+
+    /// Site context for target conversion.
+    fn site_context(&self, jobs: &[JobState], nodes: u32) -> SiteContext {
+        let mut site = SiteContext::default();
+        site.facility_max_kw = if self.config.site.facility_max_kw > 0.0 {
+            self.config.site.facility_max_kw
+        } else {
+            let uncapped: Watts = jobs.iter().map(|j| j.spec.uncapped_power).sum();
+            self.facility
+                .forward(uncapped, nodes, &CoolingState::Settled)
+                .map_or(0.0, |m| m.hi.value())
+        };
+        for (rule, fraction) in site.level_table.iter_mut().zip(self.config.site.level_shed_fraction) {
+            if let Ok(shed) = flexgate_policies::units::Fraction::new(fraction) {
+                rule.shed = shed;
+            }
+        }
+        site
+    }
+
+    /// Meter-before baseline: the mean metered power over the configured window before `now`.
+    fn baseline(&self, state: &State, now: DateTime<Utc>) -> Option<BaselineEstimate> {
+        let window = self.config.site.baseline_window_s;
+        let from = now - chrono::Duration::seconds(window as i64);
+        let samples: Vec<f64> = state
+            .meter_history
+            .iter()
+            .filter(|(t, _)| *t >= from)
+            .map(|(_, kw)| *kw)
+            .collect();
+        (!samples.is_empty()).then(|| BaselineEstimate {
+            kw: samples.iter().sum::<f64>() / samples.len() as f64,
+            method: "meter_before".to_string(),
+            window_s: window,
+        })
+    }
+
+    /// Accept a `dr.event/1` document: parse, record raw bytes, interpret, update the book,
+    /// record and return the acknowledgment. Every step's record is flushed before the ack.
+    pub async fn submit_event(&self, body: &[u8], transport: Transport) -> Result<SubmitOutcome, SubmitError> {
+        let event = parse_dr_event(body, EventSource::Http).map_err(|e| {
+            self.counters.events_refused.fetch_add(1, Ordering::Relaxed);
+            SubmitError::Invalid(e)
+        })?;
+        let received_at = self.clock.now();
+        let opt_out = |reason: String| DrAck {
+            schema: "dr.ack/1".to_string(),
+            event_id: event.id.clone(),
+            revision: event.revision,
+            received_at,
+            opt: Opt::Out,
+            reason: Some(reason),
+            accepted_target_kw: None,
+            expected_meter_kw: None,
+            log_checkpoint: String::new(),
+        };
+        let raw_body = json!({
+            "received_at": received_at,
+            "transport": transport,
+            "bytes": String::from_utf8_lossy(body),
+        });
+        // An event for another site is recorded and answered, but takes no de-duplication key:
+        // it must not shadow the same id and revision sent later to the right site.
+        if let Some(site) = &event.site
+            && site != &self.config.gateway.site
+        {
+            let reason = format!(
+                "event is for site {site:?}; this gateway serves {:?}",
+                self.config.gateway.site
+            );
+            self.ledger
+                .append(NewRecord {
+                    kind: RecordKind::RawInput,
+                    event: Some(event.id.clone()),
+                    dedup_key: None,
+                    body: raw_body,
+                })
+                .await?;
+            let ack = self.record_ack(opt_out(reason.clone()), false).await?;
+            self.counters.events_refused.fetch_add(1, Ordering::Relaxed);
+            return Err(SubmitError::Refused {
+                reason,
+                ack: Box::new(ack),
+            });
+        }
+        let raw = self
+            .ledger
+            .append(NewRecord {
+                kind: RecordKind::RawInput,
+                event: Some(event.id.clone()),
+                dedup_key: Some(format!("event:{}:{}", event.id, event.revision)),
+                body: raw_body,
+            })
+            .await?;
+        if raw.duplicate
+            && let Some(ack) = self.stored_ack(&event.id, event.revision)
+        {
+            return Ok(SubmitOutcome { ack, repeated: true });
+        }
+
+        let mut state = self.state.lock().await;
+        let nodes = state.telemetry.as_ref().map_or(0, |t| t.nodes);
+        let site = self.site_context(&state.jobs, nodes);
+        let baseline = self.baseline(&state, received_at);
+        let mut ceilings: Vec<Option<CeilingTarget>> = Vec::with_capacity(event.intervals.len());
+        for (i, interval) in event.intervals.iter().enumerate() {
+            match to_ceiling(&interval.target, &site, baseline.as_ref()) {
+                Ok(c) => ceilings.push(c),
+                Err(e) => {
+                    let reason = format!("intervals[{i}]: {e}");
+                    let ack = self.record_ack(opt_out(reason.clone()), true).await?;
+                    self.counters.events_refused.fetch_add(1, Ordering::Relaxed);
+                    return Err(SubmitError::Refused {
+                        reason,
+                        ack: Box::new(ack),
+                    });
+                }
+            }
+        }
+        let pre_event_meter = baseline
+            .as_ref()
+            .map(|b| b.kw)
+            .or_else(|| state.telemetry.as_ref().map(|t| t.meter_kw.value()))
+            .unwrap_or(site.facility_max_kw);
+        let held = state.book.get(&event.id).map(|e| e.event.revision);
+        let outcome = state
+            .book
+            .upsert(event.clone(), ceilings.clone(), pre_event_meter, received_at);
+        if let UpsertOutcome::IgnoredStale { held_revision } = outcome {
+            let held = held.unwrap_or(held_revision);
+            let ack = self
+                .record_ack(opt_out(format!("stale revision: {held} is held")), false)
+                .await?;
+            return Err(SubmitError::Stale {
+                event_id: event.id.clone(),
+                revision: event.revision,
+                held,
+                ack: Box::new(ack),
+            });
+        }
+
+        // The interpretation: every target → ceiling, the baseline used, the GPU budget chain.
+        let first_ceiling = ceilings.iter().flatten().map(|c| c.ceiling_kw).reduce(f64::min);
+        let budget = first_ceiling.and_then(|kw| {
+            self.facility
+                .ceiling_budget(Kilowatts(kw), nodes.max(1), &CoolingState::Settled)
+                .ok()
+        });
+        self.ledger
+            .append(NewRecord {
+                kind: RecordKind::Interpretation,
+                event: Some(event.id.clone()),
+                dedup_key: Some(format!("interpretation:{}:{}", event.id, event.revision)),
+                body: json!({
+                    "event": event,
+                    "ceilings": ceilings,
+                    "baseline": baseline,
+                    "pre_event_meter_kw": pre_event_meter,
+                    "received_at": received_at,
+                    "outcome": format!("{outcome:?}"),
+                    "settled_budget": budget,
+                    "facility_fingerprint": self.facility.fingerprint(),
+                }),
+            })
+            .await?;
+
+        let expected = budget.as_ref().map(|b| {
+            let lo = self
+                .facility
+                .forward(b.gpu_budget, nodes.max(1), &CoolingState::Settled)
+                .map_or(0.0, |m| m.lo.value());
+            json!({"lo": lo, "hi": b.fsl.value()})
+        });
+        let mut ack = DrAck {
+            schema: "dr.ack/1".to_string(),
+            event_id: event.id.clone(),
+            revision: event.revision,
+            received_at,
+            opt: Opt::In,
+            reason: match (&outcome, event.test) {
+                (_, true) => Some("test event: recorded, not acted on".to_string()),
+                (UpsertOutcome::Duplicate, _) => Some("revision already held".to_string()),
+                (UpsertOutcome::Cancelled { .. }, _) => Some("cancelled".to_string()),
+                _ if first_ceiling.is_none() => Some("price signal recorded; no price table maps it".to_string()),
+                _ => None,
+            },
+            accepted_target_kw: first_ceiling,
+            expected_meter_kw: None,
+            log_checkpoint: String::new(),
+        };
+        if let Some(expected) = expected {
+            ack.expected_meter_kw = serde_json::from_value(expected).ok();
+        }
+        let ack = self.record_ack(ack, true).await?;
+        drop(state);
+        self.counters.events_accepted.fetch_add(1, Ordering::Relaxed);
+        self.wake.notify_one();
+        Ok(SubmitOutcome { ack, repeated: false })
+    }
+
+    /// Record an ack (with the ledger head as its checkpoint) and return it as recorded. The
+    /// ack of an (event, revision) that was taken keeps a key so that a repeat gets the same ack.
+    async fn record_ack(&self, mut ack: DrAck, keyed: bool) -> Result<DrAck, LedgerError> {
+        ack.log_checkpoint = self.ledger.head().1;
+        self.ledger
+            .append(NewRecord {
+                kind: RecordKind::Ack,
+                event: Some(ack.event_id.clone()),
+                dedup_key: keyed.then(|| format!("ack:{}:{}", ack.event_id, ack.revision)),
+                body: serde_json::to_value(&ack).unwrap_or_default(),
+            })
+            .await?;
+        Ok(ack)
+    }
+
+    /// The ack recorded for (event, revision), if any.
+    fn stored_ack(&self, event_id: &str, revision: u64) -> Option<DrAck> {
+        let seq = self
+            .ledger
+            .find_dedup(&format!("ack:{event_id}:{revision}"))
+            .ok()
+            .flatten()?;
+        let record = self.ledger.get(seq).ok().flatten()?;
+        serde_json::from_value(record.body).ok()
+    }
+
+    /// One planning step under the state lock: advance the book, and if the ceiling, the jobs,
+    /// the trim or a failed confirmation calls for it, re-plan and dispatch; restore pre-event
+    /// caps when no event constrains the site any more.
+    pub(crate) async fn plan_and_dispatch(&self, state: &mut State, reason: &str) -> Result<(), LedgerError> {
+        let now = self.clock.now();
+        for t in state.book.advance(now) {
+            self.ledger
+                .append(NewRecord {
+                    kind: RecordKind::EventState,
+                    event: Some(t.event_id.clone()),
+                    dedup_key: None,
+                    body: serde_json::to_value(&t).unwrap_or_default(),
+                })
+                .await?;
+        }
+        let ceiling = state.book.effective_ceiling(now);
+        let Some(ceiling) = ceiling else {
+            return self.restore(state, now).await;
+        };
+        let nodes = state.telemetry.as_ref().map_or(1, |t| t.nodes.max(1));
+        if state.curtailment_started.is_none() {
+            let gpu_now: f64 = state.jobs.iter().map(|j| j.measured_power.value()).sum();
+            state.curtailment_started = Some((now, gpu_now));
+            state.pre_event_caps = state.jobs.iter().map(|j| (j.spec.id.clone(), j.applied_cap)).collect();
+        }
+        let (started, pre_gpu) = state.curtailment_started.unwrap_or((now, 0.0));
+        let cooling = CoolingState::AfterStep {
+            seconds: (now - started).num_milliseconds().max(0) as f64 / 1000.0,
+            pre_event: PreEvent::GpuPower { gpu: Watts(pre_gpu) },
+        };
+        let budget = match self
+            .facility
+            .ceiling_budget(Kilowatts(ceiling.ceiling_kw), nodes, &cooling)
+        {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::error!("facility model refused the ceiling: {e}");
+                return Ok(());
+            }
+        };
+
+        // Jobs whose last cap was not confirmed are fixed load at their measured power.
+        let (mut plannable, mut fixed_w) = (Vec::with_capacity(state.jobs.len()), 0.0);
+        for job in &state.jobs {
+            match state.caps.get(&job.spec.id) {
+                Some(applied) if !applied.confirmed => fixed_w += job.measured_power.value(),
+                _ => plannable.push(job.spec.clone()),
+            }
+        }
+        // The open-loop budget moves as the cooling lag passes; under the same ceiling the closed
+        // loop owns the budget, so the trim absorbs that move instead of letting it add to what
+        // the loop already learned (no wind-up, no jump).
+        let base_w = budget.gpu_budget.value();
+        if let Some(previous) = &state.plan
+            && previous.ceiling_kw == ceiling.ceiling_kw
+            && previous.binding_event == ceiling.binding_event
+        {
+            state.trim_w += base_w - previous.base_budget_w;
+        }
+        let gpu_budget = (base_w - state.trim_w - fixed_w).max(0.0);
+        let plan = match state.planner.plan(&plannable, Watts(gpu_budget)) {
+            Ok(plan) => plan,
+            Err(e) => {
+                tracing::error!("planning failed: {e}");
+                return Ok(());
+            }
+        };
+        let record = self
+            .ledger
+            .append(NewRecord {
+                kind: RecordKind::Plan,
+                event: Some(ceiling.binding_event.clone()),
+                dedup_key: None,
+                body: json!({
+                    "reason": reason,
+                    "ceiling": ceiling,
+                    "facility": budget,
+                    "trim_w": state.trim_w,
+                    "unconfirmed_fixed_w": fixed_w,
+                    "gpu_budget_w": gpu_budget,
+                    "plan": plan,
+                    "pre_event_caps": state.pre_event_caps,
+                    "curtailment_started": state.curtailment_started,
+                }),
+            })
+            .await?;
+        self.counters.plans.fetch_add(1, Ordering::Relaxed);
+        let commands: Vec<CapCommand> = plan
+            .entries
+            .iter()
+            .filter(|e| {
+                state
+                    .caps
+                    .get(&e.job)
+                    .is_none_or(|c| (c.cap - e.cap).value().abs() > 0.5 || !c.confirmed)
+            })
+            .map(|e| CapCommand {
+                job: e.job.clone(),
+                cap: e.cap,
+                generation: record.seq,
+            })
+            .collect();
+        state.plan = Some(PlanInForce {
+            seq: record.seq,
+            at: now,
+            ceiling_kw: ceiling.ceiling_kw,
+            binding_event: ceiling.binding_event.clone(),
+            gpu_budget_w: gpu_budget,
+            base_budget_w: base_w,
+            trim_w: state.trim_w,
+            plan,
+        });
+        state.planned_ceiling = Some(ceiling.ceiling_kw);
+        self.dispatch(state, commands, RecordKind::Dispatch, Some(ceiling.binding_event))
+            .await
+    }
+
+    /// Send commands, record the confirmations, and remember what each job's cap is now.
+    pub(crate) async fn dispatch(
+        &self,
+        state: &mut State,
+        commands: Vec<CapCommand>,
+        kind: RecordKind,
+        event: Option<String>,
+    ) -> Result<(), LedgerError> {
+        if commands.is_empty() {
+            return Ok(());
+        }
+        let results = self.backend.apply(&commands).await;
+        let now = self.clock.now();
+        state.last_dispatch = Some(now);
+        for (command, result) in commands.iter().zip(&results) {
+            let entry = AppliedCap {
+                cap: command.cap,
+                generation: command.generation,
+                confirmed: false,
+            };
+            let applied = match &result.outcome {
+                CapOutcome::Applied { applied, .. } => AppliedCap {
+                    cap: *applied,
+                    confirmed: true,
+                    ..entry
+                },
+                CapOutcome::Stale { .. } => AppliedCap {
+                    confirmed: true,
+                    ..entry
+                },
+                _ => {
+                    self.counters.dispatch_failures.fetch_add(1, Ordering::Relaxed);
+                    entry
+                }
+            };
+            state.caps.insert(command.job.clone(), applied);
+        }
+        self.ledger
+            .append(NewRecord {
+                kind,
+                event,
+                dedup_key: None,
+                body: json!({"at": now, "commands": commands, "results": results}),
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// No event constrains the site: put every curtailed job back at its pre-event cap.
+    async fn restore(&self, state: &mut State, now: DateTime<Utc>) -> Result<(), LedgerError> {
+        if state.plan.is_none() && state.caps.is_empty() {
+            return Ok(());
+        }
+        let generation = self.ledger.head().0 + 1;
+        let commands: Vec<CapCommand> = state
+            .caps
+            .keys()
+            .map(|job| CapCommand {
+                job: job.clone(),
+                cap: state.pre_event_caps.get(job).copied().unwrap_or_else(|| {
+                    state
+                        .jobs
+                        .iter()
+                        .find(|j| &j.spec.id == job)
+                        .map_or(WattsPerGpu(f64::MAX), |j| j.spec.cap_range.max)
+                }),
+                generation,
+            })
+            .collect();
+        let event = state.plan.as_ref().map(|p| p.binding_event.clone());
+        self.dispatch(state, commands, RecordKind::Restore, event).await?;
+        state.caps.clear();
+        state.pre_event_caps.clear();
+        state.plan = None;
+        state.planned_ceiling = None;
+        state.curtailment_started = None;
+        state.trim_w = 0.0;
+        tracing::info!(at = %now, "pre-event caps restored");
+        Ok(())
+    }
+
+    /// Status for `GET /v1/status`.
+    pub async fn status(&self) -> StatusView {
+        let state = self.state.lock().await;
+        StatusView::build(&state, self.clock.now(), &self.ledger.head().1)
+    }
+
+    /// Events for `GET /v1/events`.
+    pub async fn events(&self) -> Vec<EventView> {
+        let state = self.state.lock().await;
+        let now = self.clock.now();
+        state
+            .book
+            .events()
+            .map(|e| EventView::build(e, &state.book, now))
+            .collect()
+    }
+
+    /// One event for `GET /v1/events/{id}`, with its full record.
+    pub async fn event(&self, id: &str) -> Option<serde_json::Value> {
+        let state = self.state.lock().await;
+        let entry = state.book.get(id)?;
+        let view = EventView::build(entry, &state.book, self.clock.now());
+        Some(json!({"summary": view, "detail": entry}))
+    }
+
+    /// Jobs for `GET /v1/jobs`.
+    pub async fn jobs(&self) -> Vec<JobView> {
+        let state = self.state.lock().await;
+        state
+            .jobs
+            .iter()
+            .map(|j| JobView::build(j, state.caps.get(&j.spec.id)))
+            .collect()
+    }
+
+    /// The plan in force for `GET /v1/plan`.
+    pub async fn plan(&self) -> Option<PlanView> {
+        let state = self.state.lock().await;
+        state.plan.as_ref().map(PlanView::build)
+    }
+
+    /// Prometheus text for `GET /metrics`.
+    pub async fn metrics(&self) -> String {
+        let status = self.status().await;
+        let c = &self.counters;
+        let mut out = String::new();
+        let mut metric = |name: &str, kind: &str, help: &str, value: f64| {
+            out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n"));
+        };
+        metric(
+            "flexgate_events_accepted_total",
+            "counter",
+            "Events acknowledged with opt in.",
+            c.events_accepted.load(Ordering::Relaxed) as f64,
+        );
+        metric(
+            "flexgate_events_refused_total",
+            "counter",
+            "Events refused (invalid, wrong site, unmappable).",
+            c.events_refused.load(Ordering::Relaxed) as f64,
+        );
+        metric(
+            "flexgate_plans_total",
+            "counter",
+            "Plans computed and recorded.",
+            c.plans.load(Ordering::Relaxed) as f64,
+        );
+        metric(
+            "flexgate_dispatch_failures_total",
+            "counter",
+            "Cap commands not confirmed by the backend.",
+            c.dispatch_failures.load(Ordering::Relaxed) as f64,
+        );
+        metric(
+            "flexgate_trims_total",
+            "counter",
+            "Closed-loop trim adjustments.",
+            c.trims.load(Ordering::Relaxed) as f64,
+        );
+        metric(
+            "flexgate_active_events",
+            "gauge",
+            "Events ramping, active or recovering.",
+            status.active_events.len() as f64,
+        );
+        metric(
+            "flexgate_meter_ceiling_kw",
+            "gauge",
+            "Meter ceiling in force (NaN when none).",
+            status.meter_ceiling_kw.unwrap_or(f64::NAN),
+        );
+        metric(
+            "flexgate_gpu_budget_w",
+            "gauge",
+            "GPU-board budget in force (NaN when none).",
+            status.gpu_budget_w.unwrap_or(f64::NAN),
+        );
+        metric(
+            "flexgate_measured_meter_kw",
+            "gauge",
+            "Last measured meter power.",
+            status.measured_meter_kw.unwrap_or(f64::NAN),
+        );
+        metric(
+            "flexgate_measured_gpu_w",
+            "gauge",
+            "Last measured fleet GPU-board power.",
+            status.measured_gpu_w.unwrap_or(f64::NAN),
+        );
+        metric(
+            "flexgate_trim_w",
+            "gauge",
+            "Closed-loop trim subtracted from the GPU budget.",
+            status.trim_w,
+        );
+        metric(
+            "flexgate_ledger_records",
+            "gauge",
+            "Records in the ledger.",
+            self.ledger.head().0 as f64,
+        );
+        out
+    }
+
+    /// Phase names for views.
+    pub(crate) fn phase_name(phase: Phase) -> &'static str {
+        match phase {
+            Phase::Pending => "pending",
+            Phase::Ramping => "ramping",
+            Phase::Active => "active",
+            Phase::Recovering => "recovering",
+            Phase::Completed => "completed",
+            Phase::Cancelled => "cancelled",
+        }
+    }
+
+    /// Make the event accessible for recovery replays.
+    pub(crate) fn reupsert(
+        state: &mut State,
+        event: GridEvent,
+        ceilings: Vec<Option<CeilingTarget>>,
+        pre_event_meter: f64,
+        at: DateTime<Utc>,
+    ) {
+        let _ = state.book.upsert(event, ceilings, pre_event_meter, at);
+    }
+}

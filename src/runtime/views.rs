@@ -1,0 +1,181 @@
+//! What the HTTP API shows: plain serialisable snapshots of the gateway's state.
+
+use super::gateway::{AppliedCap, Gateway, PlanInForce, State};
+use crate::cluster::JobState;
+use chrono::{DateTime, Utc};
+use flexgate_policies::alloc::PlanEntry;
+use flexgate_policies::event::{BookEntry, EventBook};
+use serde::Serialize;
+
+/// `GET /v1/status`.
+#[derive(Debug, Clone, Serialize)]
+pub struct StatusView {
+    /// Now, on the gateway's clock.
+    pub at: DateTime<Utc>,
+    /// Events ramping, active or recovering.
+    pub active_events: Vec<String>,
+    /// Meter ceiling in force.
+    pub meter_ceiling_kw: Option<f64>,
+    /// Phase of the binding event.
+    pub phase: Option<String>,
+    /// GPU-board budget of the plan in force (after trim and fixed load).
+    pub gpu_budget_w: Option<f64>,
+    /// Closed-loop trim subtracted from the budget.
+    pub trim_w: f64,
+    /// Last measured meter power.
+    pub measured_meter_kw: Option<f64>,
+    /// Last measured fleet GPU-board power.
+    pub measured_gpu_w: Option<f64>,
+    /// Running jobs.
+    pub jobs: usize,
+    /// Jobs whose last cap was not confirmed.
+    pub unconfirmed_jobs: usize,
+    /// Latest ledger hash (the checkpoint echoed in acks).
+    pub log_checkpoint: String,
+}
+
+impl StatusView {
+    pub(crate) fn build(state: &State, now: DateTime<Utc>, checkpoint: &str) -> Self {
+        let ceiling = state.book.effective_ceiling(now);
+        Self {
+            at: now,
+            active_events: ceiling.as_ref().map(|c| c.events.clone()).unwrap_or_default(),
+            meter_ceiling_kw: ceiling.as_ref().map(|c| c.ceiling_kw),
+            phase: ceiling.as_ref().map(|c| Gateway::phase_name(c.phase).to_string()),
+            gpu_budget_w: state.plan.as_ref().map(|p| p.gpu_budget_w),
+            trim_w: state.trim_w,
+            measured_meter_kw: state.telemetry.as_ref().map(|t| t.meter_kw.value()),
+            measured_gpu_w: state.telemetry.as_ref().map(|t| t.gpu_board_power.value()),
+            jobs: state.jobs.len(),
+            unconfirmed_jobs: state.caps.values().filter(|c| !c.confirmed).count(),
+            log_checkpoint: checkpoint.to_string(),
+        }
+    }
+}
+
+/// One event in `GET /v1/events`.
+#[derive(Debug, Clone, Serialize)]
+pub struct EventView {
+    /// Event id.
+    pub id: String,
+    /// Revision held.
+    pub revision: u64,
+    /// Lifecycle state.
+    pub state: String,
+    /// Test events are recorded and acknowledged, never acted on.
+    pub test: bool,
+    /// This event's own meter ceiling now (before overlap resolution), if it has one.
+    pub ceiling_kw: Option<f64>,
+    /// Window start (after any randomisation).
+    pub start: DateTime<Utc>,
+}
+
+impl EventView {
+    pub(crate) fn build(entry: &BookEntry, _book: &EventBook, now: DateTime<Utc>) -> Self {
+        Self {
+            id: entry.event.id.clone(),
+            revision: entry.event.revision,
+            state: Gateway::phase_name(entry.phase_at(now)).to_string(),
+            test: entry.event.test,
+            ceiling_kw: entry.ceilings.iter().flatten().map(|c| c.ceiling_kw).reduce(f64::min),
+            start: entry.effective_start,
+        }
+    }
+}
+
+/// One job in `GET /v1/jobs`.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobView {
+    /// Job id.
+    pub id: String,
+    /// GPUs.
+    pub gpus: u32,
+    /// Nodes it runs on.
+    pub nodes: Vec<String>,
+    /// Cap in force (per GPU).
+    pub cap_w: f64,
+    /// Whether the backend confirmed the last cap sent.
+    pub confirmed: bool,
+    /// Generation of the last cap sent.
+    pub generation: u64,
+    /// Measured power.
+    pub measured_power_w: f64,
+    /// Measured throughput.
+    pub measured_tokens_per_s: f64,
+    /// Uncapped power and throughput (P_max, T_max).
+    pub uncapped_power_w: f64,
+    /// Uncapped throughput.
+    pub uncapped_tokens_per_s: f64,
+    /// What is known about its elasticity.
+    pub elasticity: String,
+}
+
+impl JobView {
+    pub(crate) fn build(job: &JobState, applied: Option<&AppliedCap>) -> Self {
+        use flexgate_policies::alloc::Elasticity;
+        let elasticity = match &job.spec.elasticity {
+            Elasticity::Measured { .. } => "measured sweep".to_string(),
+            Elasticity::Pfi { value, .. } => format!("PFI {value:.2}"),
+            Elasticity::PredictedPfi { mean, sd, .. } => format!("predicted PFI {mean:.2} ± {sd:.2}"),
+            Elasticity::Unknown => "unknown".to_string(),
+        };
+        Self {
+            id: job.spec.id.to_string(),
+            gpus: job.spec.gpus,
+            nodes: job.nodes.clone(),
+            cap_w: applied.map_or(job.applied_cap.value(), |a| a.cap.value()),
+            confirmed: applied.is_none_or(|a| a.confirmed),
+            generation: applied.map_or(job.generation, |a| a.generation),
+            measured_power_w: job.measured_power.value(),
+            measured_tokens_per_s: job.measured_tokens.value(),
+            uncapped_power_w: job.spec.uncapped_power.value(),
+            uncapped_tokens_per_s: job.spec.uncapped_tokens.value(),
+            elasticity,
+        }
+    }
+}
+
+/// `GET /v1/plan`.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlanView {
+    /// Ledger sequence number of the plan (also the generation of its caps).
+    pub seq: u64,
+    /// When it was made.
+    pub at: DateTime<Utc>,
+    /// Policy.
+    pub policy: String,
+    /// Meter ceiling it serves.
+    pub ceiling_kw: f64,
+    /// The event whose ceiling binds.
+    pub binding_event: String,
+    /// GPU budget after trim.
+    pub gpu_budget_w: f64,
+    /// Closed-loop trim.
+    pub trim_w: f64,
+    /// Planned total draw.
+    pub planned_power_w: f64,
+    /// Shortfall the policy could not cut.
+    pub shortfall_w: f64,
+    /// Jobs capped through the unknown-elasticity fallback.
+    pub fallbacks: Vec<String>,
+    /// Per-job caps.
+    pub entries: Vec<PlanEntry>,
+}
+
+impl PlanView {
+    pub(crate) fn build(p: &PlanInForce) -> Self {
+        Self {
+            seq: p.seq,
+            at: p.at,
+            policy: p.plan.policy.to_string(),
+            ceiling_kw: p.ceiling_kw,
+            binding_event: p.binding_event.clone(),
+            gpu_budget_w: p.gpu_budget_w,
+            trim_w: p.trim_w,
+            planned_power_w: p.plan.planned_power.value(),
+            shortfall_w: p.plan.shortfall.value(),
+            fallbacks: p.plan.fallbacks.iter().map(|f| f.to_string()).collect(),
+            entries: p.plan.entries.clone(),
+        }
+    }
+}

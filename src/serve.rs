@@ -1,0 +1,168 @@
+//! Starting and stopping the whole gateway: ledger, backend, control loop and HTTP API.
+//!
+//! Startup takes its listener and its shutdown signal as arguments, so tests and the demo run
+//! the real gateway in-process on port 0.
+
+use crate::api;
+use crate::cluster::ClusterBackend;
+use crate::cluster::sim::SimCluster;
+use crate::config::{BackendConfig, Config};
+use crate::ledger::{Ledger, LedgerError};
+use crate::runtime::{Clock, Gateway};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The data directory or token file.
+    #[error("data directory {path}: {source}")]
+    DataDir {
+        /// Path.
+        path: PathBuf,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// The ledger could not be opened.
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    /// The gateway could not be built.
+    #[error(transparent)]
+    Start(#[from] crate::runtime::StartError),
+    /// The backend could not be built.
+    #[error("cluster backend: {0}")]
+    Backend(String),
+    /// Serving failed.
+    #[error("HTTP server: {0}")]
+    Http(std::io::Error),
+}
+
+/// A running gateway.
+pub struct Server {
+    /// The gateway (for in-process callers: the demo, tests).
+    pub gateway: Arc<Gateway>,
+    /// Where the API listens.
+    pub addr: SocketAddr,
+    /// Path of the token file, when the token was generated.
+    pub token_file: Option<PathBuf>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Server {
+    /// Open the ledger under `config.gateway.data_dir`, build the backend (or use `backend`),
+    /// recover state, and start the control loop and the API on `listener`.
+    pub async fn start(
+        config: Config,
+        clock: Clock,
+        backend: Option<Arc<dyn ClusterBackend>>,
+        listener: TcpListener,
+    ) -> Result<Self, ServeError> {
+        let data = config.gateway.data_dir.clone();
+        std::fs::create_dir_all(&data).map_err(|source| ServeError::DataDir {
+            path: data.clone(),
+            source,
+        })?;
+        let (token, token_file) = api_token(&config, &data)?;
+        let ledger = Ledger::open(&data.join("ledger")).await?;
+        let backend = match backend {
+            Some(b) => b,
+            None => match &config.backend {
+                BackendConfig::Sim(sim) => {
+                    let sim: Arc<dyn ClusterBackend> =
+                        SimCluster::new(sim.clone()).map_err(|e| ServeError::Backend(e.to_string()))?;
+                    sim
+                }
+            },
+        };
+        let gateway = Gateway::start(config, clock, ledger, backend).await?;
+        let addr = listener.local_addr().map_err(ServeError::Http)?;
+        let (stop, stopped) = watch::channel(false);
+        let wait = |mut rx: watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        };
+        let control = tokio::spawn(gateway.clone().control_loop(wait(stopped.clone())));
+        let app = api::router(gateway.clone(), &token).into_make_service_with_connect_info::<SocketAddr>();
+        let http_stop = wait(stopped);
+        let http = tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(http_stop).await {
+                tracing::error!("HTTP server stopped: {e}");
+            }
+        });
+        Ok(Self {
+            gateway,
+            addr,
+            token_file,
+            stop,
+            tasks: vec![control, http],
+        })
+    }
+
+    /// Stop serving, stop the control loop, and close the ledger (which unlocks its directory).
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+        match Arc::try_unwrap(self.gateway) {
+            Ok(gateway) => {
+                if let Err(e) = gateway.close().await {
+                    tracing::error!("closing the ledger: {e}");
+                }
+            }
+            Err(_) => tracing::warn!("the gateway is still referenced; the ledger closes when the last reference goes"),
+        }
+    }
+}
+
+/// Run until `shutdown` resolves (the `flexgate run` command).
+pub async fn run(config: Config, listener: TcpListener, shutdown: impl Future<Output = ()>) -> Result<(), ServeError> {
+    let server = Server::start(config, Clock::real(), None, listener).await?;
+    match &server.token_file {
+        Some(path) => tracing::info!(addr = %server.addr, token_file = %path.display(), "flexgate is serving"),
+        None => tracing::info!(addr = %server.addr, "flexgate is serving (token from the configuration)"),
+    }
+    shutdown.await;
+    tracing::info!("shutting down");
+    server.shutdown().await;
+    Ok(())
+}
+
+/// The API token: from the configuration, or from `<data>/api-token`, created on first start
+/// with 32 random bytes from the OS (mode 0600). The token's value is never logged.
+fn api_token(config: &Config, data: &Path) -> Result<(String, Option<PathBuf>), ServeError> {
+    if !config.gateway.api_token.is_empty() {
+        return Ok((config.gateway.api_token.clone(), None));
+    }
+    let path = data.join("api-token");
+    let io = |source| ServeError::DataDir {
+        path: path.clone(),
+        source,
+    };
+    if let Ok(existing) = std::fs::read_to_string(&path) {
+        let token = existing.trim().to_string();
+        if !token.is_empty() {
+            return Ok((token, Some(path)));
+        }
+    }
+    let mut bytes = [0u8; 32];
+    {
+        use std::io::Read;
+        std::fs::File::open("/dev/urandom")
+            .and_then(|mut f| f.read_exact(&mut bytes))
+            .map_err(io)?;
+    }
+    let token = hex::encode(bytes);
+    std::fs::write(&path, format!("{token}\n")).map_err(io)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).map_err(io)?;
+    }
+    Ok((token, Some(path)))
+}

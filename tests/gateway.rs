@@ -1,0 +1,358 @@
+//! The gateway in-process: the HTTP API through the real router, and the whole event lifecycle
+//! on a simulated cluster with tokio's clock paused, so hours of event time run in milliseconds.
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use chrono::{Duration as ChronoDuration, SecondsFormat, Utc};
+use flexgate::cluster::sim::{SimCluster, SimConfig, SimFaults};
+use flexgate::cluster::{ClusterBackend, JobState};
+use flexgate::config::{Config, facility_for_nodes};
+use flexgate::ledger::Ledger;
+use flexgate::runtime::{Clock, Gateway};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+use tower::ServiceExt;
+
+const TOKEN: &str = "test-token";
+
+fn config(dir: &std::path::Path, nodes: u32) -> Config {
+    let mut c = Config::default();
+    c.gateway.data_dir = dir.to_path_buf();
+    c.gateway.site = "site-1".into();
+    c.gateway.telemetry_interval_s = 5;
+    c.site.baseline_window_s = 300;
+    c.control.settle_s = 30;
+    c.facility = facility_for_nodes(nodes);
+    c
+}
+
+async fn gateway(dir: &std::path::Path, nodes: u32, faults: SimFaults) -> (Arc<Gateway>, Arc<SimCluster>) {
+    gateway_on(dir, nodes, faults, Clock::real()).await
+}
+
+async fn gateway_on(
+    dir: &std::path::Path,
+    nodes: u32,
+    faults: SimFaults,
+    clock: Clock,
+) -> (Arc<Gateway>, Arc<SimCluster>) {
+    let facility = facility_for_nodes(nodes);
+    let sim = SimCluster::new(SimConfig {
+        nodes,
+        seed: 3,
+        settle_ms: 0,
+        faults,
+        facility,
+        ..SimConfig::default()
+    })
+    .expect("sim");
+    let ledger = Ledger::open(&dir.join("ledger")).await.expect("ledger");
+    let backend: Arc<dyn ClusterBackend> = sim.clone();
+    let gw = Gateway::start(config(dir, nodes), clock, ledger, backend)
+        .await
+        .expect("gateway");
+    (gw, sim)
+}
+
+fn event(id: &str, revision: u64, ceiling_kw: f64, start_in_s: i64, duration_s: Option<u64>) -> Value {
+    let start = (Utc::now() + ChronoDuration::seconds(start_in_s)).to_rfc3339_opts(SecondsFormat::Secs, true);
+    json!({"schema": "dr.event/1", "event_id": id, "revision": revision, "site": "site-1",
+           "target": {"form": "ceiling", "point": "meter", "kw": ceiling_kw},
+           "window": {"start": start, "ramp_s": 300, "duration_s": duration_s, "recovery_s": 300}})
+}
+
+async fn post(gw: &Arc<Gateway>, body: &Value, token: Option<&str>) -> (StatusCode, Value) {
+    let router = flexgate::api::router(gw.clone(), TOKEN);
+    let mut req = Request::post("/v1/events").header("content-type", "application/json");
+    if let Some(t) = token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    let response = router
+        .oneshot(req.body(Body::from(body.to_string())).expect("request"))
+        .await
+        .expect("response");
+    let status = response.status();
+    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await.expect("body");
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+async fn get(gw: &Arc<Gateway>, path: &str) -> (StatusCode, Vec<u8>) {
+    let router = flexgate::api::router(gw.clone(), TOKEN);
+    let response = router
+        .oneshot(Request::get(path).body(Body::empty()).expect("request"))
+        .await
+        .expect("response");
+    let status = response.status();
+    (
+        status,
+        axum::body::to_bytes(response.into_body(), 1 << 24)
+            .await
+            .expect("body")
+            .to_vec(),
+    )
+}
+
+async fn meter_kw(gw: &Arc<Gateway>) -> f64 {
+    gw.tick(true).await.expect("tick");
+    gw.status().await.measured_meter_kw.expect("meter")
+}
+
+#[tokio::test]
+async fn writes_need_the_token_and_bad_input_changes_nothing() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (gw, _sim) = gateway(dir.path(), 4, SimFaults::default()).await;
+    let good = event("ev-1", 1, 100.0, 60, Some(1800));
+
+    let (status, body) = post(&gw, &good, None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    let (status, _) = post(&gw, &good, Some("wrong")).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert!(gw.events().await.is_empty(), "an unauthorized request changed nothing");
+
+    for (bad, field) in [
+        (json!({"schema": "dr.event/2"}), "schema"),
+        (
+            {
+                let mut e = good.clone();
+                e["window"]["ramp_s"] = json!(-5);
+                e
+            },
+            "window.ramp_s",
+        ),
+        (
+            {
+                let mut e = good.clone();
+                e["target"]["kw"] = json!("lots");
+                e
+            },
+            "target.kw",
+        ),
+        (
+            {
+                let mut e = good.clone();
+                e["surprise"] = json!(1);
+                e
+            },
+            "surprise",
+        ),
+    ] {
+        let (status, body) = post(&gw, &bad, Some(TOKEN)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad} → {body}");
+        let named = body["error"]["field"].as_str().unwrap_or("").to_string()
+            + " "
+            + body["error"]["message"].as_str().unwrap_or("");
+        assert!(named.contains(field), "error should name {field}: {body}");
+    }
+    assert!(gw.events().await.is_empty(), "invalid input changed nothing");
+
+    let mut other_site = good.clone();
+    other_site["site"] = json!("elsewhere");
+    let (status, body) = post(&gw, &other_site, Some(TOKEN)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(body["ack"]["opt"], "out");
+    assert!(gw.events().await.is_empty());
+
+    let (status, ack) = post(&gw, &good, Some(TOKEN)).await;
+    assert_eq!(status, StatusCode::OK, "{ack}");
+    assert_eq!(
+        (ack["schema"].as_str(), ack["opt"].as_str()),
+        (Some("dr.ack/1"), Some("in"))
+    );
+    assert_eq!(ack["accepted_target_kw"], 100.0);
+    assert_eq!(ack["log_checkpoint"].as_str().map(str::len), Some(64));
+
+    let (status, list) = get(&gw, "/v1/events").await;
+    assert_eq!(status, StatusCode::OK);
+    let list: Value = serde_json::from_slice(&list).expect("json");
+    assert_eq!(list[0]["id"], "ev-1");
+    assert_eq!(list[0]["revision"], 1);
+    assert_eq!(list[0]["state"], "pending");
+}
+
+#[tokio::test]
+async fn read_endpoints_answer() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (gw, _sim) = gateway(dir.path(), 4, SimFaults::default()).await;
+    gw.tick(true).await.expect("tick");
+    for path in [
+        "/healthz",
+        "/v1/status",
+        "/v1/jobs",
+        "/metrics",
+        "/openapi.json",
+        "/v1/events",
+    ] {
+        let (status, body) = get(&gw, path).await;
+        assert_eq!(status, StatusCode::OK, "{path}: {}", String::from_utf8_lossy(&body));
+    }
+    let (_, spec) = get(&gw, "/openapi.json").await;
+    let spec: Value = serde_json::from_slice(&spec).expect("openapi is JSON");
+    assert_eq!(spec["openapi"], "3.1.0");
+    let (_, metrics) = get(&gw, "/metrics").await;
+    let metrics = String::from_utf8_lossy(&metrics);
+    assert!(metrics.contains("# TYPE flexgate_plans_total counter") && metrics.contains("flexgate_measured_meter_kw"));
+    let (status, _) = get(&gw, "/v1/plan").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "no plan without an event");
+    let (status, _) = get(&gw, "/v1/events/nope").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (_, status_body) = get(&gw, "/v1/status").await;
+    let status_body: Value = serde_json::from_slice(&status_body).expect("json");
+    for field in ["active_events", "meter_ceiling_kw", "gpu_budget_w", "measured_gpu_w"] {
+        assert!(status_body.get(field).is_some(), "status lacks {field}");
+    }
+}
+
+#[tokio::test]
+async fn revisions_higher_replaces_lower_is_refused_equal_is_repeated() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (gw, _sim) = gateway(dir.path(), 4, SimFaults::default()).await;
+    assert_eq!(
+        post(&gw, &event("ev-r", 2, 100.0, 600, Some(1800)), Some(TOKEN))
+            .await
+            .0,
+        StatusCode::OK
+    );
+    let (status, again) = post(&gw, &event("ev-r", 2, 100.0, 600, Some(1800)), Some(TOKEN)).await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "equal revision is a no-op with the same ack: {again}"
+    );
+    let (status, body) = post(&gw, &event("ev-r", 1, 50.0, 600, Some(1800)), Some(TOKEN)).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    let (status, _) = post(&gw, &event("ev-r", 3, 80.0, 600, Some(1800)), Some(TOKEN)).await;
+    assert_eq!(status, StatusCode::OK);
+    let events = gw.events().await;
+    assert_eq!(
+        (events.len(), events[0].revision, events[0].ceiling_kw),
+        (1, 3, Some(80.0))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_event_caps_jobs_holds_the_ceiling_and_restores_at_the_end() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (gw, sim) = gateway(dir.path(), 16, SimFaults::default()).await;
+    // Baseline: a few telemetry ticks.
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        gw.tick(true).await.expect("tick");
+    }
+    let baseline = gw.status().await.measured_meter_kw.expect("meter");
+    let ceiling = (baseline * 0.85 * 10.0).round() / 10.0;
+    let (status, ack) = post(&gw, &event("ev-hold", 1, ceiling, 60, Some(3600)), Some(TOKEN)).await;
+    assert_eq!(status, StatusCode::OK, "{ack}");
+
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let loop_stop = stop.clone();
+    let control = tokio::spawn(gw.clone().control_loop(async move { loop_stop.notified().await }));
+
+    // Ramp (60 s lead + 300 s ramp) and settle, then check the hold.
+    tokio::time::sleep(Duration::from_secs(60 + 300 + 120)).await;
+    let status = gw.status().await;
+    assert_eq!(status.phase.as_deref(), Some("active"), "{status:?}");
+    assert_eq!(status.meter_ceiling_kw, Some(ceiling));
+    let plan = gw.plan().await.expect("plan in force");
+    assert!(plan.entries.iter().any(|e| e.cap.value() < 700.0), "some job is capped");
+    let capped: Vec<_> = plan.entries.iter().filter(|e| e.cap.value() < 699.0).collect();
+    for e in &capped {
+        let applied = sim.cap_of(&e.job).expect("job");
+        assert!(
+            (applied.value() - e.cap.value()).abs() < 1e-6,
+            "the sim runs the planned cap"
+        );
+    }
+    // The meter holds the ceiling for the rest of the hold.
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        let s = gw.status().await;
+        let meter = s.measured_meter_kw.expect("meter");
+        assert!(meter <= ceiling + 0.5, "meter {meter} above ceiling {ceiling}");
+    }
+    // After the window and recovery, pre-event caps are back.
+    tokio::time::sleep(Duration::from_secs(3600 + 300 + 60)).await;
+    let events = gw.events().await;
+    assert_eq!(events[0].state, "completed", "{events:?}");
+    assert!(gw.plan().await.is_none());
+    let inventory: Vec<JobState> = sim.inventory().await.expect("inventory");
+    assert!(
+        inventory
+            .iter()
+            .all(|j| (j.applied_cap.value() - j.spec.cap_range.max.value()).abs() < 1e-6),
+        "caps restored"
+    );
+    assert!(meter_kw(&gw).await > ceiling, "load came back after the event");
+    stop.notify_one();
+    let _ = control.await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_events_are_acknowledged_but_never_acted_on_and_overlaps_take_the_lowest() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (gw, _sim) = gateway(dir.path(), 8, SimFaults::default()).await;
+    let baseline = meter_kw(&gw).await;
+    let mut test_event = event("ev-test", 1, baseline * 0.5, 0, Some(3600));
+    test_event["test"] = json!(true);
+    let (status, ack) = post(&gw, &test_event, Some(TOKEN)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(ack["reason"].as_str().unwrap_or("").contains("test"), "{ack}");
+    tokio::time::sleep(Duration::from_secs(400)).await;
+    gw.tick(true).await.expect("tick");
+    assert_eq!(gw.status().await.meter_ceiling_kw, None, "a test event sets no ceiling");
+
+    post(&gw, &event("ev-a", 1, baseline * 0.9, 0, Some(3600)), Some(TOKEN)).await;
+    post(&gw, &event("ev-b", 1, baseline * 0.8, 0, Some(3600)), Some(TOKEN)).await;
+    tokio::time::sleep(Duration::from_secs(400)).await;
+    gw.tick(true).await.expect("tick");
+    let status = gw.status().await;
+    assert_eq!(
+        status.meter_ceiling_kw,
+        Some(baseline * 0.8),
+        "the most restrictive ceiling wins"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn unconfirmed_caps_are_counted_at_measured_power_and_state_survives_a_restart() {
+    let dir = tempfile::tempdir().expect("dir");
+    let faults = SimFaults {
+        unreachable_nodes: vec!["node-000".into()],
+        ..SimFaults::default()
+    };
+    let (gw, _sim) = gateway(dir.path(), 8, faults.clone()).await;
+    let baseline = meter_kw(&gw).await;
+    post(&gw, &event("ev-keep", 1, baseline * 0.85, 0, None), Some(TOKEN)).await;
+    tokio::time::sleep(Duration::from_secs(400)).await;
+    gw.tick(true).await.expect("tick");
+    gw.tick(true).await.expect("tick");
+    let status = gw.status().await;
+    assert!(
+        status.unconfirmed_jobs >= 1,
+        "the job on the unreachable node is unconfirmed: {status:?}"
+    );
+    let plan = gw.plan().await.expect("plan");
+    assert!(
+        plan.entries.len() < gw.jobs().await.len(),
+        "unconfirmed jobs are fixed load, not planned"
+    );
+
+    // Crash: drop the gateway without closing; a new one on the same ledger resumes.
+    let head = gw.ledger().head();
+    let clock = gw.clock();
+    drop(plan);
+    let gw_ptr = Arc::try_unwrap(gw).ok().expect("sole owner");
+    gw_ptr.close().await.expect("close");
+    let (gw2, sim2) = gateway_on(dir.path(), 8, SimFaults::default(), clock).await;
+    assert!(gw2.ledger().head().0 > head.0, "startup recorded");
+    let events = gw2.events().await;
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].id, "ev-keep");
+    let inventory = sim2.inventory().await.expect("inventory");
+    assert!(
+        inventory.iter().any(|j| j.applied_cap.value() < 699.0),
+        "caps re-applied at start"
+    );
+    gw2.tick(true).await.expect("tick");
+    assert_eq!(gw2.status().await.meter_ceiling_kw, Some(baseline * 0.85));
+}
