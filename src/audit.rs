@@ -152,8 +152,10 @@ pub fn build(records: &[Record], event_id: &str, window_s: u64) -> Option<AuditR
                 trim_w: b["trim_w"].as_f64(),
                 planned_power_w: b["plan"]["planned_power"].as_f64(),
                 shortfall_w: b["plan"]["shortfall"].as_f64(),
-                jobs_capped: b["plan"]["entries"].as_array().map_or(0, |e| {
-                    e.iter().filter(|e| e["reason"].as_str() != Some("uncapped")).count()
+                jobs_capped: b["plan"]["rows"].as_array().map_or(0, |rows| {
+                    rows.iter()
+                        .filter(|row| !matches!(row[6].as_str(), Some("uncapped" | "inflexible_unknown")))
+                        .count()
                 }),
             }
         })
@@ -163,11 +165,7 @@ pub fn build(records: &[Record], event_id: &str, window_s: u64) -> Option<AuditR
         .filter(mine)
         .filter(|r| matches!(r.kind, RecordKind::Dispatch | RecordKind::Restore))
         .map(|r| {
-            let results = r.body["results"].as_array().cloned().unwrap_or_default();
-            let confirmed = results
-                .iter()
-                .filter(|x| x["outcome"]["applied"].is_object() || x["outcome"].get("applied").is_some())
-                .count();
+            let confirmed = r.body["confirmed"].as_u64().unwrap_or(0) as usize;
             DispatchSummary {
                 seq: r.seq,
                 kind: if r.kind == RecordKind::Restore {
@@ -176,9 +174,9 @@ pub fn build(records: &[Record], event_id: &str, window_s: u64) -> Option<AuditR
                     "dispatch"
                 }
                 .to_string(),
-                commands: r.body["commands"].as_array().map_or(0, Vec::len),
+                commands: r.body["rows"].as_array().map_or(0, Vec::len),
                 confirmed,
-                failed: results.len().saturating_sub(confirmed),
+                failed: r.body["failed"].as_u64().unwrap_or(0) as usize,
             }
         })
         .collect();

@@ -305,3 +305,46 @@ fn pfi_from_raw_telemetry_matches_the_hand_computation() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("capped point"));
 }
+
+#[test]
+fn the_shipped_gateway_configuration_loads_and_equals_the_defaults() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/flexgate.toml");
+    let shipped = flexgate::config::Config::load(Some(std::path::Path::new(path))).expect("deploy/flexgate.toml loads");
+    assert_eq!(
+        shipped,
+        flexgate::config::Config::default(),
+        "regenerate: flexgate run --print-config"
+    );
+    // Unknown fields and bad values are refused with the field named.
+    let typo = std::fs::read_to_string(path)
+        .expect("read")
+        .replace("telemetry_interval_s", "telemetry_intervall_s");
+    let err = flexgate::config::Config::parse(&typo).expect_err("typo refused");
+    assert!(err.contains("telemetry_intervall_s"), "{err}");
+    let mut bad = flexgate::config::Config::default();
+    bad.gateway.policy = "greedy".into();
+    assert!(
+        bad.validate()
+            .expect_err("unknown policy")
+            .to_string()
+            .contains("gateway.policy")
+    );
+    let out = flexgate(&["run", "--config", path, "--api-token", "s3cret", "--print-config"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("<redacted>") && !text.contains("s3cret"),
+        "the token is never printed"
+    );
+}
+
+#[test]
+fn the_shipped_dr_event_schema_is_the_one_the_parser_checks() {
+    let shipped: Value =
+        serde_json::from_str(include_str!("../deploy/schemas/dr.event.schema.json")).expect("schema is JSON");
+    let code: Value = serde_json::from_str(flexgate_policies::event::DR_EVENT_JSON_SCHEMA).expect("const is JSON");
+    assert_eq!(
+        shipped, code,
+        "regenerate deploy/schemas/dr.event.schema.json from DR_EVENT_JSON_SCHEMA"
+    );
+}

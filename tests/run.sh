@@ -29,6 +29,7 @@ cargo test --workspace --locked
 step "benchmarks compile and run once (smoke; figures in BENCHMARKS.md come from full runs)"
 cargo bench -p flexgate-policies --bench plan --locked -- --test
 cargo bench --bench ledger --locked -- --test
+cargo bench --bench gateway --locked -- --test
 
 step "main job on embedded defaults (release)"
 cargo run --release --locked --quiet -- simulate --quiet --cut 0.3

@@ -37,6 +37,10 @@ pub struct RunArgs {
     /// other users of the machine).
     #[arg(long, env = "FLEXGATE_API_TOKEN", value_name = "TOKEN", hide_env_values = true)]
     api_token: Option<String>,
+    /// Print the effective configuration (file + environment + flags) as TOML and exit; the
+    /// API token is replaced by a placeholder.
+    #[arg(long)]
+    print_config: bool,
 }
 
 /// Load the file and apply the overrides.
@@ -57,8 +61,16 @@ pub fn effective_config(args: &RunArgs) -> Result<Config> {
 
 /// Run the command until SIGINT or SIGTERM.
 pub fn run(args: &RunArgs) -> Result<()> {
-    init_logging();
     let config = effective_config(args)?;
+    if args.print_config {
+        let mut shown = config.clone();
+        if !shown.gateway.api_token.is_empty() {
+            shown.gateway.api_token = "<redacted>".to_string();
+        }
+        print!("{}", toml::to_string_pretty(&shown)?);
+        return Ok(());
+    }
+    init_logging();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(config.gateway.listen)

@@ -395,6 +395,23 @@ impl Ledger {
         answer.await.unwrap_or_else(|_| Err(self.stopped()))
     }
 
+    /// Appends several records in this order, so that the writer can commit them in one batch
+    /// (one flush instead of one each); resolves when all are flushed. Used where one decision
+    /// produces several records (lifecycle transitions and the plan they lead to).
+    pub async fn append_all(&self, entries: Vec<NewRecord>) -> Result<Vec<Appended>, LedgerError> {
+        let mut answers = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let (reply, answer) = oneshot::channel();
+            self.send(writer::Command::Append { entry, reply }).await?;
+            answers.push(answer);
+        }
+        let mut appended = Vec::with_capacity(answers.len());
+        for answer in answers {
+            appended.push(answer.await.unwrap_or_else(|_| Err(self.stopped()))?);
+        }
+        Ok(appended)
+    }
+
     /// Resolves once everything appended before the call is flushed. Every `append` already
     /// waits for its own flush, so this is only a barrier (e.g. at shutdown); it fails if the
     /// writer has stopped.

@@ -1,13 +1,18 @@
 //! Synchronous access to the sled store: opening, decoding and checking records, the chain walk
 //! behind `verify`, and `export`. Shared by the live [`super::Ledger`] and the offline functions.
 
+#[cfg(test)]
 use super::canonical::canonical_json;
 use super::raw;
 use super::{ExportFormat, GENESIS_HASH, LedgerError, Record, VerifyFailure, VerifyReport};
+#[cfg(test)]
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+
+/// Page cache of the ledger's sled database.
+const LEDGER_CACHE_BYTES: u64 = 16 * 1024 * 1024;
 
 const FORMAT_KEY: &[u8] = b"format";
 pub(crate) const FORMAT: &str = "flexgate-ledger/1";
@@ -26,7 +31,13 @@ impl Store {
         if !create && !dir.join("db").is_file() {
             return Err(LedgerError::NotFound { dir: dir.to_path_buf() });
         }
-        let db = sled::Config::new().path(dir).open().map_err(|e| open_error(dir, e))?;
+        // sled's default page cache is 1 GiB; the ledger is append-mostly and read back only on
+        // recovery and export, so a small cache keeps the gateway's footprint small.
+        let db = sled::Config::new()
+            .path(dir)
+            .cache_capacity(LEDGER_CACHE_BYTES)
+            .open()
+            .map_err(|e| open_error(dir, e))?;
         let records = db.open_tree("records").map_err(|e| open_error(dir, e))?;
         let dedup = db.open_tree("dedup").map_err(|e| open_error(dir, e))?;
         let meta = db.open_tree("meta").map_err(|e| open_error(dir, e))?;
@@ -308,12 +319,13 @@ pub(crate) fn key_seq(bytes: &[u8]) -> Option<u64> {
 
 /// `SHA-256(prev_hash_bytes ‖ canonical_json(unhashed))`, in hex. `unhashed` is the record's JSON
 /// object without its `hash` member.
+#[cfg(test)]
 pub(crate) fn chain_hash(prev_hash: &str, unhashed: &Value) -> Result<String, String> {
     chain_hash_text(prev_hash, &canonical_json(unhashed))
 }
 
 /// `SHA-256(prev_hash_bytes ‖ unhashed_text)`, in hex.
-fn chain_hash_text(prev_hash: &str, unhashed_text: &str) -> Result<String, String> {
+pub(crate) fn chain_hash_text(prev_hash: &str, unhashed_text: &str) -> Result<String, String> {
     let prev = hex::decode(prev_hash).map_err(|e| format!("prev_hash {prev_hash:?} is not hex: {e}"))?;
     if prev.len() != 32 {
         return Err(format!("prev_hash {prev_hash:?} is not 32 bytes"));

@@ -122,6 +122,9 @@ pub(crate) struct PlanInForce {
     pub gpu_budget_w: f64,
     /// The facility model's open-loop budget before trim and fixed load.
     pub base_budget_w: f64,
+    /// When the plan's record was flushed (monotonic; for latency measurements).
+    #[serde(skip)]
+    pub recorded_at: std::time::Instant,
     pub trim_w: f64,
     pub plan: CapPlan,
 }
@@ -394,23 +397,21 @@ impl Gateway {
                 .ceiling_budget(Kilowatts(kw), nodes.max(1), &CoolingState::Settled)
                 .ok()
         });
-        self.ledger
-            .append(NewRecord {
-                kind: RecordKind::Interpretation,
-                event: Some(event.id.clone()),
-                dedup_key: Some(format!("interpretation:{}:{}", event.id, event.revision)),
-                body: json!({
-                    "event": event,
-                    "ceilings": ceilings,
-                    "baseline": baseline,
-                    "pre_event_meter_kw": pre_event_meter,
-                    "received_at": received_at,
-                    "outcome": format!("{outcome:?}"),
-                    "settled_budget": budget,
-                    "facility_fingerprint": self.facility.fingerprint(),
-                }),
-            })
-            .await?;
+        let interpretation = NewRecord {
+            kind: RecordKind::Interpretation,
+            event: Some(event.id.clone()),
+            dedup_key: Some(format!("interpretation:{}:{}", event.id, event.revision)),
+            body: json!({
+                "event": event,
+                "ceilings": ceilings,
+                "baseline": baseline,
+                "pre_event_meter_kw": pre_event_meter,
+                "received_at": received_at,
+                "outcome": format!("{outcome:?}"),
+                "settled_budget": budget,
+                "facility_fingerprint": self.facility.fingerprint(),
+            }),
+        };
 
         let expected = budget.as_ref().map(|b| {
             let lo = self
@@ -439,7 +440,16 @@ impl Gateway {
         if let Some(expected) = expected {
             ack.expected_meter_kw = serde_json::from_value(expected).ok();
         }
-        let ack = self.record_ack(ack, true).await?;
+        // The interpretation and the ack go out in one group commit; the ack's checkpoint is the
+        // ledger head before both (what the counterparty can already verify).
+        ack.log_checkpoint = self.ledger.head().1;
+        let ack_record = NewRecord {
+            kind: RecordKind::Ack,
+            event: Some(ack.event_id.clone()),
+            dedup_key: Some(format!("ack:{}:{}", ack.event_id, ack.revision)),
+            body: serde_json::to_value(&ack).unwrap_or_default(),
+        };
+        self.ledger.append_all(vec![interpretation, ack_record]).await?;
         drop(state);
         self.counters.events_accepted.fetch_add(1, Ordering::Relaxed);
         self.wake.notify_one();
@@ -477,18 +487,23 @@ impl Gateway {
     /// caps when no event constrains the site any more.
     pub(crate) async fn plan_and_dispatch(&self, state: &mut State, reason: &str) -> Result<(), LedgerError> {
         let now = self.clock.now();
-        for t in state.book.advance(now) {
-            self.ledger
-                .append(NewRecord {
-                    kind: RecordKind::EventState,
-                    event: Some(t.event_id.clone()),
-                    dedup_key: None,
-                    body: serde_json::to_value(&t).unwrap_or_default(),
-                })
-                .await?;
-        }
+        // Transitions are recorded together with the plan they lead to (one flush).
+        let mut pending: Vec<NewRecord> = state
+            .book
+            .advance(now)
+            .into_iter()
+            .map(|t| NewRecord {
+                kind: RecordKind::EventState,
+                event: Some(t.event_id.clone()),
+                dedup_key: None,
+                body: serde_json::to_value(&t).unwrap_or_default(),
+            })
+            .collect();
         let ceiling = state.book.effective_ceiling(now);
         let Some(ceiling) = ceiling else {
+            if !pending.is_empty() {
+                self.ledger.append_all(pending).await?;
+            }
             return self.restore(state, now).await;
         };
         let nodes = state.telemetry.as_ref().map_or(1, |t| t.nodes.max(1));
@@ -509,6 +524,7 @@ impl Gateway {
             Ok(b) => b,
             Err(e) => {
                 tracing::error!("facility model refused the ceiling: {e}");
+                self.ledger.append_all(pending).await?;
                 return Ok(());
             }
         };
@@ -536,28 +552,30 @@ impl Gateway {
             Ok(plan) => plan,
             Err(e) => {
                 tracing::error!("planning failed: {e}");
+                self.ledger.append_all(pending).await?;
                 return Ok(());
             }
         };
-        let record = self
-            .ledger
-            .append(NewRecord {
-                kind: RecordKind::Plan,
-                event: Some(ceiling.binding_event.clone()),
-                dedup_key: None,
-                body: json!({
-                    "reason": reason,
-                    "ceiling": ceiling,
-                    "facility": budget,
-                    "trim_w": state.trim_w,
-                    "unconfirmed_fixed_w": fixed_w,
-                    "gpu_budget_w": gpu_budget,
-                    "plan": plan,
-                    "pre_event_caps": state.pre_event_caps,
-                    "curtailment_started": state.curtailment_started,
-                }),
-            })
-            .await?;
+        pending.push(NewRecord {
+            kind: RecordKind::Plan,
+            event: Some(ceiling.binding_event.clone()),
+            dedup_key: None,
+            body: json!({
+                "reason": reason,
+                "ceiling": ceiling,
+                "facility": budget,
+                "trim_w": state.trim_w,
+                "unconfirmed_fixed_w": fixed_w,
+                "gpu_budget_w": gpu_budget,
+                "plan": compact_plan(&plan),
+                "pre_event_caps": state.pre_event_caps,
+                "curtailment_started": state.curtailment_started,
+            }),
+        });
+        let appended = self.ledger.append_all(pending).await?;
+        let Some(record) = appended.last().cloned() else {
+            return Ok(());
+        };
         self.counters.plans.fetch_add(1, Ordering::Relaxed);
         let commands: Vec<CapCommand> = plan
             .entries
@@ -581,6 +599,7 @@ impl Gateway {
             binding_event: ceiling.binding_event.clone(),
             gpu_budget_w: gpu_budget,
             base_budget_w: base_w,
+            recorded_at: std::time::Instant::now(),
             trim_w: state.trim_w,
             plan,
         });
@@ -631,7 +650,7 @@ impl Gateway {
                 kind,
                 event,
                 dedup_key: None,
-                body: json!({"at": now, "commands": commands, "results": results}),
+                body: dispatch_record(now, &commands, &results),
             })
             .await?;
         Ok(())
@@ -703,6 +722,11 @@ impl Gateway {
             .iter()
             .map(|j| JobView::build(j, state.caps.get(&j.spec.id)))
             .collect()
+    }
+
+    /// When the plan in force was computed and its record flushed (monotonic clock).
+    pub async fn plan_recorded_at(&self) -> Option<std::time::Instant> {
+        self.state.lock().await.plan.as_ref().map(|p| p.recorded_at)
     }
 
     /// The plan in force for `GET /v1/plan`.
@@ -816,4 +840,80 @@ impl Gateway {
     ) {
         let _ = state.book.upsert(event, ceilings, pre_event_meter, at);
     }
+}
+
+/// A plan as recorded: the totals, and one row per job in the column order of `columns` (a
+/// 10,000-job plan is recorded, hashed and flushed on the event path, so rows are arrays).
+fn compact_plan(plan: &CapPlan) -> serde_json::Value {
+    let rows: Vec<serde_json::Value> = plan
+        .entries
+        .iter()
+        .map(|e| {
+            json!([
+                e.job,
+                (e.cap.value() * 10.0).round() / 10.0,
+                e.expected_power.value().round(),
+                e.expected_tokens.value().round(),
+                e.floor.value().round(),
+                e.floor_kind,
+                e.reason
+            ])
+        })
+        .collect();
+    json!({
+        "policy": plan.policy,
+        "budget": plan.budget.value(),
+        "uncapped_power": plan.uncapped_power.value(),
+        "planned_power": plan.planned_power.value(),
+        "shortfall": plan.shortfall.value(),
+        "fallbacks": plan.fallbacks,
+        "columns": ["job", "cap_w", "expected_power_w", "expected_tokens_per_s", "floor_w", "floor_kind", "reason"],
+        "rows": rows,
+    })
+}
+
+/// A dispatch as recorded: one row per command with its outcome, and the counts.
+fn dispatch_record(
+    at: DateTime<Utc>,
+    commands: &[CapCommand],
+    results: &[crate::cluster::CapResult],
+) -> serde_json::Value {
+    let mut confirmed = 0usize;
+    let rows: Vec<serde_json::Value> = commands
+        .iter()
+        .zip(results)
+        .map(|(c, r)| {
+            let (status, applied, detail) = match &r.outcome {
+                CapOutcome::Applied { applied, clamped } => {
+                    confirmed += 1;
+                    (
+                        "applied",
+                        Some(applied.value()),
+                        clamped.then_some("clamped".to_string()),
+                    )
+                }
+                CapOutcome::Stale { latest } => {
+                    confirmed += 1;
+                    ("stale", None, Some(format!("latest generation {latest}")))
+                }
+                CapOutcome::UnknownJob => ("unknown_job", None, None),
+                CapOutcome::Failed { reason } => ("failed", None, Some(reason.clone())),
+            };
+            json!([
+                c.job,
+                (c.cap.value() * 10.0).round() / 10.0,
+                c.generation,
+                status,
+                applied,
+                detail
+            ])
+        })
+        .collect();
+    json!({
+        "at": at,
+        "columns": ["job", "cap_w", "generation", "status", "applied_w", "detail"],
+        "rows": rows,
+        "confirmed": confirmed,
+        "failed": commands.len() - confirmed,
+    })
 }

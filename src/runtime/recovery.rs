@@ -65,14 +65,13 @@ impl Gateway {
                 .ok()
                 .flatten();
             let running: Vec<Arc<str>> = state.jobs.iter().map(|j| j.spec.id.clone()).collect();
-            let commands: Vec<CapCommand> = body["plan"]["entries"]
+            let commands: Vec<CapCommand> = body["plan"]["rows"]
                 .as_array()
-                .map(|entries| {
-                    entries
-                        .iter()
-                        .filter_map(|e| {
-                            let job: Arc<str> = Arc::from(e["job"].as_str()?);
-                            let cap = e["cap"].as_f64()?;
+                .map(|rows| {
+                    rows.iter()
+                        .filter_map(|row| {
+                            let job: Arc<str> = Arc::from(row[0].as_str()?);
+                            let cap = row[1].as_f64()?;
                             running.contains(&job).then_some(CapCommand {
                                 job,
                                 cap: WattsPerGpu(cap),

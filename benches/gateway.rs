@@ -1,0 +1,150 @@
+//! Gateway benchmarks that criterion's summary statistics do not cover: tail latency of the
+//! event path, and resident memory with a large fleet.
+//!
+//! `cargo bench --bench gateway` prints:
+//! - submit → ledger flushed → acknowledged, and submit → plan computed and dispatched, for a
+//!   fleet of ≈ 1,000 jobs: p50, p99, max over 2,000 revisions of one event (each revision moves
+//!   the ceiling, so each one re-plans);
+//! - resident set size (VmRSS) of a fresh `flexgate run` process over ≈ 10,000 simulated jobs,
+//!   after it measured, accepted an event and planned. The simulated cluster lives in the same
+//!   process, so this is an upper bound on the gateway's own memory.
+//!
+//! `-- --test` runs a small smoke version (used by the test script).
+
+use chrono::{SecondsFormat, Utc};
+use flexgate::cluster::ClusterBackend;
+use flexgate::cluster::sim::{SimCluster, SimConfig};
+use flexgate::config::{Config, facility_for_nodes};
+use flexgate::ledger::Ledger;
+use flexgate::runtime::{Clock, Gateway, Transport};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+async fn gateway(dir: &std::path::Path, nodes: u32) -> (Arc<Gateway>, usize) {
+    let facility = facility_for_nodes(nodes);
+    let sim = SimCluster::new(SimConfig {
+        nodes,
+        settle_ms: 0,
+        facility: facility.clone(),
+        ..SimConfig::default()
+    })
+    .expect("sim");
+    let jobs = sim.inventory().await.expect("inventory").len();
+    let mut config = Config::default();
+    config.gateway.data_dir = dir.to_path_buf();
+    config.facility = facility;
+    let ledger = Ledger::open(&dir.join("ledger")).await.expect("ledger");
+    let backend: Arc<dyn ClusterBackend> = sim;
+    let gw = Gateway::start(config, Clock::real(), ledger, backend)
+        .await
+        .expect("gateway");
+    gw.tick(true).await.expect("first measurement");
+    (gw, jobs)
+}
+
+fn event(revision: u64, kw: f64) -> Vec<u8> {
+    let start = Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true);
+    serde_json::json!({"schema": "dr.event/1", "event_id": "bench", "revision": revision, "site": "site-1",
+        "target": {"form": "ceiling", "point": "meter", "kw": kw},
+        "window": {"start": start, "ramp_s": 0, "duration_s": 3600, "recovery_s": 0}})
+    .to_string()
+    .into_bytes()
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn show(name: &str, mut samples: Vec<Duration>) {
+    samples.sort();
+    println!(
+        "{name:<44} n={:<5} p50 {:>8.3} ms  p99 {:>8.3} ms  max {:>8.3} ms",
+        samples.len(),
+        percentile(&samples, 0.5).as_secs_f64() * 1e3,
+        percentile(&samples, 0.99).as_secs_f64() * 1e3,
+        samples.last().map_or(0.0, |d| d.as_secs_f64() * 1e3)
+    );
+}
+
+fn main() {
+    let smoke = std::env::args().any(|a| a == "--test");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let (nodes, revisions) = if smoke { (40, 20) } else { (1_650, 2_000) };
+        let dir = tempfile::tempdir().expect("dir");
+        let (gw, jobs) = gateway(dir.path(), nodes).await;
+        let meter = gw.status().await.measured_meter_kw.expect("meter");
+        let (mut ack, mut recorded, mut plan) = (Vec::new(), Vec::new(), Vec::new());
+        for revision in 1..=revisions {
+            let kw = meter * if revision % 2 == 0 { 0.80 } else { 0.82 };
+            let body = event(revision, kw);
+            let start = Instant::now();
+            gw.submit_event(&body, Transport::Http { peer: None }).await.expect("accepted");
+            let acked = start.elapsed();
+            gw.tick(false).await.expect("plan");
+            let planned = start.elapsed();
+            let plan_flushed = gw.plan_recorded_at().await.map(|at| at.duration_since(start));
+            if revision > 5 {
+                ack.push(acked);
+                plan.push(planned);
+                recorded.extend(plan_flushed);
+            }
+        }
+        println!("fleet: {jobs} jobs on {nodes} nodes; ledger: {} records", gw.ledger().head().0);
+        show("submit → ledger flushed → ack", ack);
+        show("submit → ack → plan computed, recorded, flushed", recorded);
+        show("… → caps dispatched, confirmations flushed", plan);
+        drop(gw);
+
+        if smoke {
+            return;
+        }
+        // Memory: a fresh `flexgate run` process with ≈ 10,000 simulated jobs, after it has
+        // measured, accepted an event and planned.
+        let dir = tempfile::tempdir().expect("dir");
+        let config = dir.path().join("flexgate.toml");
+        let mut c = Config::default();
+        c.gateway.data_dir = dir.path().join("data");
+        c.facility = facility_for_nodes(17_000);
+        c.backend = flexgate::config::BackendConfig::Sim(SimConfig { nodes: 17_000, facility: c.facility.clone(), ..SimConfig::default() });
+        std::fs::write(&config, toml::to_string(&c).expect("toml")).expect("write config");
+        let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr");
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_flexgate"))
+            .args(["run", "--config", config.to_str().expect("utf-8"), "--listen", &port.to_string(), "--api-token", "bench"])
+            .env("RUST_LOG", "warn")
+            .spawn()
+            .expect("flexgate run");
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            if let Ok(r) = flexgate::http_client::request(port, "GET", "/v1/status", None, None).await
+                && r.status == 200
+                && r.json().ok().and_then(|v| v["measured_meter_kw"].as_f64()).is_some()
+            {
+                break;
+            }
+            assert!(Instant::now() < deadline, "gateway did not start");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let status = flexgate::http_client::request(port, "GET", "/v1/status", None, None).await.expect("status").json().expect("json");
+        let meter = status["measured_meter_kw"].as_f64().expect("meter");
+        let jobs = status["jobs"].as_u64().unwrap_or(0);
+        let r = flexgate::http_client::request(port, "POST", "/v1/events", Some("bench"), Some(&event(1, meter * 0.8))).await.expect("post");
+        assert_eq!(r.status, 200, "{}", r.text());
+        tokio::time::sleep(Duration::from_secs(12)).await;
+        let plan = flexgate::http_client::request(port, "GET", "/v1/plan", None, None).await.expect("plan");
+        let rss = std::fs::read_to_string(format!("/proc/{}/status", child.id()))
+            .ok()
+            .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok()))
+            .map_or(f64::NAN, |kib| kib / 1024.0);
+        let _ = child.kill();
+        let _ = child.wait();
+        println!(
+            "memory: `flexgate run` with {jobs} simulated jobs (cluster simulated in the same process), after planning (plan: HTTP {}): VmRSS {rss:.1} MiB",
+            plan.status
+        );
+    });
+}
