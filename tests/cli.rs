@@ -348,3 +348,90 @@ fn the_shipped_dr_event_schema_is_the_one_the_parser_checks() {
         "regenerate deploy/schemas/dr.event.schema.json from DR_EVENT_JSON_SCHEMA"
     );
 }
+
+#[test]
+fn demo_then_audit_verify_export_and_a_tampered_ledger_is_caught() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().join("demo");
+    let data_s = data.to_str().expect("utf-8");
+    let out = flexgate(&["demo", "--speed", "600", "--nodes", "8", "--data", data_s]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "demo failed: {text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for needle in [
+        "POST /v1/events",
+        "completed",
+        "throughput kept",
+        "hash chain verified",
+        "interval 0",
+    ] {
+        assert!(text.contains(needle), "demo output lacks {needle:?}:\n{text}");
+    }
+
+    let svg = dir.path().join("audit.svg");
+    let audit = stdout_json(&flexgate(&[
+        "audit",
+        "--event",
+        "demo-001",
+        "--data",
+        data_s,
+        "--format",
+        "json",
+        "--plot",
+        svg.to_str().expect("utf-8"),
+    ]));
+    assert_eq!(audit["event_id"], "demo-001");
+    assert!(!audit["received"].as_array().expect("received").is_empty());
+    assert!(!audit["plans"].as_array().expect("plans").is_empty());
+    let interval = &audit["intervals"][0];
+    assert!(interval["samples"].as_u64().unwrap_or(0) > 0, "{interval}");
+    assert!(
+        interval["compliance"].as_f64().unwrap_or(0.0) > 0.9,
+        "the ceiling held: {interval}"
+    );
+    assert!(audit["baseline"]["before_kw"].as_f64().is_some() && audit["baseline"]["after_kw"].as_f64().is_some());
+    assert!(
+        std::fs::read_to_string(&svg)
+            .expect("chart")
+            .contains("ceiling in force")
+    );
+    let md = flexgate(&["audit", "--event", "demo-001", "--data", data_s]);
+    assert!(String::from_utf8_lossy(&md.stdout).contains("## Performance per interval"));
+    assert_eq!(
+        flexgate(&["audit", "--event", "nope", "--data", data_s]).status.code(),
+        Some(1)
+    );
+
+    let verify = flexgate(&["log", "verify", "--data", data_s]);
+    assert!(verify.status.success(), "{}", String::from_utf8_lossy(&verify.stderr));
+    let csv = flexgate(&[
+        "log", "export", "--format", "csv", "--event", "demo-001", "--data", data_s,
+    ]);
+    let csv = String::from_utf8_lossy(&csv.stdout);
+    assert!(
+        csv.lines().count() > 5 && csv.lines().skip(1).all(|l| l.contains("demo-001")),
+        "{csv}"
+    );
+    let jsonl = flexgate(&["log", "export", "--data", data_s]);
+    let lines = String::from_utf8_lossy(&jsonl.stdout).lines().count();
+    assert!(lines > 20);
+
+    // Alter one record's body in place: verify must fail and name it.
+    {
+        let db = sled::open(data.join("ledger")).expect("open ledger");
+        let records = db.open_tree("records").expect("records tree");
+        let seq: u64 = 5;
+        let stored = records.get(seq.to_be_bytes()).expect("read").expect("record 5");
+        let text = String::from_utf8(stored.to_vec()).expect("utf-8");
+        let forged = text.replacen("\"kind\":", "\"forged\":true,\"kind\":", 1);
+        records.insert(seq.to_be_bytes(), forged.as_bytes()).expect("write");
+        db.flush().expect("flush");
+    }
+    let verify = flexgate(&["log", "verify", "--data", data_s]);
+    assert_eq!(verify.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&verify.stderr);
+    assert!(stderr.contains("record 5"), "{stderr}");
+}

@@ -31,5 +31,6 @@ cargo bench -p flexgate-policies --bench plan --locked -- --test
 cargo bench --bench ledger --locked -- --test
 cargo bench --bench gateway --locked -- --test
 
-step "main job on embedded defaults (release)"
+step "main jobs on embedded defaults (release): the gateway demo, then the fleet experiment at 30 %"
+cargo run --release --locked --quiet -- demo --speed 600
 cargo run --release --locked --quiet -- simulate --quiet --cut 0.3

@@ -137,6 +137,8 @@ pub(crate) struct State {
     pub caps: HashMap<Arc<str>, AppliedCap>,
     pub pre_event_caps: HashMap<Arc<str>, WattsPerGpu>,
     pub curtailment_started: Option<(DateTime<Utc>, f64)>,
+    /// Metered power when the curtailment started (the measured baseline for the budget).
+    pub pre_event_meter_kw: Option<f64>,
     pub plan: Option<PlanInForce>,
     pub telemetry: Option<Telemetry>,
     pub meter_history: VecDeque<(DateTime<Utc>, f64)>,
@@ -211,6 +213,7 @@ impl Gateway {
             caps: HashMap::new(),
             pre_event_caps: HashMap::new(),
             curtailment_started: None,
+            pre_event_meter_kw: None,
             plan: None,
             telemetry: None,
             meter_history: VecDeque::new(),
@@ -510,6 +513,7 @@ impl Gateway {
         if state.curtailment_started.is_none() {
             let gpu_now: f64 = state.jobs.iter().map(|j| j.measured_power.value()).sum();
             state.curtailment_started = Some((now, gpu_now));
+            state.pre_event_meter_kw = state.telemetry.as_ref().map(|t| t.meter_kw.value());
             state.pre_event_caps = state.jobs.iter().map(|j| (j.spec.id.clone(), j.applied_cap)).collect();
         }
         let (started, pre_gpu) = state.curtailment_started.unwrap_or((now, 0.0));
@@ -529,6 +533,20 @@ impl Gateway {
             }
         };
 
+        // A second, measured bound: shed from the pre-event operating point as a reduction
+        // commitment (lower-bound multiplier μ = 1, meter error and noise added, cooling credited
+        // only after its lag). With the rest of the site's load steady, the meter then ends at or
+        // under the ceiling whatever the true overheads, and this is usually far less
+        // conservative than the ceiling inversion alone. The larger of the two budgets is used.
+        let measured_budget = state.pre_event_meter_kw.and_then(|pre_meter| {
+            let excess = (pre_meter - ceiling.ceiling_kw).max(0.0);
+            let timing = flexgate_policies::facility::Timing::After {
+                seconds: (now - started).num_milliseconds().max(0) as f64 / 1000.0,
+            };
+            let shed = self.facility.reduction_requirement(Kilowatts(excess), timing).ok()?;
+            Some(((pre_gpu - shed.gpu_shed.value()).max(0.0), shed))
+        });
+
         // Jobs whose last cap was not confirmed are fixed load at their measured power.
         let (mut plannable, mut fixed_w) = (Vec::with_capacity(state.jobs.len()), 0.0);
         for job in &state.jobs {
@@ -540,12 +558,18 @@ impl Gateway {
         // The open-loop budget moves as the cooling lag passes; under the same ceiling the closed
         // loop owns the budget, so the trim absorbs that move instead of letting it add to what
         // the loop already learned (no wind-up, no jump).
-        let base_w = budget.gpu_budget.value();
-        if let Some(previous) = &state.plan
-            && previous.ceiling_kw == ceiling.ceiling_kw
-            && previous.binding_event == ceiling.binding_event
-        {
-            state.trim_w += base_w - previous.base_budget_w;
+        let base_w = budget
+            .gpu_budget
+            .value()
+            .max(measured_budget.as_ref().map_or(0.0, |(w, _)| *w));
+        if let Some(previous) = &state.plan {
+            if previous.ceiling_kw == ceiling.ceiling_kw && previous.binding_event == ceiling.binding_event {
+                state.trim_w += base_w - previous.base_budget_w;
+            } else if state.trim_w < 0.0 {
+                // A credit was learned against the old ceiling; under a new one it could overshoot
+                // (a rising recovery step would exceed its ceiling). Drop it; the loop relearns.
+                state.trim_w = 0.0;
+            }
         }
         let gpu_budget = (base_w - state.trim_w - fixed_w).max(0.0);
         let plan = match state.planner.plan(&plannable, Watts(gpu_budget)) {
@@ -564,12 +588,20 @@ impl Gateway {
                 "reason": reason,
                 "ceiling": ceiling,
                 "facility": budget,
+                "measured_reduction": measured_budget.as_ref().map(|(w, shed)| json!({
+                    "pre_event_meter_kw": state.pre_event_meter_kw,
+                    "pre_event_gpu_w": pre_gpu,
+                    "gpu_budget_w": w,
+                    "requirement": shed,
+                })),
+                "base_budget_w": base_w,
                 "trim_w": state.trim_w,
                 "unconfirmed_fixed_w": fixed_w,
                 "gpu_budget_w": gpu_budget,
                 "plan": compact_plan(&plan),
                 "pre_event_caps": state.pre_event_caps,
                 "curtailment_started": state.curtailment_started,
+                "pre_event_meter_kw": state.pre_event_meter_kw,
             }),
         });
         let appended = self.ledger.append_all(pending).await?;
@@ -684,6 +716,7 @@ impl Gateway {
         state.plan = None;
         state.planned_ceiling = None;
         state.curtailment_started = None;
+        state.pre_event_meter_kw = None;
         state.trim_w = 0.0;
         tracing::info!(at = %now, "pre-event caps restored");
         Ok(())

@@ -61,6 +61,7 @@ impl Gateway {
                     .map(|(k, v)| (Arc::from(k.as_str()), v))
                     .collect();
             state.pre_event_caps = pre;
+            state.pre_event_meter_kw = body["pre_event_meter_kw"].as_f64();
             state.curtailment_started = serde_json::from_value(body["curtailment_started"].clone())
                 .ok()
                 .flatten();
