@@ -356,3 +356,69 @@ async fn unconfirmed_caps_are_counted_at_measured_power_and_state_survives_a_res
     gw2.tick(true).await.expect("tick");
     assert_eq!(gw2.status().await.meter_ceiling_kw, Some(baseline * 0.85));
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_operator_opt_out_lifts_the_ceiling_is_recorded_and_survives_a_restart() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (gw, _sim) = gateway(dir.path(), 8, SimFaults::default()).await;
+    let baseline = meter_kw(&gw).await;
+    post(&gw, &event("ev-op", 1, baseline * 0.8, 0, None), Some(TOKEN)).await;
+    tokio::time::sleep(Duration::from_secs(400)).await;
+    gw.tick(true).await.expect("tick");
+    assert!(gw.status().await.meter_ceiling_kw.is_some());
+
+    let router = flexgate::api::router(gw.clone(), TOKEN);
+    let body = json!({"event_id": "ev-op", "operator": "alice", "reason": "must-run training deadline"}).to_string();
+    let unauthorized = router
+        .clone()
+        .oneshot(
+            Request::post("/v1/operator/opt-out")
+                .body(Body::from(body.clone()))
+                .expect("request"),
+        )
+        .await
+        .expect("response");
+    assert_eq!(unauthorized.status(), StatusCode::UNAUTHORIZED);
+    assert!(gw.status().await.meter_ceiling_kw.is_some(), "nothing changed");
+    let response = router
+        .oneshot(
+            Request::post("/v1/operator/opt-out")
+                .header("authorization", format!("Bearer {TOKEN}"))
+                .body(Body::from(body))
+                .expect("request"),
+        )
+        .await
+        .expect("response");
+    assert_eq!(response.status(), StatusCode::OK);
+    gw.tick(true).await.expect("tick");
+    assert_eq!(
+        gw.status().await.meter_ceiling_kw,
+        None,
+        "the opted-out event no longer binds"
+    );
+
+    let clock = gw.clock();
+    Arc::try_unwrap(gw)
+        .ok()
+        .expect("sole owner")
+        .close()
+        .await
+        .expect("close");
+    let mut buffer = Vec::new();
+    flexgate::ledger::export(
+        &dir.path().join("ledger"),
+        flexgate::ledger::ExportFormat::Jsonl,
+        Some("ev-op"),
+        &mut buffer,
+    )
+    .expect("export");
+    let text = String::from_utf8(buffer).expect("utf-8");
+    assert!(text.contains("\"operator\":\"alice\"") && text.contains("must-run training deadline"));
+    let (gw2, _) = gateway_on(dir.path(), 8, SimFaults::default(), clock).await;
+    gw2.tick(true).await.expect("tick");
+    assert_eq!(
+        gw2.status().await.meter_ceiling_kw,
+        None,
+        "the opt-out survives a restart"
+    );
+}

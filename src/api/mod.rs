@@ -1,7 +1,7 @@
 //! The HTTP API (axum). Reads are open on the listening address; every write needs the bearer
 //! token. Errors are JSON `{"error": {"field": ..., "message": ...}}` with the right 4xx/5xx.
 
-use crate::runtime::{Gateway, SubmitError, Transport};
+use crate::runtime::{Gateway, OperatorError, SubmitError, Transport};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, Request, State};
@@ -36,6 +36,7 @@ pub fn router(gateway: Arc<Gateway>, token: &str) -> Router {
     Router::new()
         .route("/v1/events", get(list_events).post(post_event))
         .route("/v1/events/{id}", get(get_event))
+        .route("/v1/operator/opt-out", axum::routing::post(operator_opt_out))
         .route("/v1/status", get(status))
         .route("/v1/jobs", get(jobs))
         .route("/v1/plan", get(plan))
@@ -156,4 +157,59 @@ async fn metrics(State(api): State<Api>) -> Response {
         api.gateway.metrics().await,
     )
         .into_response()
+}
+
+/// Body of `POST /v1/operator/opt-out`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OptOutRequest {
+    event_id: String,
+    operator: String,
+    reason: String,
+}
+
+async fn operator_opt_out(State(api): State<Api>, request: Request) -> Response {
+    if !api.authorized(request.headers()) {
+        return error(
+            StatusCode::UNAUTHORIZED,
+            None,
+            "missing or wrong bearer token (Authorization: Bearer <token>)",
+        );
+    }
+    let Ok(body) = axum::body::to_bytes(request.into_body(), MAX_BODY_BYTES).await else {
+        return error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            None,
+            format!("the body exceeds {MAX_BODY_BYTES} bytes"),
+        );
+    };
+    let req: OptOutRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                None,
+                format!("expected {{\"event_id\", \"operator\", \"reason\"}}: {e}"),
+            );
+        }
+    };
+    match api
+        .gateway
+        .operator_opt_out(&req.event_id, &req.operator, &req.reason)
+        .await
+    {
+        Ok(ack) => (StatusCode::OK, axum::Json(ack)).into_response(),
+        Err(OperatorError::UnknownEvent(id)) => {
+            error(StatusCode::NOT_FOUND, Some("event_id"), format!("no event {id:?}"))
+        }
+        Err(OperatorError::Invalid { field, message }) => error(StatusCode::BAD_REQUEST, Some(field), message),
+        Err(OperatorError::Ledger(e)) => {
+            tracing::error!("ledger failure on operator action: {e}");
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                None,
+                "the action could not be recorded; nothing changed, retry",
+            )
+        }
+    }
 }

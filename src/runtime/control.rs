@@ -64,7 +64,7 @@ impl Gateway {
             }
         }
         let unconfirmed = state.caps.values().any(|c| !c.confirmed);
-        let ceiling_now = state.book.effective_ceiling(self.clock.now()).map(|c| c.ceiling_kw);
+        let ceiling_now = state.effective_ceiling(self.clock.now()).map(|c| c.ceiling_kw);
         let changed =
             ceiling_now != state.planned_ceiling || unconfirmed || reason != "event book" || state.plan.is_none();
         if changed {
@@ -110,7 +110,7 @@ impl Gateway {
         }
         match self.backend.telemetry().await {
             Ok(t) => {
-                let ceiling = state.book.effective_ceiling(now);
+                let ceiling = state.effective_ceiling(now);
                 state.meter_history.push_back((now, t.meter_kw.value()));
                 let keep_from = now - ChronoDuration::seconds(HISTORY_KEEP_S);
                 while state.meter_history.front().is_some_and(|(at, _)| *at < keep_from) {

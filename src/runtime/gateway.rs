@@ -139,6 +139,8 @@ pub(crate) struct State {
     pub curtailment_started: Option<(DateTime<Utc>, f64)>,
     /// Metered power when the curtailment started (the measured baseline for the budget).
     pub pre_event_meter_kw: Option<f64>,
+    /// Events an operator opted the site out of (recorded with the operator's name).
+    pub opted_out: std::collections::HashSet<String>,
     pub plan: Option<PlanInForce>,
     pub telemetry: Option<Telemetry>,
     pub meter_history: VecDeque<(DateTime<Utc>, f64)>,
@@ -146,6 +148,37 @@ pub(crate) struct State {
     pub last_dispatch: Option<DateTime<Utc>>,
     pub planned_ceiling: Option<f64>,
     planner: Planner,
+}
+
+impl State {
+    /// The ceiling in force: the most restrictive of the events the site has not opted out of.
+    pub(crate) fn effective_ceiling(&self, now: DateTime<Utc>) -> Option<flexgate_policies::event::EffectiveCeiling> {
+        if self.opted_out.is_empty() {
+            self.book.effective_ceiling(now)
+        } else {
+            self.book
+                .effective_ceiling_where(now, |id| !self.opted_out.contains(id))
+        }
+    }
+}
+
+/// Why an operator action was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum OperatorError {
+    /// No such event.
+    #[error("no event {0:?}")]
+    UnknownEvent(String),
+    /// A field is missing or invalid.
+    #[error("{field}: {message}")]
+    Invalid {
+        /// Field.
+        field: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// The ledger could not record it: nothing changed.
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
 }
 
 /// Counters for `/metrics`.
@@ -214,6 +247,7 @@ impl Gateway {
             pre_event_caps: HashMap::new(),
             curtailment_started: None,
             pre_event_meter_kw: None,
+            opted_out: std::collections::HashSet::new(),
             plan: None,
             telemetry: None,
             meter_history: VecDeque::new(),
@@ -502,7 +536,7 @@ impl Gateway {
                 body: serde_json::to_value(&t).unwrap_or_default(),
             })
             .collect();
-        let ceiling = state.book.effective_ceiling(now);
+        let ceiling = state.effective_ceiling(now);
         let Some(ceiling) = ceiling else {
             if !pending.is_empty() {
                 self.ledger.append_all(pending).await?;
@@ -720,6 +754,61 @@ impl Gateway {
         state.trim_w = 0.0;
         tracing::info!(at = %now, "pre-event caps restored");
         Ok(())
+    }
+
+    /// An operator opts the site out of an event (e.g. a must-run emergency): its ceiling stops
+    /// counting, the opt-out is recorded with the operator's name and reason, and an opt-out
+    /// acknowledgment is recorded for the counterparty. The bearer token authenticates the call;
+    /// the operator name is what the caller declares, recorded verbatim.
+    pub async fn operator_opt_out(&self, event_id: &str, operator: &str, reason: &str) -> Result<DrAck, OperatorError> {
+        let invalid = |field, message: &str| OperatorError::Invalid {
+            field,
+            message: message.to_string(),
+        };
+        if operator.trim().is_empty() || operator.len() > 128 {
+            return Err(invalid("operator", "give the operator's name (1–128 characters)"));
+        }
+        if reason.trim().is_empty() || reason.len() > 1024 {
+            return Err(invalid("reason", "give a reason (1–1024 characters)"));
+        }
+        let mut state = self.state.lock().await;
+        let revision = state
+            .book
+            .get(event_id)
+            .map(|e| e.event.revision)
+            .ok_or_else(|| OperatorError::UnknownEvent(event_id.to_string()))?;
+        let now = self.clock.now();
+        let ack = DrAck {
+            schema: "dr.ack/1".to_string(),
+            event_id: event_id.to_string(),
+            revision,
+            received_at: now,
+            opt: Opt::Out,
+            reason: Some(format!("operator opt-out: {reason}")),
+            accepted_target_kw: None,
+            expected_meter_kw: None,
+            log_checkpoint: self.ledger.head().1,
+        };
+        self.ledger
+            .append_all(vec![
+                NewRecord {
+                    kind: RecordKind::Operator,
+                    event: Some(event_id.to_string()),
+                    dedup_key: None,
+                    body: json!({"at": now, "action": "opt_out", "operator": operator, "reason": reason, "revision": revision}),
+                },
+                NewRecord {
+                    kind: RecordKind::Ack,
+                    event: Some(event_id.to_string()),
+                    dedup_key: None,
+                    body: serde_json::to_value(&ack).unwrap_or_default(),
+                },
+            ])
+            .await?;
+        state.opted_out.insert(event_id.to_string());
+        drop(state);
+        self.wake.notify_one();
+        Ok(ack)
     }
 
     /// Status for `GET /v1/status`.

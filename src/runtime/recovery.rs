@@ -37,6 +37,11 @@ impl Gateway {
                 }
                 RecordKind::Plan => last_plan = Some((record.seq, record.event.clone(), record.body)),
                 RecordKind::Restore => last_plan = None,
+                RecordKind::Operator if record.body["action"] == "opt_out" => {
+                    if let Some(id) = record.event.clone() {
+                        state.opted_out.insert(id);
+                    }
+                }
                 RecordKind::Measurement => {
                     if let (Some(kw), Ok(at)) = (
                         record.body["meter_kw"].as_f64(),

@@ -36,7 +36,7 @@ pub struct StatusView {
 
 impl StatusView {
     pub(crate) fn build(state: &State, now: DateTime<Utc>, checkpoint: &str) -> Self {
-        let ceiling = state.book.effective_ceiling(now);
+        let ceiling = state.effective_ceiling(now);
         Self {
             at: now,
             active_events: ceiling.as_ref().map(|c| c.events.clone()).unwrap_or_default(),

@@ -369,10 +369,22 @@ impl EventBook {
     /// Computed from the schedule, so it is right even if [`EventBook::advance`] lags.
     #[must_use]
     pub fn effective_ceiling(&self, now: DateTime<Utc>) -> Option<EffectiveCeiling> {
+        self.effective_ceiling_where(now, |_| true)
+    }
+
+    /// Like [`EventBook::effective_ceiling`], counting only the events for which `counts(id)`
+    /// holds: an operator who opts the site out of one event (a must-run emergency) removes its
+    /// ceiling without touching the utility's revision history in the book.
+    #[must_use]
+    pub fn effective_ceiling_where(
+        &self,
+        now: DateTime<Utc>,
+        counts: impl Fn(&str) -> bool,
+    ) -> Option<EffectiveCeiling> {
         let mut best: Option<(f64, &str, Phase)> = None;
         let mut events = Vec::new();
         for (id, entry) in &self.entries {
-            if entry.event.test {
+            if entry.event.test || !counts(id) {
                 continue;
             }
             let phase = entry.phase_at(now);
