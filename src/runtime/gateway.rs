@@ -861,82 +861,85 @@ impl Gateway {
     pub async fn metrics(&self) -> String {
         let status = self.status().await;
         let c = &self.counters;
+        let counted = |counter: &AtomicU64| counter.load(Ordering::Relaxed) as f64;
+        let metrics = [
+            (
+                "flexgate_events_accepted_total",
+                "counter",
+                "Events acknowledged with opt in.",
+                counted(&c.events_accepted),
+            ),
+            (
+                "flexgate_events_refused_total",
+                "counter",
+                "Events refused (invalid, wrong site, unmappable).",
+                counted(&c.events_refused),
+            ),
+            (
+                "flexgate_plans_total",
+                "counter",
+                "Plans computed and recorded.",
+                counted(&c.plans),
+            ),
+            (
+                "flexgate_dispatch_failures_total",
+                "counter",
+                "Cap commands not confirmed by the backend.",
+                counted(&c.dispatch_failures),
+            ),
+            (
+                "flexgate_trims_total",
+                "counter",
+                "Closed-loop trim adjustments.",
+                counted(&c.trims),
+            ),
+            (
+                "flexgate_active_events",
+                "gauge",
+                "Events ramping, active or recovering.",
+                status.active_events.len() as f64,
+            ),
+            (
+                "flexgate_meter_ceiling_kw",
+                "gauge",
+                "Meter ceiling in force (NaN when none).",
+                status.meter_ceiling_kw.unwrap_or(f64::NAN),
+            ),
+            (
+                "flexgate_gpu_budget_w",
+                "gauge",
+                "GPU-board budget in force (NaN when none).",
+                status.gpu_budget_w.unwrap_or(f64::NAN),
+            ),
+            (
+                "flexgate_measured_meter_kw",
+                "gauge",
+                "Last measured meter power.",
+                status.measured_meter_kw.unwrap_or(f64::NAN),
+            ),
+            (
+                "flexgate_measured_gpu_w",
+                "gauge",
+                "Last measured fleet GPU-board power.",
+                status.measured_gpu_w.unwrap_or(f64::NAN),
+            ),
+            (
+                "flexgate_trim_w",
+                "gauge",
+                "Closed-loop trim subtracted from the GPU budget.",
+                status.trim_w,
+            ),
+            (
+                "flexgate_ledger_records",
+                "gauge",
+                "Records in the ledger.",
+                self.ledger.head().0 as f64,
+            ),
+        ];
         let mut out = String::new();
-        let mut metric = |name: &str, kind: &str, help: &str, value: f64| {
+        for (name, kind, help, value) in metrics {
             out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n"));
-        };
-        metric(
-            "flexgate_events_accepted_total",
-            "counter",
-            "Events acknowledged with opt in.",
-            c.events_accepted.load(Ordering::Relaxed) as f64,
-        );
-        metric(
-            "flexgate_events_refused_total",
-            "counter",
-            "Events refused (invalid, wrong site, unmappable).",
-            c.events_refused.load(Ordering::Relaxed) as f64,
-        );
-        metric(
-            "flexgate_plans_total",
-            "counter",
-            "Plans computed and recorded.",
-            c.plans.load(Ordering::Relaxed) as f64,
-        );
-        metric(
-            "flexgate_dispatch_failures_total",
-            "counter",
-            "Cap commands not confirmed by the backend.",
-            c.dispatch_failures.load(Ordering::Relaxed) as f64,
-        );
-        metric(
-            "flexgate_trims_total",
-            "counter",
-            "Closed-loop trim adjustments.",
-            c.trims.load(Ordering::Relaxed) as f64,
-        );
-        metric(
-            "flexgate_active_events",
-            "gauge",
-            "Events ramping, active or recovering.",
-            status.active_events.len() as f64,
-        );
-        metric(
-            "flexgate_meter_ceiling_kw",
-            "gauge",
-            "Meter ceiling in force (NaN when none).",
-            status.meter_ceiling_kw.unwrap_or(f64::NAN),
-        );
-        metric(
-            "flexgate_gpu_budget_w",
-            "gauge",
-            "GPU-board budget in force (NaN when none).",
-            status.gpu_budget_w.unwrap_or(f64::NAN),
-        );
-        metric(
-            "flexgate_measured_meter_kw",
-            "gauge",
-            "Last measured meter power.",
-            status.measured_meter_kw.unwrap_or(f64::NAN),
-        );
-        metric(
-            "flexgate_measured_gpu_w",
-            "gauge",
-            "Last measured fleet GPU-board power.",
-            status.measured_gpu_w.unwrap_or(f64::NAN),
-        );
-        metric(
-            "flexgate_trim_w",
-            "gauge",
-            "Closed-loop trim subtracted from the GPU budget.",
-            status.trim_w,
-        );
-        metric(
-            "flexgate_ledger_records",
-            "gauge",
-            "Records in the ledger.",
-            self.ledger.head().0 as f64,
-        );
+        }
         out
     }
 
