@@ -73,10 +73,24 @@ pub struct DispatchSummary {
     pub failed: usize,
 }
 
-/// Baseline evidence (meter-before / meter-after).
+/// An X-of-Y-days baseline (PJM "high 4 of 5", CAISO "10 in 10"): the mean of the X highest
+/// of the previous Y days' mean meter over the same time-of-day window as the event.
+#[derive(Debug, Clone, Serialize)]
+pub struct XOfYBaseline {
+    /// X.
+    pub x: usize,
+    /// Y.
+    pub y: usize,
+    /// Mean meter of each of the Y previous days over the event window, most recent first.
+    pub day_means_kw: Vec<f64>,
+    /// Mean of the X highest.
+    pub kw: f64,
+}
+
+/// Baseline evidence (meter-before / meter-after, and X-of-Y days when the log has the history).
 #[derive(Debug, Clone, Serialize)]
 pub struct BaselineSummary {
-    /// Method.
+    /// Method of `kw`: `x_of_y` when the ledger holds Y previous days, else `meter_before_after`.
     pub method: String,
     /// Mean meter over the window before the event.
     pub before_kw: Option<f64>,
@@ -88,6 +102,37 @@ pub struct BaselineSummary {
     pub samples: (usize, usize),
     /// Baseline recorded at interpretation time.
     pub recorded_at_interpretation_kw: Option<f64>,
+    /// The X-of-Y-days baseline, when the ledger holds the history.
+    pub x_of_y: Option<XOfYBaseline>,
+}
+
+/// Days in the X-of-Y baseline: the highest 4 of the previous 5 days (PJM's economic CBL).
+pub const BASELINE_DAYS: (usize, usize) = (4, 5);
+
+fn x_of_y(meter: &[(DateTime<Utc>, f64, Option<f64>)], from: DateTime<Utc>, to: DateTime<Utc>) -> Option<XOfYBaseline> {
+    let (x, y) = BASELINE_DAYS;
+    let mut day_means = Vec::with_capacity(y);
+    for day in 1..=y as i64 {
+        let shift = ChronoDuration::days(day);
+        let xs: Vec<f64> = meter
+            .iter()
+            .filter(|(t, _, _)| *t >= from - shift && *t < to - shift)
+            .map(|(_, kw, _)| *kw)
+            .collect();
+        if xs.is_empty() {
+            return None;
+        }
+        day_means.push(xs.iter().sum::<f64>() / xs.len() as f64);
+    }
+    let mut highest = day_means.clone();
+    highest.sort_by(|a, b| b.total_cmp(a));
+    let kw = highest.iter().take(x).sum::<f64>() / x as f64;
+    Some(XOfYBaseline {
+        x,
+        y,
+        day_means_kw: day_means,
+        kw,
+    })
 }
 
 /// One interval's performance.
@@ -232,18 +277,29 @@ pub fn build(records: &[Record], event_id: &str, window_s: u64) -> Option<AuditR
     };
     let (before_kw, n_before) = started.map_or((None, 0), |s| mean_in(s - window, s));
     let (after_kw, n_after) = ended.map_or((None, 0), |e| mean_in(e, e + window));
-    let baseline_kw = match (before_kw, after_kw) {
-        (Some(b), Some(a)) => Some((a + b) / 2.0),
-        (Some(b), None) => Some(b),
-        (None, a) => a,
+    let history = match (started, ended) {
+        (Some(s), Some(e)) => x_of_y(&meter, s, e),
+        _ => None,
+    };
+    let baseline_kw = match (&history, before_kw, after_kw) {
+        (Some(h), _, _) => Some(h.kw),
+        (None, Some(b), Some(a)) => Some((a + b) / 2.0),
+        (None, Some(b), None) => Some(b),
+        (None, None, a) => a,
     };
     let baseline = BaselineSummary {
-        method: "meter_before_after".to_string(),
+        method: if history.is_some() {
+            "x_of_y"
+        } else {
+            "meter_before_after"
+        }
+        .to_string(),
         before_kw,
         after_kw,
         kw: baseline_kw,
         samples: (n_before, n_after),
         recorded_at_interpretation_kw: latest["baseline"]["kw"].as_f64(),
+        x_of_y: history,
     };
 
     let mut intervals = Vec::new();
@@ -431,6 +487,17 @@ impl AuditReport {
             kw(b.kw),
             kw(b.recorded_at_interpretation_kw)
         );
+        if let Some(h) = &b.x_of_y {
+            let days: Vec<String> = h.day_means_kw.iter().map(|kw| format!("{kw:.1}")).collect();
+            let _ = writeln!(
+                out,
+                "\nX-of-Y days: highest {} of the previous {} days ({} kW) → {:.1} kW",
+                h.x,
+                h.y,
+                days.join(", "),
+                h.kw
+            );
+        }
         let _ = writeln!(
             out,
             "\n## Performance per interval\n\n| # | start | end | ceiling kW | mean meter kW | max meter kW | samples ≤ ceiling | delivered kW | shortfall kW | over-delivery kW |\n|---|---|---|---|---|---|---|---|---|---|"
@@ -484,5 +551,108 @@ impl AuditReport {
         .series(Series::new("measured meter", meter))
         .series(Series::new("ceiling in force", ceiling).style(LineStyle::Step))
         .to_svg()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::Record;
+    use serde_json::json;
+
+    fn record(seq: u64, kind: RecordKind, event: Option<&str>, body: Value) -> Record {
+        Record {
+            seq,
+            time: Utc::now(),
+            kind,
+            event: event.map(str::to_string),
+            dedup_key: None,
+            body,
+            prev_hash: String::new(),
+            hash: String::new(),
+        }
+    }
+
+    #[test]
+    fn intervals_baselines_and_x_of_y_from_records() {
+        let start: DateTime<Utc> = "2026-07-14T19:00:00Z".parse().expect("time");
+        let mut records = Vec::new();
+        let mut seq = 0;
+        let mut push = |kind, event: Option<&str>, body| {
+            seq += 1;
+            records.push(record(seq, kind, event, body));
+        };
+        // Six days of meter history every 10 minutes: day d before the event reads 100 + d kW.
+        for minutes in (0..6 * 24 * 60).step_by(10) {
+            let at = start - ChronoDuration::days(6) + ChronoDuration::minutes(minutes);
+            let days_before = ((start - at).num_seconds() + 86_399) / 86_400; // 1 for the last 24 h
+            push(
+                RecordKind::Measurement,
+                None,
+                json!({"at": at, "meter_kw": 100.0 + days_before as f64, "ceiling_kw": null}),
+            );
+        }
+        let event = json!({"id": "ev", "window": {"start": start, "ramp_s": 0, "duration_s": 3600, "recovery_s": 0},
+                           "intervals": [{"offset_s": 0, "duration_s": 3600}], "revision": 1});
+        push(
+            RecordKind::RawInput,
+            Some("ev"),
+            json!({"received_at": start, "bytes": "{}"}),
+        );
+        push(
+            RecordKind::Interpretation,
+            Some("ev"),
+            json!({"event": event, "ceilings": [{"ceiling_kw": 80.0}], "baseline": {"kw": 101.0}}),
+        );
+        push(
+            RecordKind::EventState,
+            Some("ev"),
+            json!({"from": "pending", "to": "active", "at": start}),
+        );
+        for minutes in (0..60).step_by(10) {
+            let at = start + ChronoDuration::minutes(minutes);
+            push(
+                RecordKind::Measurement,
+                Some("ev"),
+                json!({"at": at, "meter_kw": if minutes == 0 { 85.0 } else { 78.0 }, "ceiling_kw": 80.0}),
+            );
+        }
+        let end = start + ChronoDuration::hours(1);
+        push(
+            RecordKind::EventState,
+            Some("ev"),
+            json!({"from": "active", "to": "completed", "at": end}),
+        );
+        for minutes in (0..30).step_by(10) {
+            push(
+                RecordKind::Measurement,
+                None,
+                json!({"at": end + ChronoDuration::minutes(minutes), "meter_kw": 101.0, "ceiling_kw": null}),
+            );
+        }
+
+        let report = build(&records, "ev", 900).expect("report");
+        let h = report
+            .baseline
+            .x_of_y
+            .as_ref()
+            .expect("five previous days are in the ledger");
+        // Day means 101..105 (most recent first); highest 4 of 5: 102..105 → 103.5.
+        assert_eq!(h.day_means_kw, vec![101.0, 102.0, 103.0, 104.0, 105.0]);
+        assert!((h.kw - 103.5).abs() < 1e-9);
+        assert_eq!(report.baseline.method, "x_of_y");
+        assert_eq!(report.baseline.before_kw, Some(101.0));
+        assert_eq!(report.baseline.after_kw, Some(101.0));
+        let i = &report.intervals[0];
+        assert_eq!(i.samples, 6);
+        assert!((i.compliance.expect("compliance") - 5.0 / 6.0).abs() < 1e-9);
+        let mean = (85.0 + 5.0 * 78.0) / 6.0;
+        assert!((i.mean_meter_kw.expect("mean") - mean).abs() < 1e-9);
+        assert!((i.delivered_reduction_kw.expect("delivered") - (103.5 - mean)).abs() < 1e-9);
+        assert_eq!(i.shortfall_kw, Some(0.0));
+        assert!((i.over_delivery_kw.expect("over") - (80.0 - mean)).abs() < 1e-9);
+        assert!(report.to_markdown().contains("highest 4 of the previous 5 days"));
+        assert!(report.chart().contains("ceiling in force"));
+        assert!(build(&records, "other", 900).is_none());
     }
 }
