@@ -10,9 +10,10 @@ use std::process::ExitCode;
 /// flexgate turns utility curtailment events into per-job GPU power caps, cutting the jobs
 /// that lose the least throughput per watt first.
 ///
-/// Start with `flexgate simulate`: it reproduces the fleet experiment of Colangelo et al.
-/// (PFI-aware power curtailment of training jobs) and compares our allocator against the
-/// paper's rules and the oracle.
+/// Start with `flexgate demo`: a gateway and a simulated GPU cluster in one process, a real
+/// curtailment event through the HTTP API, and the audit, in about 30 seconds. Then `flexgate
+/// run` serves the gateway, and `flexgate simulate` compares our allocator with the paper's
+/// rules and the oracle on the fleet experiment of Colangelo et al.
 #[derive(Debug, Parser)]
 #[command(name = "flexgate", version, propagate_version = true, max_term_width = 100)]
 struct Cli {

@@ -5,10 +5,13 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
 
-/// Report on one event from the ledger alone: the raw event, its interpretation (target →
-/// ceiling → GPU budget with every multiplier), every plan and confirmation, per interval the
-/// ceiling against measured meter power, the meter-before/after baseline, delivered reduction,
-/// shortfall and over-delivery, the fallbacks used, and a chart.
+/// Report on one event, rebuilt from the ledger alone.
+///
+/// The raw event, its interpretation (target → ceiling → GPU budget with every multiplier),
+/// every plan and confirmation, per interval the ceiling against measured meter power, the
+/// baseline (highest 4 of the previous 5 days when the ledger holds them, else meter
+/// before/after), delivered reduction, shortfall and over-delivery, the fallbacks used, and a
+/// chart of meter power against the ceiling.
 ///
 /// Reads a stopped gateway's data directory (or a copy; sled allows one process at a time).
 ///
