@@ -422,3 +422,21 @@ async fn an_operator_opt_out_lifts_the_ceiling_is_recorded_and_survives_a_restar
         "the opt-out survives a restart"
     );
 }
+
+#[tokio::test]
+async fn an_event_whose_window_is_over_is_refused_and_does_not_shadow_a_correction() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (gw, _sim) = gateway(dir.path(), 4, SimFaults::default()).await;
+    let stale = event("ev-late", 1, 100.0, -7200, Some(600));
+    let (status, body) = post(&gw, &stale, Some(TOKEN)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(body["ack"]["opt"], "out");
+    assert!(
+        body["error"]["message"].as_str().unwrap_or("").contains("ended"),
+        "{body}"
+    );
+    assert!(gw.events().await.is_empty(), "nothing entered the book");
+    let (status, ack) = post(&gw, &event("ev-late", 1, 100.0, 60, Some(600)), Some(TOKEN)).await;
+    assert_eq!(status, StatusCode::OK, "the corrected event is taken: {ack}");
+    assert_eq!(ack["opt"], "in");
+}

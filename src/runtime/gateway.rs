@@ -347,15 +347,25 @@ impl Gateway {
             "transport": transport,
             "bytes": String::from_utf8_lossy(body),
         });
-        // An event for another site is recorded and answered, but takes no de-duplication key:
-        // it must not shadow the same id and revision sent later to the right site.
-        if let Some(site) = &event.site
-            && site != &self.config.gateway.site
-        {
-            let reason = format!(
-                "event is for site {site:?}; this gateway serves {:?}",
-                self.config.gateway.site
-            );
+        // An event for another site, or whose window is already over, is recorded and answered
+        // (opt out), but takes no de-duplication key: it must not shadow the same id and
+        // revision sent later, corrected.
+        let wrong_site = event
+            .site
+            .as_ref()
+            .filter(|site| **site != self.config.gateway.site)
+            .map(|site| {
+                format!(
+                    "event is for site {site:?}; this gateway serves {:?}",
+                    self.config.gateway.site
+                )
+            });
+        let expired = (!event.cancel)
+            .then(|| event.window.nominal_end())
+            .flatten()
+            .filter(|end| *end <= received_at)
+            .map(|end| format!("the event's window ended at {end}, before it was received"));
+        if let Some(reason) = wrong_site.or(expired) {
             self.ledger
                 .append(NewRecord {
                     kind: RecordKind::RawInput,
