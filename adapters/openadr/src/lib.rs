@@ -68,3 +68,4 @@
 //! ```
 
 pub mod oadr2b;
+pub mod target;

@@ -5,6 +5,7 @@
 
 mod duration;
 mod json;
+pub mod outgoing;
 mod xml;
 
 use chrono::{DateTime, TimeDelta, Utc};
@@ -339,11 +340,32 @@ pub struct RegisterReport {
     pub ven_id: Option<String>,
 }
 
+/// One `oadr:oadrReportRequest`: what the VTN wants reported, how often.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReportRequest {
+    /// `ei:reportRequestID`.
+    pub report_request_id: String,
+    /// `ei:reportSpecifier/ei:reportSpecifierID`: which of the VEN's registered reports.
+    pub report_specifier_id: String,
+    /// `xcal:granularity`: sampling interval (`PT0S` or absent = the VEN's choice).
+    pub granularity: Option<TimeDelta>,
+    /// `ei:reportBackDuration`: how often to send (`PT0S`/absent = with every sample).
+    pub report_back_duration: Option<TimeDelta>,
+    /// `ei:reportInterval` dtstart, when the request is bounded.
+    pub start: Option<DateTime<Utc>>,
+    /// `ei:reportInterval` duration (`None` or `PT0S` = until cancelled).
+    pub duration: Option<TimeDelta>,
+    /// `ei:specifierPayload/ei:rID` of each requested data point.
+    pub r_ids: Vec<String>,
+}
+
 /// `oadrRegisteredReport` (minimal).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RegisteredReport {
     pub response: EiResponse,
     pub report_request_ids: Vec<String>,
+    /// The `oadrReportRequest`s it carries (a VTN may request reports right here).
+    pub report_requests: Vec<ReportRequest>,
     pub ven_id: Option<String>,
 }
 
@@ -352,6 +374,8 @@ pub struct RegisteredReport {
 pub struct CreateReport {
     pub request_id: String,
     pub report_request_ids: Vec<String>,
+    /// The `oadrReportRequest`s in full.
+    pub report_requests: Vec<ReportRequest>,
     pub ven_id: Option<String>,
 }
 
@@ -584,11 +608,13 @@ impl Cx<'_> {
             "oadrRegisteredReport" => Message::RegisteredReport(RegisteredReport {
                 response: ei_response(req(m, &Ns::Ei, "eiResponse", p)?, &join(p, "eiResponse"))?,
                 report_request_ids: self.report_request_ids(m, p)?,
+                report_requests: Vec::new(), // TODO(codec helper): decode in full
                 ven_id: opt_text(m, &Ns::Ei, "venID"),
             }),
             "oadrCreateReport" => Message::CreateReport(CreateReport {
                 request_id: req_text(m, &Ns::Pyld, "requestID", p)?,
                 report_request_ids: self.report_request_ids(m, p)?,
+                report_requests: Vec::new(), // TODO(codec helper): decode in full
                 ven_id: opt_text(m, &Ns::Ei, "venID"),
             }),
             "oadrCancelReport" => Message::CancelReport(CancelReport {
