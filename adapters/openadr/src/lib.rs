@@ -68,4 +68,5 @@
 //! ```
 
 pub mod oadr2b;
+pub mod oadr3;
 pub mod target;

@@ -5,7 +5,10 @@
 
 mod duration;
 mod json;
+pub mod encode;
 pub mod outgoing;
+pub mod signal;
+pub mod ven;
 mod xml;
 
 use chrono::{DateTime, TimeDelta, Utc};

@@ -1,0 +1,1 @@
+//! OpenADR 3.x (in progress)
