@@ -503,14 +503,21 @@ fn other_messages() {
         (vec!["RQ-B".to_owned()], true)
     );
 
-    let m = decode(wrap(r#"<oadr:oadrCreatedOpt/>"#).as_bytes()).unwrap();
+    // oadrCreatedOpt is decoded now, so an empty one is missing its eiResponse.
+    assert_eq!(
+        decode(wrap(r#"<oadr:oadrCreatedOpt/>"#).as_bytes()),
+        Err(DecodeError::Missing {
+            path: "oadrCreatedOpt/eiResponse".into()
+        })
+    );
+    let m = decode(wrap(r#"<oadr:oadrFutureMessage/>"#).as_bytes()).unwrap();
     assert_eq!(
         m,
         Message::Other {
-            name: "oadrCreatedOpt".into()
+            name: "oadrFutureMessage".into()
         }
     );
-    assert_eq!(normalized_json(&m)["message"], "oadrCreatedOpt");
+    assert_eq!(normalized_json(&m)["message"], "oadrFutureMessage");
 
     // A bare message, without oadrPayload, with a default namespace.
     let m = decode(format!(r#"<oadrRequestReregistration xmlns="{OADR}"><venID xmlns="{EI}"> VEN2 </venID></oadrRequestReregistration>"#).as_bytes()).unwrap();
@@ -587,7 +594,7 @@ fn undefined_entities_are_rejected_without_doctype() {
 #[test]
 fn size_limit() {
     let limits = Limits::default();
-    let mut xml = wrap("<oadr:oadrPoll/>").into_bytes();
+    let mut xml = wrap("<oadr:oadrPoll><ei:venID>V</ei:venID></oadr:oadrPoll>").into_bytes();
     let pad = limits.max_bytes + 1 - xml.len();
     xml.extend(std::iter::repeat_n(b' ', pad));
     assert_eq!(xml.len(), limits.max_bytes + 1);
@@ -605,10 +612,10 @@ fn size_limit() {
 #[test]
 fn depth_limit() {
     let inner = format!("{}{}", "<ei:x>".repeat(100), "</ei:x>".repeat(100));
-    let xml = wrap(&format!("<oadr:oadrPoll>{inner}</oadr:oadrPoll>"));
+    let xml = wrap(&format!("<oadr:oadrPoll><ei:venID>V</ei:venID>{inner}</oadr:oadrPoll>"));
     assert_eq!(decode(xml.as_bytes()), Err(DecodeError::TooDeep { limit: 64 }));
     let inner = format!("{}{}", "<ei:x>".repeat(50), "</ei:x>".repeat(50));
-    assert!(decode(wrap(&format!("<oadr:oadrPoll>{inner}</oadr:oadrPoll>")).as_bytes()).is_ok());
+    assert!(decode(wrap(&format!("<oadr:oadrPoll><ei:venID>V</ei:venID>{inner}</oadr:oadrPoll>")).as_bytes()).is_ok());
 }
 
 #[test]
