@@ -67,6 +67,8 @@
 //! # Ok::<(), flexgate_openadr::oadr2b::DecodeError>(())
 //! ```
 
+#[cfg(feature = "http")]
+pub mod http;
 pub mod oadr2b;
 pub mod oadr3;
 pub mod target;
