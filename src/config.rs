@@ -25,6 +25,10 @@ pub struct Config {
     pub control: ControlConfig,
     /// The cluster backend.
     pub backend: BackendConfig,
+    /// An OpenADR 2.0b VTN to register with and poll (absent: no 2.0b).
+    pub openadr2b: Option<OpenAdr2bConfig>,
+    /// An OpenADR 3.x VTN to poll for events (absent: no 3.x).
+    pub openadr3: Option<OpenAdr3Config>,
 }
 
 impl Default for Config {
@@ -39,6 +43,8 @@ impl Default for Config {
             facility: facility.clone(),
             control: ControlConfig::default(),
             backend: BackendConfig::Sim(SimConfig { facility, ..backend }),
+            openadr2b: None,
+            openadr3: None,
         }
     }
 }
@@ -105,6 +111,23 @@ pub struct SiteConfig {
     pub level_shed_fraction: [f64; 3],
     /// Seconds of meter history averaged for the meter-before baseline.
     pub baseline_window_s: u64,
+    /// Percent of the baseline shed per step of an OpenADR level offset (2.0b
+    /// x-loadControlLevelOffset, 3.x CONTROL_LEVEL_OFFSET): −2 steps at 5 % = a 10 % reduction.
+    pub level_offset_percent_per_step: f64,
+    /// Price policy: at or above `min_per_mwh`, shed `shed_fraction` of the baseline (the
+    /// highest matching row applies). Empty (default): price signals are recorded and
+    /// acknowledged, never acted on.
+    pub price_table: Vec<PriceRow>,
+}
+
+/// One row of the site's price policy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PriceRow {
+    /// Threshold, currency units per MWh (OpenADR prices per kWh are converted).
+    pub min_per_mwh: f64,
+    /// Share of the baseline to shed, in [0, 1].
+    pub shed_fraction: f64,
 }
 
 impl Default for SiteConfig {
@@ -113,6 +136,8 @@ impl Default for SiteConfig {
             facility_max_kw: 0.0,
             level_shed_fraction: [0.10, 0.20, 0.30],
             baseline_window_s: 900,
+            level_offset_percent_per_step: 5.0,
+            price_table: Vec::new(),
         }
     }
 }
@@ -235,6 +260,26 @@ impl Config {
         if self.site.level_shed_fraction.iter().any(|f| !(0.0..=1.0).contains(f)) {
             return invalid("site.level_shed_fraction", "each must be in [0, 1]".into());
         }
+        if !(self.site.level_offset_percent_per_step > 0.0 && self.site.level_offset_percent_per_step <= 100.0) {
+            return invalid("site.level_offset_percent_per_step", "must be in (0, 100]".into());
+        }
+        if self
+            .site
+            .price_table
+            .iter()
+            .any(|r| !r.min_per_mwh.is_finite() || !(0.0..=1.0).contains(&r.shed_fraction))
+        {
+            return invalid(
+                "site.price_table",
+                "each row needs a finite min_per_mwh and a shed_fraction in [0, 1]".into(),
+            );
+        }
+        if let Some(o) = &self.openadr2b {
+            o.validate()?;
+        }
+        if let Some(o) = &self.openadr3 {
+            o.validate()?;
+        }
         let c = &self.control;
         if !(c.gain > 0.0 && c.gain <= 1.0) {
             return invalid("control.gain", "must be in (0, 1]".into());
@@ -249,6 +294,166 @@ impl Config {
             field: "facility",
             message: e.to_string(),
         })?;
+        Ok(())
+    }
+}
+
+/// Connection to an OpenADR 2.0b VTN (this gateway is the VEN).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OpenAdr2bConfig {
+    /// VTN base URL; messages go to `{url}/OpenADR2/Simple/2.0b/{service}`.
+    pub url: String,
+    /// `oadrVenName` sent at registration.
+    pub ven_name: String,
+    /// venID when the utility assigned one out of band; otherwise learned at registration.
+    #[serde(default)]
+    pub ven_id: Option<String>,
+    /// The vtnID to expect; a distribute from any other VTN is answered 452.
+    #[serde(default)]
+    pub vtn_id: Option<String>,
+    /// Programs (market contexts) this site is enrolled in; events for others are opted out.
+    /// Empty: every program is accepted.
+    #[serde(default)]
+    pub market_contexts: Vec<String>,
+    /// This site's identities for eiTarget matching (venID always matches).
+    #[serde(default)]
+    pub group_ids: Vec<String>,
+    /// See `group_ids`.
+    #[serde(default)]
+    pub resource_ids: Vec<String>,
+    /// See `group_ids`.
+    #[serde(default)]
+    pub party_ids: Vec<String>,
+    /// Poll period in seconds, overriding the VTN's `oadrRequestedOadrPollFreq`.
+    #[serde(default)]
+    pub poll_s: Option<u64>,
+    /// Seconds before an HTTP exchange with the VTN is abandoned (and retried).
+    #[serde(default = "default_timeout_s")]
+    pub timeout_s: u64,
+    /// TLS: CA, client certificate and key, optional VTN fingerprint pin.
+    #[serde(default)]
+    pub tls: Option<flexgate_openadr::http::tls::TlsSettings>,
+    /// Push mode: the URL the VTN pushes to (this gateway's
+    /// `/OpenADR2/Simple/2.0b/{service}` route, usually behind a TLS-terminating proxy that
+    /// checks the VTN's client certificate). Absent: pull mode (the VEN polls).
+    #[serde(default)]
+    pub push_url: Option<String>,
+    /// Token the pushing side must present (`Authorization: Bearer …`); required with
+    /// `push_url`, so nothing unauthenticated reaches the event book.
+    #[serde(default)]
+    pub push_token: Option<String>,
+}
+
+fn default_timeout_s() -> u64 {
+    10
+}
+
+impl OpenAdr2bConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |field, message: String| Err(ConfigError::Invalid { field, message });
+        if !(self.url.starts_with("http://") || self.url.starts_with("https://")) {
+            return invalid(
+                "openadr2b.url",
+                format!("{:?} must start with http:// or https://", self.url),
+            );
+        }
+        if self.url.starts_with("https://") && self.tls.is_none() {
+            return invalid(
+                "openadr2b.tls",
+                "an https:// VTN needs [openadr2b.tls] with ca_file and/or vtn_fingerprint (and cert_file/key_file \
+                 for the VEN certificate)"
+                    .into(),
+            );
+        }
+        if self.ven_name.trim().is_empty() {
+            return invalid("openadr2b.ven_name", "must not be empty".into());
+        }
+        if self.poll_s == Some(0) || self.timeout_s == 0 {
+            return invalid("openadr2b.poll_s", "poll_s and timeout_s must be ≥ 1".into());
+        }
+        if self.push_url.is_some() && self.push_token.as_deref().is_none_or(|t| t.len() < 16) {
+            return invalid(
+                "openadr2b.push_token",
+                "push mode (push_url) needs a push_token of at least 16 characters".into(),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Connection to an OpenADR 3.x VTN (this gateway is a VEN client).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OpenAdr3Config {
+    /// Base URL of the API, e.g. `https://vtn.example.com/openadr3/3.1.0`.
+    pub url: String,
+    /// Only events of this program (programID), when set.
+    #[serde(default)]
+    pub program_id: Option<String>,
+    /// Target values this site answers to (3.1 strings, e.g. the VEN name or a group).
+    #[serde(default)]
+    pub targets: Vec<String>,
+    /// The VEN's name, used as the report's clientName.
+    pub ven_name: String,
+    /// A static bearer token (or use client_id/client_secret_file).
+    #[serde(default)]
+    pub token: Option<String>,
+    /// OAuth2 client-credentials id.
+    #[serde(default)]
+    pub client_id: Option<String>,
+    /// File holding the OAuth2 client secret (kept out of the config and the logs).
+    #[serde(default)]
+    pub client_secret_file: Option<PathBuf>,
+    /// Token endpoint; discovered from `{url}/auth/server` when absent.
+    #[serde(default)]
+    pub token_url: Option<String>,
+    /// Seconds between polls of `GET /events`.
+    #[serde(default = "default_poll3_s")]
+    pub poll_s: u64,
+    /// Seconds before an HTTP exchange is abandoned.
+    #[serde(default = "default_timeout_s")]
+    pub timeout_s: u64,
+    /// POST a USAGE/DEMAND report to the VTN at the end of each event.
+    #[serde(default = "default_true")]
+    pub reports: bool,
+    /// TLS settings for an https:// VTN (CA and/or pin, optional client certificate).
+    #[serde(default)]
+    pub tls: Option<flexgate_openadr::http::tls::TlsSettings>,
+}
+
+fn default_poll3_s() -> u64 {
+    10
+}
+
+fn default_true() -> bool {
+    true
+}
+
+impl OpenAdr3Config {
+    fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |field, message: String| Err(ConfigError::Invalid { field, message });
+        if !(self.url.starts_with("http://") || self.url.starts_with("https://")) {
+            return invalid(
+                "openadr3.url",
+                format!("{:?} must start with http:// or https://", self.url),
+            );
+        }
+        match (&self.token, &self.client_id, &self.client_secret_file) {
+            (Some(_), None, None) | (None, Some(_), Some(_)) => {}
+            _ => {
+                return invalid(
+                    "openadr3",
+                    "set either token, or client_id together with client_secret_file".into(),
+                );
+            }
+        }
+        if self.poll_s == 0 || self.timeout_s == 0 {
+            return invalid("openadr3.poll_s", "poll_s and timeout_s must be ≥ 1".into());
+        }
+        if self.ven_name.trim().is_empty() {
+            return invalid("openadr3.ven_name", "must not be empty".into());
+        }
         Ok(())
     }
 }

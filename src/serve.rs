@@ -40,6 +40,9 @@ pub enum ServeError {
     /// Serving failed.
     #[error("HTTP server: {0}")]
     Http(std::io::Error),
+    /// An OpenADR connection is misconfigured (URL, TLS files, VEN settings).
+    #[error("{0}")]
+    OpenAdr(String),
 }
 
 /// A running gateway.
@@ -80,26 +83,47 @@ impl Server {
                 }
             },
         };
+        let openadr2b = config.openadr2b.clone();
+        let openadr3 = config.openadr3.clone();
+        let full_config = config.clone();
         let gateway = Gateway::start(config, clock, ledger, backend).await?;
         let addr = listener.local_addr().map_err(ServeError::Http)?;
         let (stop, stopped) = watch::channel(false);
         let wait = |mut rx: watch::Receiver<bool>| async move {
             let _ = rx.wait_for(|stop| *stop).await;
         };
+        let mut tasks = Vec::new();
+        let mut router = api::router(gateway.clone(), &token);
+        if let Some(cfg) = &openadr2b {
+            let ven = crate::openadr::ven2b::Ven2b::new(gateway.clone(), &full_config, cfg)
+                .map_err(|e| ServeError::OpenAdr(e.to_string()))?;
+            let (to_ven, pushed) = tokio::sync::mpsc::channel(64);
+            if let (Some(_), Some(push_token)) = (&cfg.push_url, &cfg.push_token) {
+                router = router.merge(crate::openadr::push::router(push_token, to_ven));
+            }
+            tasks.push(tokio::spawn(ven.run(stopped.clone(), pushed)));
+        }
+        if let Some(cfg) = &openadr3 {
+            let client = crate::openadr::ven3::Ven3::new(gateway.clone(), &full_config, cfg)
+                .map_err(|e| ServeError::OpenAdr(e.to_string()))?;
+            tasks.push(tokio::spawn(client.run(stopped.clone())));
+        }
         let control = tokio::spawn(gateway.clone().control_loop(wait(stopped.clone())));
-        let app = api::router(gateway.clone(), &token).into_make_service_with_connect_info::<SocketAddr>();
+        let app = router.into_make_service_with_connect_info::<SocketAddr>();
         let http_stop = wait(stopped);
         let http = tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(http_stop).await {
                 tracing::error!("HTTP server stopped: {e}");
             }
         });
+        tasks.push(control);
+        tasks.push(http);
         Ok(Self {
             gateway,
             addr,
             token_file,
             stop,
-            tasks: vec![control, http],
+            tasks,
         })
     }
 

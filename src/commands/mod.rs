@@ -4,6 +4,7 @@ pub mod audit;
 pub mod demo;
 pub mod facility;
 pub mod log;
+pub mod openadr;
 pub mod pfi;
 pub mod predictor;
 pub mod run;

@@ -112,6 +112,9 @@ pub enum RecordKind {
     Interpretation,
     /// What we answered the counterparty (opt in/out, response code).
     Ack,
+    /// Bytes sent to the grid side on our own initiative or as a protocol answer (OpenADR
+    /// registration, oadrCreatedEvent, reports), verbatim, with the peer.
+    Outbound,
     /// A dispatch plan: per-job caps and the reasons for them.
     Plan,
     /// A command sent to a cluster.

@@ -31,6 +31,22 @@ pub enum Transport {
         /// Peer address, if known.
         peer: Option<String>,
     },
+    /// An OpenADR 2.0b `oadrDistributeEvent`, pulled from or pushed by a VTN.
+    #[serde(rename = "openadr2b")]
+    OpenAdr2b {
+        /// The VTN's base URL.
+        vtn: String,
+        /// Ledger seq of the record holding the message's bytes.
+        message_seq: u64,
+    },
+    /// An OpenADR 3.x event object, polled from a VTN.
+    #[serde(rename = "openadr3")]
+    OpenAdr3 {
+        /// The VTN's base URL.
+        vtn: String,
+        /// Ledger seq of the record holding the response body.
+        message_seq: u64,
+    },
 }
 
 /// Why a submission was not accepted. Nothing in the event book changed.
@@ -303,6 +319,20 @@ impl Gateway {
                 rule.shed = shed;
             }
         }
+        site.price_table = self
+            .config
+            .site
+            .price_table
+            .iter()
+            .filter_map(|row| {
+                flexgate_policies::units::Fraction::new(row.shed_fraction)
+                    .ok()
+                    .map(|shed| flexgate_policies::event::PriceRule {
+                        min_per_mwh: row.min_per_mwh,
+                        shed,
+                    })
+            })
+            .collect();
         site
     }
 
@@ -330,6 +360,26 @@ impl Gateway {
             self.counters.events_refused.fetch_add(1, Ordering::Relaxed);
             SubmitError::Invalid(e)
         })?;
+        let raw = json!({ "bytes": String::from_utf8_lossy(body) });
+        self.submit_grid_event(event, transport, raw).await
+    }
+
+    /// Accept an event an adapter has already translated (OpenADR, MQTT): validate it, record
+    /// it with `raw` (what the adapter received, or a pointer to the ledger record holding the
+    /// wire bytes), interpret it, update the book, and record and return the acknowledgment.
+    ///
+    /// The same path as `POST /v1/events`, so every source gets identical de-duplication,
+    /// staleness, site and expiry rules.
+    pub async fn submit_grid_event(
+        &self,
+        event: GridEvent,
+        transport: Transport,
+        raw: serde_json::Value,
+    ) -> Result<SubmitOutcome, SubmitError> {
+        event.validate().map_err(|e| {
+            self.counters.events_refused.fetch_add(1, Ordering::Relaxed);
+            SubmitError::Invalid(e)
+        })?;
         let received_at = self.clock.now();
         let opt_out = |reason: String| DrAck {
             schema: "dr.ack/1".to_string(),
@@ -342,11 +392,14 @@ impl Gateway {
             expected_meter_kw: None,
             log_checkpoint: String::new(),
         };
-        let raw_body = json!({
+        let mut raw_body = json!({
             "received_at": received_at,
             "transport": transport,
-            "bytes": String::from_utf8_lossy(body),
+            "source": event.source,
         });
+        if let (Some(into), serde_json::Value::Object(from)) = (raw_body.as_object_mut(), raw) {
+            into.extend(from);
+        }
         // An event for another site, or whose window is already over, is recorded and answered
         // (opt out), but takes no de-duplication key: it must not shadow the same id and
         // revision sent later, corrected.

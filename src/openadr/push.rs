@@ -1,0 +1,79 @@
+//! The 2.0b push endpoint: a VTN that pushes POSTs its messages to
+//! `/OpenADR2/Simple/2.0b/{service}`; they are decoded here and handed to the VEN task.
+//!
+//! The route needs a bearer token (`openadr2b.push_token`). OpenADR's own authentication of a
+//! pushing VTN is its TLS client certificate; the gateway's listener is plain HTTP, so
+//! deployments terminate mutual TLS at a reverse proxy that adds the token.
+
+use super::ven2b::Pushed;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use flexgate_openadr::oadr2b::decode;
+use sha2::{Digest, Sha256};
+use tokio::sync::mpsc;
+
+/// Largest pushed message accepted.
+pub const MAX_PUSH_BYTES: usize = 4 * 1024 * 1024;
+
+#[derive(Clone)]
+struct Push {
+    token_digest: [u8; 32],
+    to_ven: mpsc::Sender<Pushed>,
+}
+
+/// The push routes, for merging into the API router.
+pub fn router(token: &str, to_ven: mpsc::Sender<Pushed>) -> Router {
+    let push = Push {
+        token_digest: Sha256::digest(token.as_bytes()).into(),
+        to_ven,
+    };
+    Router::new()
+        .route("/OpenADR2/Simple/2.0b/{service}", axum::routing::post(receive))
+        .layer(DefaultBodyLimit::max(MAX_PUSH_BYTES))
+        .with_state(push)
+}
+
+fn authorized(push: &Push, headers: &HeaderMap) -> bool {
+    let Some(presented) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+    else {
+        return false;
+    };
+    let digest: [u8; 32] = Sha256::digest(presented.trim().as_bytes()).into();
+    digest
+        .iter()
+        .zip(push.token_digest.iter())
+        .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+        == 0
+}
+
+async fn receive(State(push): State<Push>, headers: HeaderMap, body: Bytes) -> Response {
+    if !authorized(&push, &headers) {
+        return (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer")],
+            "push needs Authorization: Bearer <openadr2b.push_token>\n",
+        )
+            .into_response();
+    }
+    let message = match decode(&body) {
+        Ok(m) => m,
+        Err(e) => return (StatusCode::BAD_REQUEST, format!("not an OpenADR 2.0b message: {e}\n")).into_response(),
+    };
+    // Accepted for processing only once the VEN task has it; a full queue is back-pressure.
+    match push.to_ven.try_send(Pushed {
+        message,
+        raw: body.to_vec(),
+    }) {
+        Ok(()) => StatusCode::OK.into_response(),
+        Err(mpsc::error::TrySendError::Full(_)) => {
+            (StatusCode::SERVICE_UNAVAILABLE, "VEN busy; retry\n").into_response()
+        }
+        Err(mpsc::error::TrySendError::Closed(_)) => (StatusCode::SERVICE_UNAVAILABLE, "VEN stopped\n").into_response(),
+    }
+}

@@ -1,0 +1,405 @@
+//! Runs the OpenADR 2.0b VEN against a VTN over HTTP and connects it to the gateway.
+//!
+//! The state machine (`flexgate_openadr::oadr2b::ven`) decides what to send and when; this task
+//! executes its actions: HTTP exchanges, persisting the registration, recording every
+//! non-trivial message in the ledger (both directions), turning event changes into
+//! `GridEvent`s for the book, and answering with the gateway's opt decisions.
+
+use super::map::{Labels, MapPolicy, Timing, cancellation, grid_event};
+use crate::config::{Config, OpenAdr2bConfig};
+use crate::ledger::{NewRecord, RecordKind};
+use crate::runtime::{Gateway, SubmitError, Transport};
+use chrono::{DateTime, TimeDelta, Utc};
+use flexgate_openadr::http::oadr2b::Oadr2bHttp;
+use flexgate_openadr::oadr2b::outgoing::{OptType, Outgoing};
+use flexgate_openadr::oadr2b::signal::SignalMeaning;
+use flexgate_openadr::oadr2b::ven::{
+    Action, DistributeOutcome, EventChange, EventUpdate, OptDecision, Registration, TelemetrySample, Ven, VenConfig,
+};
+use flexgate_openadr::oadr2b::{Message, Response};
+use flexgate_policies::event::{EventSource, Opt};
+use serde_json::json;
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+
+/// File (in the data directory) holding the registration the VTN gave us.
+pub const REGISTRATION_FILE: &str = "openadr2b-registration.json";
+
+/// A message a VTN pushed to us (push mode), with a channel for the answer.
+pub struct Pushed {
+    /// The decoded message.
+    pub message: Message,
+    /// The raw bytes, for the ledger.
+    pub raw: Vec<u8>,
+}
+
+/// Why the VEN could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum VenStartError {
+    /// Transport configuration (URL, TLS files).
+    #[error("OpenADR 2.0b: {0}")]
+    Transport(#[from] flexgate_openadr::http::oadr2b::TransportError),
+    /// VEN configuration.
+    #[error("OpenADR 2.0b: {0}")]
+    Ven(#[from] flexgate_openadr::oadr2b::ven::VenError),
+}
+
+/// The 2.0b VEN task's state.
+pub struct Ven2b {
+    gateway: Arc<Gateway>,
+    ven: Ven,
+    http: Oadr2bHttp,
+    registration_path: PathBuf,
+    policy: MapPolicy,
+    /// 2.0b eventID → the gateway event ids it became and the highest revision submitted.
+    submitted: HashMap<String, (Vec<String>, u64)>,
+    /// Ledger seq of the last recorded inbound message (the source of the next changes).
+    last_inbound_seq: u64,
+}
+
+impl Ven2b {
+    /// Builds the VEN from the configuration and any registration saved by an earlier run.
+    pub fn new(gateway: Arc<Gateway>, config: &Config, cfg: &OpenAdr2bConfig) -> Result<Self, VenStartError> {
+        let http = Oadr2bHttp::new(&cfg.url, cfg.tls.as_ref(), Duration::from_secs(cfg.timeout_s))?;
+        let registration_path = config.gateway.data_dir.join(REGISTRATION_FILE);
+        let saved: Option<Registration> = std::fs::read(&registration_path)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok());
+        let mut ven_cfg = VenConfig::new(cfg.ven_name.clone());
+        ven_cfg.ven_id = cfg.ven_id.clone();
+        ven_cfg.expected_vtn_id = cfg.vtn_id.clone();
+        ven_cfg.market_contexts = cfg.market_contexts.clone();
+        ven_cfg.group_ids = cfg.group_ids.clone();
+        ven_cfg.resource_ids = cfg.resource_ids.clone();
+        ven_cfg.party_ids = cfg.party_ids.clone();
+        ven_cfg.poll_override = cfg.poll_s.and_then(|s| TimeDelta::try_seconds(s as i64));
+        ven_cfg.reports.resource_id = config.gateway.site.clone();
+        if let Some(push_url) = &cfg.push_url {
+            ven_cfg.http_pull = false;
+            ven_cfg.transport_address = Some(push_url.clone());
+        }
+        let ven = Ven::new(ven_cfg, saved)?;
+        Ok(Ven2b {
+            gateway,
+            ven,
+            http,
+            registration_path,
+            policy: MapPolicy {
+                level_offset_percent_per_step: config.site.level_offset_percent_per_step,
+            },
+            submitted: HashMap::new(),
+            last_inbound_seq: 0,
+        })
+    }
+
+    /// Runs until `stop` turns true. Pushed messages (push mode) arrive on `pushed`.
+    pub async fn run(mut self, mut stop: watch::Receiver<bool>, mut pushed: mpsc::Receiver<Pushed>) {
+        let clock = self.gateway.clock();
+        let mut queue: VecDeque<Action> = self.ven.start(clock.now()).into();
+        tracing::info!(vtn = %self.http.base(), "OpenADR 2.0b VEN started");
+        loop {
+            while let Some(action) = queue.pop_front() {
+                let more = self.execute(action).await;
+                queue.extend(more);
+                if *stop.borrow() {
+                    return;
+                }
+            }
+            self.sample().await;
+            let wake = clock.instant_of(self.ven.next_wakeup());
+            tokio::select! {
+                () = async { let _ = stop.wait_for(|s| *s).await; } => return,
+                _ = tokio::time::sleep_until(wake) => {
+                    queue.extend(self.ven.tick(clock.now()));
+                }
+                Some(msg) = pushed.recv() => {
+                    self.record_inbound(&msg.raw, msg.message.name()).await;
+                    queue.extend(self.ven.handle(clock.now(), None, msg.message));
+                }
+            }
+        }
+    }
+
+    async fn execute(&mut self, action: Action) -> Vec<Action> {
+        let now = self.gateway.clock().now();
+        match action {
+            Action::Send(out) => {
+                let exchange = self.http.send(&out).await;
+                let now = self.gateway.clock().now();
+                match exchange {
+                    Ok(exchange) => {
+                        if !matches!(out, Outgoing::Poll { .. }) {
+                            self.record_outbound(&out, &exchange.sent).await;
+                        }
+                        match exchange.reply {
+                            Ok(Some(reply)) => {
+                                if !is_plain_ok(&reply) {
+                                    self.record_inbound(&exchange.raw, reply.name()).await;
+                                }
+                                self.ven.handle(now, Some(&out), reply)
+                            }
+                            Ok(None) => Vec::new(),
+                            Err(e) => {
+                                self.record_inbound(&exchange.raw, "undecodable").await;
+                                self.ven.request_failed(now, &out, format!("undecodable answer: {e}"))
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!("OpenADR 2.0b {}: {e}", out.name());
+                        self.ven.request_failed(now, &out, e)
+                    }
+                }
+            }
+            Action::Persist(registration) => {
+                self.persist(registration.as_ref());
+                Vec::new()
+            }
+            Action::Events(outcome) => self.apply(now, outcome).await,
+            Action::Warn(w) => {
+                tracing::warn!("OpenADR 2.0b: {w}");
+                Vec::new()
+            }
+        }
+    }
+
+    fn persist(&self, registration: Option<&Registration>) {
+        let result = match registration {
+            Some(r) => serde_json::to_vec_pretty(r)
+                .map_err(std::io::Error::other)
+                .and_then(|bytes| {
+                    let tmp = self.registration_path.with_extension("json.tmp");
+                    std::fs::write(&tmp, bytes)?;
+                    std::fs::rename(&tmp, &self.registration_path)
+                }),
+            None => match std::fs::remove_file(&self.registration_path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+                _ => Ok(()),
+            },
+        };
+        if let Err(e) = result {
+            tracing::error!(path = %self.registration_path.display(), "cannot save the OpenADR registration: {e}");
+        }
+    }
+
+    /// The latest measurements, for TELEMETRY_USAGE / TELEMETRY_STATUS reports.
+    async fn sample(&mut self) {
+        let status = self.gateway.status().await;
+        let Some(meter_kw) = status.measured_meter_kw else {
+            return;
+        };
+        let sample = TelemetrySample {
+            meter_kw,
+            gpu_board_kw: status.measured_gpu_w.map(|w| w / 1000.0),
+            flexible_kw: None,
+            online: true,
+            manual_override: false,
+        };
+        if let Err(e) = self.ven.record_sample(status.at, sample) {
+            tracing::warn!("OpenADR 2.0b telemetry sample refused: {e}");
+        }
+    }
+
+    async fn record_inbound(&mut self, raw: &[u8], message: &str) {
+        let body = json!({
+            "transport": "openadr2b",
+            "vtn": self.http.base(),
+            "message": message,
+            "bytes": String::from_utf8_lossy(raw),
+        });
+        match self
+            .gateway
+            .ledger()
+            .append(NewRecord {
+                kind: RecordKind::RawInput,
+                event: None,
+                dedup_key: None,
+                body,
+            })
+            .await
+        {
+            Ok(appended) => self.last_inbound_seq = appended.seq,
+            Err(e) => tracing::error!("ledger: cannot record an OpenADR message: {e}"),
+        }
+    }
+
+    async fn record_outbound(&self, out: &Outgoing, sent: &str) {
+        let body = json!({
+            "transport": "openadr2b",
+            "vtn": self.http.url_for(out),
+            "message": out.name(),
+            "bytes": sent,
+        });
+        if let Err(e) = self
+            .gateway
+            .ledger()
+            .append(NewRecord {
+                kind: RecordKind::Outbound,
+                event: None,
+                dedup_key: None,
+                body,
+            })
+            .await
+        {
+            tracing::error!("ledger: cannot record an OpenADR message: {e}");
+        }
+    }
+
+    /// Applies event changes to the gateway's book and answers with its decisions.
+    async fn apply(&mut self, now: DateTime<Utc>, outcome: DistributeOutcome) -> Vec<Action> {
+        let mut decisions = Vec::new();
+        for change in outcome.changes {
+            match change {
+                EventChange::Upsert(update) => decisions.push(self.upsert(*update).await),
+                EventChange::Cancel {
+                    event_id,
+                    modification_number,
+                    ..
+                } => self.cancel(now, &event_id, u64::from(modification_number)).await,
+                EventChange::Refused {
+                    event_id,
+                    modification_number,
+                    ..
+                } => self.cancel(now, &event_id, u64::from(modification_number)).await,
+            }
+        }
+        match outcome.pending {
+            Some(pending) => {
+                let wanted: Vec<String> = pending.needs_decision().into_iter().map(str::to_string).collect();
+                decisions.retain(|d| wanted.contains(&d.event_id));
+                self.ven.answer_distribute(pending, decisions)
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// Submits each acted-on signal of an event version as a gateway event; the opt is in only
+    /// when every part was accepted.
+    async fn upsert(&mut self, update: EventUpdate) -> OptDecision {
+        let actionable: Vec<_> = update
+            .signals
+            .iter()
+            .filter(|s| matches!(s.meaning, SignalMeaning::Load(_) | SignalMeaning::Price(_)))
+            .filter(|s| !s.meaning.intervals().is_empty())
+            .collect();
+        let ids: Vec<String> = match actionable.len() {
+            1 => vec![update.event_id.clone()],
+            _ => actionable
+                .iter()
+                .enumerate()
+                .map(|(i, s)| {
+                    format!(
+                        "{}#{}",
+                        update.event_id,
+                        if s.id.is_empty() { i.to_string() } else { s.id.clone() }
+                    )
+                })
+                .collect(),
+        };
+        let revision = u64::from(update.modification_number);
+        // Parts of an older version that this one no longer has are cancelled.
+        if let Some((old_ids, _)) = self.submitted.get(&update.event_id).cloned() {
+            for gone in old_ids.iter().filter(|id| !ids.contains(id)) {
+                self.submit_cancel(gone, revision + 1).await;
+            }
+        }
+        let schedule = &update.schedule;
+        let ramp = schedule.ramp_up.unwrap_or_default().num_seconds().max(0);
+        // 2.0b wants the target met AT dtstart and lets the ramp start x-eiRampUp earlier; the
+        // gateway's window ramps after its start, so the window opens `ramp` seconds early.
+        let window_start = schedule.start - TimeDelta::seconds(ramp);
+        let timing = Timing {
+            start: window_start,
+            duration_s: schedule
+                .end
+                .map(|end| u64::try_from((end - window_start).num_seconds()).unwrap_or(0)),
+            ramp_s: ramp as u64,
+            recovery_s: schedule.recovery.map_or(0, |r| r.num_seconds().max(0) as u64),
+            randomize_start_s: schedule.start_after.map_or(0, |r| r.num_seconds().max(0) as u64),
+        };
+        let mut refusals = Vec::new();
+        for (id, signal) in ids.iter().zip(&actionable) {
+            let event = grid_event(
+                Labels {
+                    id: id.clone(),
+                    revision,
+                    source: EventSource::OpenAdr2b,
+                    program: update.market_context.clone(),
+                    issued_at: update.event.created,
+                    priority: update.priority.filter(|p| *p > 0),
+                    test: update.test,
+                },
+                timing.clone(),
+                signal.meaning.intervals(),
+                self.policy,
+            );
+            let raw = json!({
+                "openadr_event_id": update.event_id,
+                "modification_number": update.modification_number,
+                "signal": {"name": signal.name, "type": signal.signal_type, "id": signal.id},
+            });
+            if let Some(reason) = self.submit(event, raw).await {
+                refusals.push(reason);
+            }
+        }
+        self.submitted.insert(update.event_id.clone(), (ids, revision));
+        if refusals.is_empty() {
+            OptDecision::opt_in(update.event_id)
+        } else {
+            OptDecision::opt_out(update.event_id, refusals.join("; "))
+        }
+    }
+
+    /// Submits one event; `Some(reason)` when the gateway did not opt in.
+    async fn submit(&self, event: flexgate_policies::event::GridEvent, raw: serde_json::Value) -> Option<String> {
+        let transport = Transport::OpenAdr2b {
+            vtn: self.http.base().to_string(),
+            message_seq: self.last_inbound_seq,
+        };
+        match self.gateway.submit_grid_event(event, transport, raw).await {
+            Ok(outcome) => match outcome.ack.opt {
+                Opt::In => None,
+                Opt::Out => Some(outcome.ack.reason.unwrap_or_else(|| "opted out".into())),
+            },
+            Err(SubmitError::Stale { .. }) => None,
+            Err(e @ SubmitError::Ledger(_)) => {
+                tracing::error!("OpenADR 2.0b event not recorded: {e}");
+                Some("the gateway could not record the event".into())
+            }
+            Err(e) => Some(e.to_string()),
+        }
+    }
+
+    async fn cancel(&mut self, now: DateTime<Utc>, event_id: &str, modification: u64) {
+        let Some((ids, held)) = self.submitted.remove(event_id) else {
+            return;
+        };
+        let revision = modification.max(held + 1);
+        for id in ids {
+            self.submit_cancel(&id, revision).await;
+        }
+        tracing::info!(%event_id, at = %now, "OpenADR 2.0b event cancelled");
+    }
+
+    async fn submit_cancel(&self, id: &str, revision: u64) {
+        let now = self.gateway.clock().now();
+        let event = cancellation(id, revision, EventSource::OpenAdr2b, now);
+        if let Some(reason) = self.submit(event, json!({"openadr_cancel": id})).await {
+            tracing::warn!(event = %id, "cancellation not taken: {reason}");
+        }
+    }
+
+    /// An operator's must-run override: tell the VTN with oadrCreateOpt.
+    pub fn opt_out_actions(&mut self, event_id: &str, reason: &str) -> Vec<Action> {
+        let now = self.gateway.clock().now();
+        self.ven.create_opt(now, event_id, OptType::OptOut, reason)
+    }
+}
+
+/// An `oadrResponse` 200 to a poll: nothing pending, nothing worth a ledger record.
+fn is_plain_ok(msg: &Message) -> bool {
+    matches!(msg, Message::Response(Response { response, .. }) if response.code == "200")
+}

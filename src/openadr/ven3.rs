@@ -1,0 +1,400 @@
+//! Runs the OpenADR 3.x VEN client against a VTN and connects it to the gateway.
+//!
+//! Every `poll_s` it fetches the events for its program and targets (ETag/304 aware), lets the
+//! tracker say what changed (new, modified by modificationDateTime, cancelled by a zero window
+//! or by deletion), records each change in the ledger, and submits it to the event book. When
+//! an event it acted on ends or is cancelled, it POSTs a report (DEMAND in kW and USAGE in kWh
+//! per event interval, from the meter readings taken while the event ran).
+
+use super::map::{Labels, MapPolicy, Timing, cancellation, grid_event};
+use crate::config::{Config, OpenAdr3Config};
+use crate::ledger::{NewRecord, RecordKind};
+use crate::runtime::{Gateway, SubmitError, Transport};
+use chrono::{DateTime, Utc};
+use flexgate_openadr::oadr3::{
+    Auth, ChangeKind, Client, Event, EventTracker, Interval, IntervalPeriod, Polled, Report, ReportPayloadDescriptor,
+    ReportResource, ValuesMap, event_targets,
+};
+use flexgate_openadr::oadr3::{IsoDuration, PayloadValue};
+use flexgate_policies::event::{EventSource, Opt};
+use serde_json::json;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// Why the 3.x client could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum Ven3StartError {
+    /// TLS files.
+    #[error("OpenADR 3: {0}")]
+    Tls(#[from] flexgate_openadr::http::tls::TlsError),
+    /// The HTTP client.
+    #[error("OpenADR 3: {0}")]
+    Client(#[from] flexgate_openadr::oadr3::ClientError),
+    /// The secret file.
+    #[error("OpenADR 3: cannot read client_secret_file {path}: {source}")]
+    Secret {
+        /// Path.
+        path: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+}
+
+/// One interval of an event we acted on, for the report.
+#[derive(Debug, Clone)]
+struct ReportSpan {
+    interval_id: i64,
+    start: DateTime<Utc>,
+    end: Option<DateTime<Utc>>,
+}
+
+/// An event the gateway is acting on.
+#[derive(Debug, Clone)]
+struct Tracked {
+    revision: u64,
+    end: Option<DateTime<Utc>>,
+    spans: Vec<ReportSpan>,
+}
+
+/// The 3.x client task's state.
+pub struct Ven3 {
+    gateway: Arc<Gateway>,
+    client: Client,
+    cfg: OpenAdr3Config,
+    tracker: EventTracker,
+    policy: MapPolicy,
+    acting: HashMap<String, Tracked>,
+    /// Meter readings (time, kW) since the oldest live event started.
+    meter: Vec<(DateTime<Utc>, f64)>,
+}
+
+impl Ven3 {
+    /// Builds the client; reads the secret file now so a wrong path fails at start.
+    pub fn new(gateway: Arc<Gateway>, config: &Config, cfg: &OpenAdr3Config) -> Result<Self, Ven3StartError> {
+        let auth = match (&cfg.token, &cfg.client_id, &cfg.client_secret_file) {
+            (Some(token), _, _) => Auth::Bearer(token.clone()),
+            (None, Some(client_id), Some(path)) => {
+                let secret = std::fs::read_to_string(path).map_err(|source| Ven3StartError::Secret {
+                    path: path.display().to_string(),
+                    source,
+                })?;
+                Auth::ClientCredentials {
+                    token_url: cfg.token_url.clone(),
+                    client_id: client_id.clone(),
+                    client_secret: secret.trim().to_string(),
+                    scopes: Vec::new(),
+                }
+            }
+            _ => Auth::Anonymous,
+        };
+        let http = flexgate_openadr::http::client(cfg.tls.as_ref(), Duration::from_secs(cfg.timeout_s))?;
+        Ok(Ven3 {
+            gateway,
+            client: Client::new(cfg.url.clone(), auth, http),
+            cfg: cfg.clone(),
+            tracker: EventTracker::new(),
+            policy: MapPolicy {
+                level_offset_percent_per_step: config.site.level_offset_percent_per_step,
+            },
+            acting: HashMap::new(),
+            meter: Vec::new(),
+        })
+    }
+
+    /// Polls until `stop` turns true.
+    pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
+        let clock = self.gateway.clock();
+        tracing::info!(vtn = %self.client.base_url(), "OpenADR 3 client started");
+        loop {
+            self.poll_once().await;
+            let wake = clock.instant_of(clock.now() + chrono::Duration::seconds(self.cfg.poll_s as i64));
+            tokio::select! {
+                () = async { let _ = stop.wait_for(|s| *s).await; } => return,
+                _ = tokio::time::sleep_until(wake) => {}
+            }
+        }
+    }
+
+    /// One poll: fetch, track, submit, report.
+    pub async fn poll_once(&mut self) {
+        let targets: Vec<&str> = self.cfg.targets.iter().map(String::as_str).collect();
+        let polled = self.client.get_events(self.cfg.program_id.as_deref(), &targets).await;
+        let now = self.gateway.clock().now();
+        self.sample(now).await;
+        match polled {
+            Ok(Polled::NotModified) => {}
+            Ok(Polled::Events(events)) => {
+                for change in self.tracker.observe_poll(&events) {
+                    let revision = u64::from(change.revision);
+                    match change.kind {
+                        ChangeKind::Unchanged => {}
+                        ChangeKind::New | ChangeKind::Modified => self.upsert(now, &change.event, revision).await,
+                        ChangeKind::Cancelled(reason) => {
+                            let seq = self.record(&change.event, &format!("cancelled: {reason:?}")).await;
+                            self.cancel(now, &change.id, revision, seq).await;
+                        }
+                    }
+                }
+            }
+            Err(e) => tracing::warn!("OpenADR 3 poll: {e}"),
+        }
+        self.report_ended(now).await;
+    }
+
+    async fn sample(&mut self, now: DateTime<Utc>) {
+        if self.acting.is_empty() {
+            self.meter.clear();
+            return;
+        }
+        if let Some(kw) = self.gateway.status().await.measured_meter_kw {
+            self.meter.push((now, kw));
+        }
+    }
+
+    /// Records what the VTN said about one event (the client decoded it; the JSON is the
+    /// object as received, re-serialized).
+    async fn record(&self, event: &Event, change: &str) -> u64 {
+        let body = json!({
+            "transport": "openadr3",
+            "vtn": self.client.base_url(),
+            "change": change,
+            "object": event,
+        });
+        match self
+            .gateway
+            .ledger()
+            .append(NewRecord {
+                kind: RecordKind::RawInput,
+                event: event.id.clone(),
+                dedup_key: None,
+                body,
+            })
+            .await
+        {
+            Ok(appended) => appended.seq,
+            Err(e) => {
+                tracing::error!("ledger: cannot record an OpenADR 3 event: {e}");
+                0
+            }
+        }
+    }
+
+    async fn upsert(&mut self, now: DateTime<Utc>, event: &Event, revision: u64) {
+        let Some(id) = event.id.clone() else { return };
+        let seq = self.record(event, "new or modified").await;
+        let mapped = match event_targets(event, now) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(event = %id, "OpenADR 3 event not usable: {e}");
+                self.cancel(now, &id, revision, seq).await;
+                return;
+            }
+        };
+        if !mapped.refusals.is_empty() {
+            let reasons: Vec<String> = mapped.refusals.iter().map(|r| r.refusal.to_string()).collect();
+            tracing::warn!(event = %id, "OpenADR 3 event refused: {}", reasons.join("; "));
+            self.cancel(now, &id, revision, seq).await;
+            return;
+        }
+        let (Some(start), spans) = (mapped.start, mapped.target_intervals()) else {
+            self.cancel(now, &id, revision, seq).await;
+            return;
+        };
+        if spans.is_empty() {
+            // Informational only (alerts, prices without a load payload): nothing to act on.
+            return;
+        }
+        let labels = Labels {
+            id: id.clone(),
+            revision,
+            source: EventSource::OpenAdr3,
+            program: Some(event.program_id.clone()),
+            issued_at: event.modification_date_time,
+            // 3.x: 0 is the highest; the gateway's scale (2.0b's) starts at 1.
+            priority: event.priority.map(|p| p.saturating_add(1)),
+            test: false,
+        };
+        let timing = Timing {
+            start,
+            duration_s: mapped
+                .end
+                .map(|end| u64::try_from((end - start).num_seconds()).unwrap_or(0)),
+            ramp_s: 0,
+            recovery_s: 0,
+            randomize_start_s: mapped
+                .randomize_start
+                .as_ref()
+                .and_then(IsoDuration::as_fixed)
+                .map_or(0, |d| d.num_seconds().max(0) as u64),
+        };
+        let grid = grid_event(labels, timing, &spans, self.policy);
+        let transport = Transport::OpenAdr3 {
+            vtn: self.client.base_url().to_string(),
+            message_seq: seq,
+        };
+        let raw = json!({"openadr3_event_id": id, "tracker_revision": revision});
+        match self.gateway.submit_grid_event(grid, transport, raw).await {
+            Ok(outcome) if outcome.ack.opt == Opt::In => {
+                let report_spans = mapped
+                    .targets
+                    .iter()
+                    .map(|t| ReportSpan {
+                        interval_id: t.interval_id,
+                        start: t.span.start,
+                        end: t
+                            .span
+                            .duration_s
+                            .map(|d| t.span.start + chrono::Duration::seconds(d as i64)),
+                    })
+                    .collect();
+                self.acting.insert(
+                    id,
+                    Tracked {
+                        revision,
+                        end: mapped.end,
+                        spans: report_spans,
+                    },
+                );
+            }
+            Ok(outcome) => {
+                tracing::warn!(event = %id, "OpenADR 3 event opted out: {}", outcome.ack.reason.unwrap_or_default());
+            }
+            Err(SubmitError::Stale { .. }) => {}
+            Err(e) => tracing::warn!(event = %id, "OpenADR 3 event not taken: {e}"),
+        }
+    }
+
+    async fn cancel(&mut self, now: DateTime<Utc>, id: &str, revision: u64, seq: u64) {
+        let transport = Transport::OpenAdr3 {
+            vtn: self.client.base_url().to_string(),
+            message_seq: seq,
+        };
+        let held = self.acting.get(id).map_or(0, |t| t.revision);
+        let event = cancellation(id, revision.max(held + 1), EventSource::OpenAdr3, now);
+        match self
+            .gateway
+            .submit_grid_event(event, transport, json!({"openadr3_cancel": id}))
+            .await
+        {
+            Ok(_) | Err(SubmitError::Stale { .. }) => {}
+            Err(e) => tracing::warn!(event = %id, "OpenADR 3 cancellation not taken: {e}"),
+        }
+        if let Some(mut tracked) = self.acting.remove(id) {
+            tracked.end = Some(now);
+            self.post_report(id, &tracked, now).await;
+        }
+    }
+
+    /// Posts the report of every acted-on event whose end has passed.
+    async fn report_ended(&mut self, now: DateTime<Utc>) {
+        let ended: Vec<String> = self
+            .acting
+            .iter()
+            .filter(|(_, t)| t.end.is_some_and(|end| end <= now))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in ended {
+            if let Some(tracked) = self.acting.remove(&id) {
+                self.post_report(&id, &tracked, now).await;
+            }
+        }
+    }
+
+    async fn post_report(&self, id: &str, tracked: &Tracked, now: DateTime<Utc>) {
+        if !self.cfg.reports {
+            return;
+        }
+        let report = build_report(id, &self.cfg.ven_name, tracked, &self.meter, now);
+        let Some(report) = report else {
+            tracing::info!(event = %id, "OpenADR 3: no meter readings during the event; no report");
+            return;
+        };
+        let body = serde_json::to_value(&report).unwrap_or_default();
+        match self.client.post_report(&report).await {
+            Ok(_) => {
+                let _ = self
+                    .gateway
+                    .ledger()
+                    .append(NewRecord {
+                        kind: RecordKind::Outbound,
+                        event: Some(id.to_string()),
+                        dedup_key: None,
+                        body: json!({"transport": "openadr3", "vtn": self.client.base_url(), "report": body}),
+                    })
+                    .await;
+            }
+            Err(e) => tracing::warn!(event = %id, "OpenADR 3 report not accepted: {e}"),
+        }
+    }
+}
+
+/// DEMAND (mean kW) and USAGE (kWh) per event interval, from the meter readings inside it.
+fn build_report(
+    id: &str,
+    ven_name: &str,
+    tracked: &Tracked,
+    meter: &[(DateTime<Utc>, f64)],
+    now: DateTime<Utc>,
+) -> Option<Report> {
+    let mut intervals = Vec::new();
+    for span in &tracked.spans {
+        let end = span.end.unwrap_or(now).min(tracked.end.unwrap_or(now)).min(now);
+        let inside: Vec<f64> = meter
+            .iter()
+            .filter(|(t, _)| *t >= span.start && *t <= end)
+            .map(|(_, kw)| *kw)
+            .collect();
+        if inside.is_empty() || end <= span.start {
+            continue;
+        }
+        let mean_kw = inside.iter().sum::<f64>() / inside.len() as f64;
+        let hours = (end - span.start).num_seconds() as f64 / 3600.0;
+        let number = |v: f64| {
+            serde_json::Number::from_f64((v * 1000.0).round() / 1000.0)
+                .map_or(PayloadValue::Text(v.to_string()), PayloadValue::Number)
+        };
+        intervals.push(Interval {
+            id: span.interval_id,
+            interval_period: Some(IntervalPeriod {
+                start: Some(span.start),
+                duration: chrono::TimeDelta::try_seconds((end - span.start).num_seconds())
+                    .and_then(IsoDuration::from_time_delta),
+                randomize_start: None,
+            }),
+            payloads: vec![
+                ValuesMap {
+                    kind: "DEMAND".into(),
+                    values: vec![number(mean_kw)],
+                },
+                ValuesMap {
+                    kind: "USAGE".into(),
+                    values: vec![number(mean_kw * hours)],
+                },
+            ],
+        });
+    }
+    if intervals.is_empty() {
+        return None;
+    }
+    let descriptor = |kind: &str, units: &str| ReportPayloadDescriptor {
+        object_type: Some("REPORT_PAYLOAD_DESCRIPTOR".into()),
+        payload_type: kind.into(),
+        reading_type: Some("DIRECT_READ".into()),
+        units: Some(units.into()),
+        extra: Default::default(),
+    };
+    Some(Report {
+        event_id: id.to_string(),
+        client_name: ven_name.to_string(),
+        report_name: Some(format!("flexgate {id}")),
+        payload_descriptors: Some(vec![descriptor("DEMAND", "KW"), descriptor("USAGE", "KWH")]),
+        resources: vec![ReportResource {
+            resource_name: "AGGREGATED_REPORT".into(),
+            interval_period: None,
+            intervals,
+        }],
+        ..Report::default()
+    })
+}
