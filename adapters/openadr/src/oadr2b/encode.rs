@@ -34,8 +34,10 @@
 //!   ("other"), OpenADR's catch-all code.
 //! - `oadrCreatedEvent` always has the root `eiResponse` `200 OK` with an empty `requestID`
 //!   (certification requires it empty); `eventResponses` is omitted when there are none.
-//! - Report data intervals with no data points are omitted (the schema needs one payload per
-//!   interval), and so is `strm:intervals` when no interval remains.
+//! - Report data are written one `ei:interval` per data point (same dtstart and duration for
+//!   the points of one sample): the schema allows several payloads per interval, but openleadr
+//!   reads exactly one. Intervals with no data points are omitted, and so is `strm:intervals`
+//!   when no interval remains.
 
 use std::fmt::Write as _;
 
@@ -419,14 +421,16 @@ impl W<'_> {
         self.duration_prop("xcal:duration", r.duration);
         if r.intervals.iter().any(|i| !i.points.is_empty()) {
             self.open("strm:intervals");
-            for i in r.intervals.iter().filter(|i| !i.points.is_empty()) {
-                self.open("ei:interval");
-                self.dtstart(i.start);
-                self.duration_prop("xcal:duration", i.duration);
+            // One ei:interval per data point: the schema allows several payloads in one
+            // interval, but openleadr (and VTNs built like it) read exactly one.
+            for i in &r.intervals {
                 for (r_id, p) in &i.points {
+                    self.open("ei:interval");
+                    self.dtstart(i.start);
+                    self.duration_prop("xcal:duration", i.duration);
                     self.report_payload(r_id, p);
+                    self.close("ei:interval");
                 }
-                self.close("ei:interval");
             }
             self.close("strm:intervals");
         }

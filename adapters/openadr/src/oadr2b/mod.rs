@@ -466,6 +466,9 @@ pub struct ReportData {
 }
 
 /// One `ei:interval` of report data.
+///
+/// Consecutive `ei:interval`s with the same dtstart, duration and uid decode as one interval
+/// with all their points (a sample is often written one point per interval).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReportInterval {
     /// `xcal:dtstart`.
@@ -1375,7 +1378,7 @@ impl Cx<'_> {
     }
 
     fn report_data(&self, r: &Node, p: &str) -> Result<ReportData, DecodeError> {
-        let mut intervals = Vec::new();
+        let mut intervals: Vec<ReportInterval> = Vec::new();
         if let Some(ints) = r.child(&Ns::Strm, "intervals") {
             let ip = join(p, "intervals");
             for (i, n) in self.limited(ints, &Ns::Ei, "interval", &ip)?.iter().enumerate() {
@@ -1385,12 +1388,24 @@ impl Cx<'_> {
                 for (j, pl) in payloads.iter().enumerate() {
                     points.push(report_point(pl, &format!("{np}/oadrReportPayload[{}]", j + 1))?);
                 }
-                intervals.push(ReportInterval {
+                let interval = ReportInterval {
                     start: opt_dtstart(n, &np)?,
                     duration: opt_wrapped_duration(n, &Ns::Xcal, "duration", &np)?,
                     uid: n.child(&Ns::Xcal, "uid").and_then(|u| opt_text(u, &Ns::Xcal, "text")),
                     points,
-                });
+                };
+                // Consecutive intervals with the same start, duration and uid are one sample
+                // written one point per interval (as openleadr reads them): merge them back.
+                match intervals.last_mut() {
+                    Some(last)
+                        if interval.start.is_some()
+                            && (last.start, last.duration, &last.uid)
+                                == (interval.start, interval.duration, &interval.uid) =>
+                    {
+                        last.points.extend(interval.points);
+                    }
+                    _ => intervals.push(interval),
+                }
             }
         }
         Ok(ReportData {

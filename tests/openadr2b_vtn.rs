@@ -1,0 +1,412 @@
+//! The whole gateway as an OpenADR 2.0b VEN against a real VTN: openleadr 0.5.36 (PyPI),
+//! started by this test on 127.0.0.1 from `tests/peers/oadr2b_vtn.py` with the virtualenv that
+//! `tests/peers/setup.sh` creates (the README test command runs it first).
+//!
+//! One VTN and one gateway serve every scenario in order (registration, setpoint, modify,
+//! cancel, delta, percent offset, capacity, SIMPLE, target mismatch, re-registration, reports),
+//! on the real clock: openleadr schedules by wall time. Every message we send passes openleadr's
+//! XSD validation, or it would answer HTTP 400 and the scenario would stall and fail.
+
+use chrono::{SecondsFormat, Utc};
+use flexgate::config::{Config, OpenAdr2bConfig};
+use flexgate::runtime::Clock;
+use flexgate::serve::Server;
+use serde_json::{Value, json};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+const VEN_NAME: &str = "flexgate-it";
+const PROGRAM: &str = "http://flexgate.test/dr";
+
+fn workspace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+struct Vtn {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Drop for Vtn {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+    }
+}
+
+impl Vtn {
+    async fn start() -> Vtn {
+        let python = std::env::var("FLEXGATE_OADR2B_PYTHON")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| workspace().join("target/peers/oadr2b-venv/bin/python"));
+        assert!(
+            python.exists(),
+            "{} is missing: run `bash tests/peers/setup.sh` (the README test command does) to install openleadr \
+             0.5.36",
+            python.display()
+        );
+        let mut child = Command::new(&python)
+            .arg(workspace().join("tests/peers/oadr2b_vtn.py"))
+            .args([
+                "--port",
+                "0",
+                "--poll-freq",
+                "1",
+                "--report-sampling",
+                "2",
+                "--exit-on-stdin-eof",
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start the openleadr VTN");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let port = tokio::time::timeout(Duration::from_secs(60), async {
+            while let Some(line) = lines.next_line().await.expect("read VTN stdout") {
+                if let Some(port) = line.strip_prefix("READY ") {
+                    return port.trim().parse::<u16>().expect("port");
+                }
+            }
+            panic!("the VTN exited before it was ready");
+        })
+        .await
+        .expect("the VTN did not print READY within 60 s");
+        // Keep draining stdout so the VTN never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Vtn {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+        }
+    }
+
+    async fn post(&self, path: &str, body: Value) -> Value {
+        let bytes = serde_json::to_vec(&body).expect("json");
+        let resp = flexgate::http_client::request(self.addr, "POST", path, None, Some(&bytes))
+            .await
+            .expect("VTN admin request");
+        let value = resp.json().expect("VTN admin answer is JSON");
+        assert!(value.get("error").is_none(), "{path} {body}: {value}");
+        value
+    }
+
+    async fn state(&self) -> Value {
+        flexgate::http_client::request(self.addr, "GET", "/admin/state?raw=0", None, None)
+            .await
+            .expect("VTN state")
+            .json()
+            .expect("VTN state JSON")
+    }
+}
+
+async fn eventually<T>(what: &str, timeout_s: u64, mut probe: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(timeout_s);
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout_s} s waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn iso_in(seconds: i64) -> String {
+    (Utc::now() + chrono::Duration::seconds(seconds)).to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-6 * b.abs().max(1.0)
+}
+
+struct Site {
+    server: Server,
+    data_dir: PathBuf,
+    vtn: Vtn,
+    ven_id: String,
+}
+
+impl Site {
+    /// The gateway's view of `id`: (state, revision, ceiling of the first interval, baseline).
+    async fn event(&self, id: &str) -> Option<Value> {
+        self.server.gateway.event(id).await
+    }
+
+    async fn ceiling_of(&self, id: &str) -> Option<(f64, Option<f64>)> {
+        let e = self.event(id).await?;
+        let c = &e["detail"]["ceilings"][0];
+        Some((c["ceiling_kw"].as_f64()?, c["baseline"]["kw"].as_f64()))
+    }
+
+    async fn opt_of(&self, id: &str) -> Option<Value> {
+        let state = self.vtn.state().await;
+        state["opt_responses"][id].as_array().and_then(|a| a.last().cloned())
+    }
+
+    async fn add_event(&self, mut body: Value) -> String {
+        body["ven_id"] = json!(self.ven_id);
+        body["market_context"] = json!(PROGRAM);
+        self.vtn.post("/admin/event", body).await["event_id"]
+            .as_str()
+            .expect("event_id")
+            .to_string()
+    }
+}
+
+async fn start_site() -> Site {
+    let vtn = Vtn::start().await;
+    let dir = tempfile::tempdir().expect("tempdir").keep();
+    let mut config = Config::default();
+    config.gateway.data_dir = dir.clone();
+    config.gateway.api_token = "it-token-0123456789".into();
+    config.gateway.telemetry_interval_s = 1;
+    config.site.baseline_window_s = 20;
+    config.site.facility_max_kw = 400.0;
+    config.openadr2b = Some(OpenAdr2bConfig {
+        url: format!("http://{}", vtn.addr),
+        ven_name: VEN_NAME.into(),
+        ven_id: None,
+        vtn_id: Some("flexgate-test-vtn".into()),
+        market_contexts: vec![PROGRAM.into()],
+        group_ids: vec!["dc-east".into()],
+        resource_ids: Vec::new(),
+        party_ids: Vec::new(),
+        poll_s: None,
+        timeout_s: 5,
+        tls: None,
+        push_url: None,
+        push_token: None,
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let server = Server::start(config, Clock::real(), None, listener)
+        .await
+        .expect("gateway starts");
+    let ven_id = eventually("registration at the VTN", 30, async || {
+        let state = vtn.state().await;
+        state["registrations"].as_array()?.iter().find_map(|r| {
+            (r["ven_name"] == VEN_NAME && r["active"] == true).then(|| r["ven_id"].as_str().map(str::to_string))?
+        })
+    })
+    .await;
+    Site {
+        server,
+        data_dir: dir,
+        vtn,
+        ven_id,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_follows_a_real_openleadr_vtn() {
+    let site = start_site().await;
+    let gw = site.server.gateway.clone();
+    // The VEN saved its registration where a restart finds it.
+    let saved = std::fs::read_to_string(site.data_dir.join(flexgate::openadr::ven2b::REGISTRATION_FILE))
+        .expect("registration file");
+    assert!(saved.contains(&site.ven_id), "{saved}");
+    let meter = eventually("a meter reading", 20, async || gw.status().await.measured_meter_kw).await;
+    assert!(meter > 10.0, "meter {meter}");
+
+    // 1. LOAD_DISPATCH setpoint, applied at dtstart and not before.
+    let setpoint = (0.8 * meter).round();
+    let id = site
+        .add_event(
+            json!({"signal_name": "LOAD_DISPATCH", "signal_type": "setpoint", "start": iso_in(5),
+                          "intervals": [{"duration_s": 30, "value": setpoint}]}),
+        )
+        .await;
+    let (ceiling, _) = eventually("the setpoint event in the book", 10, async || {
+        site.ceiling_of(&id).await
+    })
+    .await;
+    assert!(close(ceiling, setpoint), "ceiling {ceiling} for setpoint {setpoint} kW");
+    let opt = eventually("oadrCreatedEvent at the VTN", 10, async || site.opt_of(&id).await).await;
+    assert_eq!(opt["opt_type"], "optIn", "{opt}");
+    assert_eq!(opt["response_code"], 200, "{opt}");
+    let first_binding = eventually("the setpoint binding the site", 20, async || {
+        let status = gw.status().await;
+        status
+            .meter_ceiling_kw
+            .filter(|c| close(*c, setpoint))
+            .map(|_| status.at)
+    })
+    .await;
+    let start = site.event(&id).await.expect("event")["summary"]["start"]
+        .as_str()
+        .expect("start")
+        .parse::<chrono::DateTime<Utc>>()
+        .expect("start time");
+    assert!(
+        first_binding >= start,
+        "ceiling in force at {first_binding}, before dtstart {start}"
+    );
+
+    // 2. Modify: the VTN raises modificationNumber; the book follows with the new value.
+    let lower = (0.7 * meter).round();
+    site.vtn
+        .post(
+            "/admin/modify",
+            json!({"event_id": id, "intervals": [{"duration_s": 30, "value": lower}]}),
+        )
+        .await;
+    eventually("the modified setpoint", 15, async || {
+        let (c, _) = site.ceiling_of(&id).await?;
+        close(c, lower).then_some(())
+    })
+    .await;
+    let revision = site.event(&id).await.expect("event")["summary"]["revision"].as_u64();
+    assert_eq!(revision, Some(1), "openleadr's first modification is number 1");
+
+    // 3. Cancel: the ceiling goes away.
+    site.vtn.post("/admin/cancel", json!({"event_id": id})).await;
+    eventually("the cancellation", 15, async || {
+        let e = site.event(&id).await?;
+        let state = e["summary"]["state"].as_str()?.to_string();
+        (state == "cancelled" || state == "recovering" || state == "completed").then_some(())
+    })
+    .await;
+    let answered = eventually("optIn for the cancellation", 10, async || {
+        let o = site.opt_of(&id).await?;
+        (o["modification_number"] == 2).then_some(o)
+    })
+    .await;
+    assert_eq!(answered["opt_type"], "optIn", "{answered}");
+
+    // 4. LOAD_DISPATCH delta: ceiling = baseline − |delta|.
+    let delta = (0.1 * meter).round();
+    let id = site
+        .add_event(
+            json!({"signal_name": "LOAD_DISPATCH", "signal_type": "delta", "start": iso_in(2),
+                          "intervals": [{"duration_s": 20, "value": -delta}]}),
+        )
+        .await;
+    let (ceiling, baseline) = eventually("the delta event", 10, async || site.ceiling_of(&id).await).await;
+    let baseline = baseline.expect("a delta records its baseline");
+    assert!(
+        close(ceiling, baseline - delta),
+        "ceiling {ceiling}, baseline {baseline}, delta {delta}"
+    );
+
+    // 5. x-loadControlPercentOffset −20: ceiling = 80 % of the baseline.
+    let id = site
+        .add_event(
+            json!({"signal_name": "LOAD_CONTROL", "signal_type": "x-loadControlPercentOffset",
+                          "measurement": "none", "start": iso_in(2),
+                          "intervals": [{"duration_s": 20, "value": -20.0}]}),
+        )
+        .await;
+    let (ceiling, baseline) = eventually("the percent event", 10, async || site.ceiling_of(&id).await).await;
+    assert!(close(ceiling, 0.8 * baseline.expect("baseline")), "ceiling {ceiling}");
+
+    // 6. x-loadControlCapacity 0.5: ceiling = half the facility maximum (400 kW).
+    let id = site
+        .add_event(
+            json!({"signal_name": "LOAD_CONTROL", "signal_type": "x-loadControlCapacity",
+                          "measurement": "none", "start": iso_in(2),
+                          "intervals": [{"duration_s": 20, "value": 0.5}]}),
+        )
+        .await;
+    let (ceiling, _) = eventually("the capacity event", 10, async || site.ceiling_of(&id).await).await;
+    assert!(close(ceiling, 200.0), "ceiling {ceiling}");
+
+    // 7. SIMPLE level 2: the site table sheds 20 % of the baseline.
+    let id = site
+        .add_event(
+            json!({"signal_name": "SIMPLE", "signal_type": "level", "measurement": "none",
+                          "start": iso_in(2), "intervals": [{"duration_s": 20, "value": 2}]}),
+        )
+        .await;
+    let (ceiling, baseline) = eventually("the SIMPLE event", 10, async || site.ceiling_of(&id).await).await;
+    assert!(close(ceiling, 0.8 * baseline.expect("baseline")), "ceiling {ceiling}");
+
+    // 8. A target that is not ours: optOut with a reason, nothing in the book.
+    let id = site
+        .add_event(
+            json!({"signal_name": "LOAD_DISPATCH", "signal_type": "setpoint", "start": iso_in(2),
+                          "targets": {"group_id": "someone-else"},
+                          "intervals": [{"duration_s": 20, "value": setpoint}]}),
+        )
+        .await;
+    let opt = eventually("the opt-out", 10, async || site.opt_of(&id).await).await;
+    assert_eq!(opt["opt_type"], "optOut", "{opt}");
+    assert!(
+        opt["response_description"].as_str().unwrap_or("").contains("eiTarget"),
+        "the reason names the target: {opt}"
+    );
+    assert!(
+        site.event(&id).await.is_none(),
+        "an event for someone else must not reach the book"
+    );
+
+    // 9. The VTN forgets us: the VEN re-registers and keeps working.
+    let before = site.vtn.state().await["registrations"].as_array().map_or(0, Vec::len);
+    site.vtn.post("/admin/forget_ven", json!({"ven_id": site.ven_id})).await;
+    let ven_id = eventually("re-registration", 20, async || {
+        let state = site.vtn.state().await;
+        let regs = state["registrations"].as_array()?;
+        (regs.len() > before || regs.iter().filter(|r| r["ven_name"] == VEN_NAME).count() > 1)
+            .then(|| {
+                regs.iter()
+                    .rev()
+                    .find(|r| r["ven_name"] == VEN_NAME && r["active"] == true)?["ven_id"]
+                    .as_str()
+                    .map(str::to_string)
+            })
+            .flatten()
+    })
+    .await;
+    let id = site
+        .vtn
+        .post(
+            "/admin/event",
+            json!({"ven_id": ven_id, "market_context": PROGRAM, "signal_name": "LOAD_DISPATCH",
+                   "signal_type": "setpoint", "start": iso_in(2), "intervals": [{"duration_s": 10, "value": setpoint}]}),
+        )
+        .await["event_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    eventually("an event after re-registration", 15, async || {
+        site.ceiling_of(&id).await
+    })
+    .await;
+
+    // 10. Reports: the VTN asked for TELEMETRY_USAGE and got our meter readings.
+    let values = eventually("TELEMETRY_USAGE values at the VTN", 20, async || {
+        let state = site.vtn.state().await;
+        let values = state["report_values"]
+            .as_object()?
+            .iter()
+            .find(|(k, _)| k.ends_with("meter_kw"))?
+            .1
+            .clone();
+        (values.as_array()?.len() >= 2).then_some(values)
+    })
+    .await;
+    for point in values.as_array().expect("values") {
+        let kw = point[1].as_f64().expect("a number");
+        assert!(kw > 0.0 && kw < 10_000.0, "meter kW reported: {kw}");
+    }
+    // And every exchange is in the ledger: the distributes in, the created events out.
+    let exported: Vec<_> = gw.ledger().iter_from(0).map(|r| r.expect("ledger record")).collect();
+    let inbound = exported
+        .iter()
+        .filter(|r| r.body["message"] == "oadrDistributeEvent")
+        .count();
+    let outbound = exported
+        .iter()
+        .filter(|r| r.body["message"] == "oadrCreatedEvent")
+        .count();
+    assert!(
+        inbound >= 8 && outbound >= 8,
+        "ledger holds {inbound} distributes and {outbound} created events"
+    );
+    site.server.shutdown().await;
+}
