@@ -1,0 +1,278 @@
+//! The whole gateway as an OpenADR 3.1 VEN client against a real VTN: `openadr` 0.4.0
+//! (hupe1980, in-memory store, pre-shared tokens), installed by `tests/peers/setup.sh` with
+//! `cargo install` and started here on a free 127.0.0.1 port.
+//!
+//! The business side (program, VEN, events, modifications, cancellation, deletion) is plain
+//! HTTP + JSON with the BL token, as a utility's back office would send it. The gateway polls
+//! every second on the real clock.
+
+use chrono::{SecondsFormat, Utc};
+use flexgate::config::{Config, OpenAdr3Config};
+use flexgate::runtime::Clock;
+use flexgate::serve::Server;
+use serde_json::{Value, json};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BASE: &str = "/openadr3/3.1.0";
+
+struct Vtn {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Drop for Vtn {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+impl Vtn {
+    async fn start() -> Vtn {
+        let bin = std::env::var_os("OPENADR_VTN_BIN").map_or_else(
+            || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/peers/openadr/bin/openadr"),
+            PathBuf::from,
+        );
+        assert!(
+            bin.is_file(),
+            "the OpenADR 3.1 VTN is missing at {}: run `bash tests/peers/setup.sh` (the README test command does)",
+            bin.display()
+        );
+        let port = free_port();
+        let child = Command::new(&bin)
+            .args([
+                "vtn",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--bl-token",
+                "bltok",
+                "--ven-token",
+            ])
+            .arg("ventok")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the VTN");
+        let vtn = Vtn {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(r) =
+                flexgate::http_client::request(vtn.addr, "GET", &format!("{BASE}/auth/server"), None, None).await
+                && r.status == 200
+            {
+                return vtn;
+            }
+            assert!(Instant::now() < deadline, "the VTN did not answer within 30 s");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn bl(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let bytes = body.map(|b| serde_json::to_vec(&b).expect("json"));
+        let resp = flexgate::http_client::request(
+            self.addr,
+            method,
+            &format!("{BASE}{path}"),
+            Some("bltok"),
+            bytes.as_deref(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("BL {method} {path}: {e}"));
+        (resp.status, resp.json().unwrap_or(Value::Null))
+    }
+}
+
+fn iso_in(seconds: i64) -> String {
+    (Utc::now() + chrono::Duration::seconds(seconds)).to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+fn capacity_event(program: &str, start: &str, duration: &str, kw: f64) -> Value {
+    json!({
+        "objectType": "EVENT", "programID": program, "eventName": "cap", "priority": 0,
+        "targets": ["site-a"],
+        "payloadDescriptors": [{"objectType": "EVENT_PAYLOAD_DESCRIPTOR", "payloadType": "IMPORT_CAPACITY_LIMIT", "units": "KW"}],
+        "intervalPeriod": {"start": start, "duration": duration},
+        "intervals": [{"id": 0, "payloads": [{"type": "IMPORT_CAPACITY_LIMIT", "values": [kw]}]}],
+    })
+}
+
+async fn eventually<T>(what: &str, timeout_s: u64, mut probe: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(timeout_s);
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout_s} s waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_follows_a_real_openadr3_vtn() {
+    let vtn = Vtn::start().await;
+    let (status, program) = vtn
+        .bl(
+            "POST",
+            "/programs",
+            Some(json!({"objectType": "PROGRAM", "programName": "flexgate-it"})),
+        )
+        .await;
+    assert_eq!(status, 201, "{program}");
+    let program = program["id"].as_str().expect("program id").to_string();
+    // With --ven-token the VEN authenticates as clientID "ven".
+    let (status, ven) = vtn
+        .bl(
+            "POST",
+            "/vens",
+            Some(
+                json!({"objectType": "BL_VEN_REQUEST", "clientID": "ven", "venName": "dc-east", "targets": ["site-a"]}),
+            ),
+        )
+        .await;
+    assert_eq!(status, 201, "{ven}");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::default();
+    config.gateway.data_dir = dir.path().to_path_buf();
+    config.gateway.api_token = "it-token-0123456789".into();
+    config.gateway.telemetry_interval_s = 1;
+    config.openadr3 = Some(OpenAdr3Config {
+        url: format!("http://{}{BASE}", vtn.addr),
+        program_id: Some(program.clone()),
+        targets: vec!["site-a".into()],
+        ven_name: "dc-east".into(),
+        token: Some("ventok".into()),
+        client_id: None,
+        client_secret_file: None,
+        token_url: None,
+        poll_s: 1,
+        timeout_s: 5,
+        reports: true,
+        tls: None,
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let server = Server::start(config, Clock::real(), None, listener)
+        .await
+        .expect("gateway");
+    let gw = server.gateway.clone();
+    let meter = eventually("a meter reading", 20, async || gw.status().await.measured_meter_kw).await;
+    let ceiling_of = async |id: &str| -> Option<(f64, u64, String)> {
+        let e = gw.event(id).await?;
+        Some((
+            e["detail"]["ceilings"][0]["ceiling_kw"].as_f64()?,
+            e["summary"]["revision"].as_u64()?,
+            e["summary"]["state"].as_str()?.to_string(),
+        ))
+    };
+
+    // 1. An IMPORT_CAPACITY_LIMIT event reaches the book as a meter ceiling, and binds at its start.
+    let cap = (0.8 * meter).round();
+    let (status, created) = vtn
+        .bl(
+            "POST",
+            "/events",
+            Some(capacity_event(&program, &iso_in(3), "PT20S", cap)),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().expect("event id").to_string();
+    let (kw, revision, _) = eventually("the event in the book", 10, async || ceiling_of(&id).await).await;
+    assert_eq!((kw, revision), (cap, 1));
+    eventually("the ceiling in force", 15, async || {
+        gw.status().await.meter_ceiling_kw.filter(|c| (*c - cap).abs() < 1e-6)
+    })
+    .await;
+
+    // 2. A modification (new modificationDateTime) replaces it: revision 2, new ceiling.
+    let lower = (0.7 * meter).round();
+    let (status, v) = vtn
+        .bl(
+            "PUT",
+            &format!("/events/{id}"),
+            Some(capacity_event(&program, &iso_in(1), "PT20S", lower)),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    eventually("the modification", 10, async || {
+        let (kw, revision, _) = ceiling_of(&id).await?;
+        ((kw - lower).abs() < 1e-6 && revision == 2).then_some(())
+    })
+    .await;
+
+    // 3. Cancellation by a zero window (0001-01-01, PT0S).
+    let (status, v) = vtn
+        .bl(
+            "PUT",
+            &format!("/events/{id}"),
+            Some(capacity_event(&program, "0001-01-01T00:00:00Z", "PT0S", lower)),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    eventually("the zero-window cancellation", 10, async || {
+        let e = gw.event(&id).await?;
+        let state = e["summary"]["state"].as_str()?;
+        (state == "cancelled" || state == "recovering" || state == "completed").then_some(())
+    })
+    .await;
+    // The gateway reported what the meter did while the event ran.
+    let reports = eventually("a report for the cancelled event", 10, async || {
+        let (status, reports) = vtn.bl("GET", "/reports", None).await;
+        (status == 200).then_some(())?;
+        let mine: Vec<Value> = reports
+            .as_array()?
+            .iter()
+            .filter(|r| r["eventID"] == id.as_str())
+            .cloned()
+            .collect();
+        (!mine.is_empty()).then_some(mine)
+    })
+    .await;
+    let payloads = &reports[0]["resources"][0]["intervals"][0]["payloads"];
+    let types: Vec<&str> = payloads
+        .as_array()
+        .expect("payloads")
+        .iter()
+        .filter_map(|p| p["type"].as_str())
+        .collect();
+    assert_eq!(types, ["DEMAND", "USAGE"], "{payloads}");
+    let demand = payloads[0]["values"][0].as_f64().expect("demand kW");
+    assert!(demand > 0.0 && demand < 10.0 * meter, "demand {demand} kW");
+
+    // 4. Cancellation by deletion: the event disappears from the VTN's list.
+    let (status, created) = vtn
+        .bl(
+            "POST",
+            "/events",
+            Some(capacity_event(&program, &iso_in(1), "PT30S", cap)),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().expect("event id").to_string();
+    eventually("the second event", 10, async || ceiling_of(&id).await).await;
+    let (status, v) = vtn.bl("DELETE", &format!("/events/{id}"), None).await;
+    assert!(status == 200 || status == 204, "DELETE: {status} {v}");
+    eventually("the deletion as a cancellation", 10, async || {
+        let e = gw.event(&id).await?;
+        let state = e["summary"]["state"].as_str()?;
+        (state == "cancelled" || state == "recovering" || state == "completed").then_some(())
+    })
+    .await;
+    server.shutdown().await;
+}
