@@ -435,3 +435,76 @@ fn demo_then_audit_verify_export_and_a_tampered_ledger_is_caught() {
     let stderr = String::from_utf8_lossy(&verify.stderr);
     assert!(stderr.contains("record 5"), "{stderr}");
 }
+
+fn fixture(path: &str) -> String {
+    format!("{}/adapters/openadr/tests/fixtures/{path}", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn openadr_decode_prints_normalized_json_for_2b_and_3x() {
+    let v = stdout_json(&flexgate(&["openadr", "decode", &fixture("single_jaxb.xml")]));
+    assert_eq!(v["format"], "oadr2b");
+    assert_eq!(v["message"], "oadrDistributeEvent");
+    let event = &v["events"][0];
+    for key in [
+        "id",
+        "modification",
+        "priority",
+        "status",
+        "test",
+        "market_context",
+        "start",
+        "duration_s",
+    ] {
+        assert!(event.get(key).is_some(), "events[0].{key} missing: {event}");
+    }
+    assert!(event["signals"][0]["intervals"][0]["values"].is_array(), "{event}");
+    for key in ["ven_id", "group_id", "resource_id", "party_id"] {
+        assert!(event["targets"][key].is_array(), "targets.{key}: {event}");
+    }
+    // The same event with other namespace prefixes decodes to the same JSON.
+    let prefixed = stdout_json(&flexgate(&[
+        "openadr",
+        "decode",
+        &fixture("single_prefixed.xml"),
+        "--compact",
+    ]));
+    assert_eq!(prefixed["events"][0]["signals"], event["signals"]);
+
+    let v = stdout_json(&flexgate(&[
+        "openadr",
+        "decode",
+        &fixture("oadr3/v31_events_capacity.json"),
+    ]));
+    assert_eq!(v["format"], "oadr3");
+    assert_eq!(v["message"], "events");
+    assert!(v["events"][0]["signals"][0]["intervals"].is_array(), "{v}");
+}
+
+#[test]
+fn openadr_decode_refuses_invalid_input_with_exit_1() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cases = [
+        (
+            "bomb.xml",
+            r#"<?xml version="1.0"?><!DOCTYPE x [<!ENTITY a "aaaa">]><x>&a;</x>"#,
+            "DOCTYPE",
+        ),
+        (
+            "truncated.xml",
+            "<oadrPayload xmlns=\"http://openadr.org/oadr-2.0b/2012/07\">",
+            "truncated",
+        ),
+        ("deep.json", &format!("{}{}", "[".repeat(200), "]".repeat(200)), "deep"),
+        ("text.txt", "hello", "neither XML"),
+    ];
+    for (name, body, expect) in cases {
+        let path = dir.path().join(name);
+        std::fs::write(&path, body).expect("write");
+        let out = flexgate(&["openadr", "decode", path.to_str().expect("utf-8 path")]);
+        assert_eq!(out.status.code(), Some(1), "{name} must exit 1");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.to_lowercase().contains(&expect.to_lowercase()), "{name}: {err}");
+        assert!(out.stdout.is_empty(), "{name}: nothing on stdout");
+    }
+}
