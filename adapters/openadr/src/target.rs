@@ -24,7 +24,8 @@ pub enum LoadTarget {
     /// An abstract level 0..=3 (SIMPLE), mapped by a site table.
     Level { level: u8 },
     /// Steps below normal (x-loadControlLevelOffset, CONTROL_LEVEL_OFFSET), mapped by a site
-    /// table. Positive = less load (the sign of the wire value is flipped).
+    /// table. Positive = less load: 2.0b's wire value (negative = less load) is negated; 3.1's
+    /// CONTROL_LEVEL_OFFSET already counts positive = less load.
     LevelOffset { steps: u32 },
     /// A price; acted on only when the site has a price table.
     Price {

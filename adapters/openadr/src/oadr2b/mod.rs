@@ -2,7 +2,7 @@
 //! message a VEN sends.
 //!
 //! Entry points: [`decode`] (default [`Limits`]), [`decode_with_limits`], and
-//! [`normalized_json`] for a stable, prefix-independent JSON view; [`encode`] turns an
+//! [`normalized_json`] for a stable, prefix-independent JSON view; [`encode()`] turns an
 //! [`outgoing::Outgoing`] into one schema-valid `oadrPayload` document.
 //!
 //! All 23 messages of the 2.0b schema decode to their own [`Message`] variant: the VTN → VEN
