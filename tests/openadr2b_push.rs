@@ -1,6 +1,6 @@
 //! OpenADR 2.0b push mode: the VTN POSTs oadrDistributeEvent to the gateway's
 //! `/OpenADR2/Simple/2.0b/EiEvent`, authenticated with the push token; the VEN answers with
-//! oadrCreatedEvent to the VTN. openleadr has no push mode, so the VTN here is a small canned
+//! oadrCreatedEvent to the VTN; an operator opt-out goes to the VTN as oadrCreateOpt. openleadr has no push mode, so the VTN here is a small canned
 //! server that registers the VEN and records what it receives.
 
 use axum::Router;
@@ -154,5 +154,28 @@ async fn a_pushed_distribute_is_authenticated_applied_and_answered() {
     assert!(answer.contains("E-push") && answer.contains("OptIn"), "{answer}");
     let event = server.gateway.event("E-push").await.expect("E-push in the book");
     assert_eq!(event["detail"]["ceilings"][0]["ceiling_kw"].as_f64(), Some(123.0));
+
+    // An operator's opt-out is told to the VTN with oadrCreateOpt.
+    server
+        .gateway
+        .operator_opt_out("E-push", "Ada (site operator)", "must-run training checkpoint")
+        .await
+        .expect("opt-out");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let opt = loop {
+        let found = seen.lock().expect("lock").iter().find_map(|m| match m {
+            Message::CreateOpt(o) => Some(format!("{o:?}")),
+            _ => None,
+        });
+        if let Some(o) = found {
+            break o;
+        }
+        assert!(Instant::now() < deadline, "no oadrCreateOpt reached the VTN");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        opt.contains("E-push") && opt.contains("must-run training checkpoint"),
+        "{opt}"
+    );
     server.shutdown().await;
 }

@@ -98,6 +98,7 @@ impl Ven2b {
     /// Runs until `stop` turns true. Pushed messages (push mode) arrive on `pushed`.
     pub async fn run(mut self, mut stop: watch::Receiver<bool>, mut pushed: mpsc::Receiver<Pushed>) {
         let clock = self.gateway.clock();
+        let mut opt_outs = self.gateway.subscribe_opt_outs();
         let mut queue: VecDeque<Action> = self.ven.start(clock.now()).into();
         tracing::info!(vtn = %self.http.base(), "OpenADR 2.0b VEN started");
         loop {
@@ -114,6 +115,9 @@ impl Ven2b {
                 () = async { let _ = stop.wait_for(|s| *s).await; } => return,
                 _ = tokio::time::sleep_until(wake) => {
                     queue.extend(self.ven.tick(clock.now()));
+                }
+                Ok((event_id, reason)) = opt_outs.recv() => {
+                    queue.extend(self.opt_out_actions(&event_id, &reason));
                 }
                 Some(msg) = pushed.recv() => {
                     self.record_inbound(&msg.raw, msg.message.name()).await;
@@ -392,10 +396,19 @@ impl Ven2b {
         }
     }
 
-    /// An operator's must-run override: tell the VTN with oadrCreateOpt.
-    pub fn opt_out_actions(&mut self, event_id: &str, reason: &str) -> Vec<Action> {
+    /// An operator opted the site out of a gateway event: if it came from this VTN, say so
+    /// with oadrCreateOpt (optOut) for the OpenADR event it was part of.
+    fn opt_out_actions(&mut self, gateway_event_id: &str, reason: &str) -> Vec<Action> {
+        let Some(oadr_id) = self
+            .submitted
+            .iter()
+            .find(|(_, (ids, _))| ids.iter().any(|id| id == gateway_event_id))
+            .map(|(oadr_id, _)| oadr_id.clone())
+        else {
+            return Vec::new();
+        };
         let now = self.gateway.clock().now();
-        self.ven.create_opt(now, event_id, OptType::OptOut, reason)
+        self.ven.create_opt(now, &oadr_id, OptType::OptOut, reason)
     }
 }
 

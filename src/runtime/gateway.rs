@@ -217,6 +217,9 @@ pub struct Gateway {
     pub(crate) state: Mutex<State>,
     pub(crate) wake: Notify,
     pub(crate) counters: Counters,
+    /// Operator opt-outs, for the adapters that must tell the event's sender (OpenADR
+    /// oadrCreateOpt): (event id, reason).
+    pub(crate) opt_outs: tokio::sync::broadcast::Sender<(String, String)>,
 }
 
 /// Error while building the gateway.
@@ -281,6 +284,7 @@ impl Gateway {
             state: Mutex::new(state),
             wake: Notify::new(),
             counters: Counters::default(),
+            opt_outs: tokio::sync::broadcast::channel(64).0,
         });
         gateway.recover().await?;
         Ok(gateway)
@@ -823,6 +827,11 @@ impl Gateway {
     /// counting, the opt-out is recorded with the operator's name and reason, and an opt-out
     /// acknowledgment is recorded for the counterparty. The bearer token authenticates the call;
     /// the operator name is what the caller declares, recorded verbatim.
+    /// Operator opt-outs as they happen, so an adapter can tell the event's sender.
+    pub fn subscribe_opt_outs(&self) -> tokio::sync::broadcast::Receiver<(String, String)> {
+        self.opt_outs.subscribe()
+    }
+
     pub async fn operator_opt_out(&self, event_id: &str, operator: &str, reason: &str) -> Result<DrAck, OperatorError> {
         let invalid = |field, message: &str| OperatorError::Invalid {
             field,
@@ -871,6 +880,8 @@ impl Gateway {
         state.opted_out.insert(event_id.to_string());
         drop(state);
         self.wake.notify_one();
+        // Nobody listening (no adapter for this source) is fine.
+        let _ = self.opt_outs.send((event_id.to_string(), reason.to_string()));
         Ok(ack)
     }
 
