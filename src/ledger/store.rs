@@ -24,6 +24,9 @@ pub(crate) struct Store {
     pub(crate) dedup: sled::Tree,
 }
 
+/// How long a held lock is retried before [`LedgerError::Locked`] is reported.
+const LOCK_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
 impl Store {
     /// Opens the sled database in `dir`. With `create == false` a missing database is an error
     /// instead of being created (verify/export must not conjure up an empty ledger).
@@ -33,11 +36,22 @@ impl Store {
         }
         // sled's default page cache is 1 GiB; the ledger is append-mostly and read back only on
         // recovery and export, so a small cache keeps the gateway's footprint small.
-        let db = sled::Config::new()
-            .path(dir)
-            .cache_capacity(LEDGER_CACHE_BYTES)
-            .open()
-            .map_err(|e| open_error(dir, e))?;
+        // sled releases its file lock when its last background thread lets go of the page
+        // cache, which can be a moment after the closing handle returned (seen under load: a
+        // verify right after close found the lock held by its own process). A held lock is
+        // therefore retried for a short grace period before it is reported.
+        let deadline = std::time::Instant::now() + LOCK_GRACE;
+        let db = loop {
+            match sled::Config::new().path(dir).cache_capacity(LEDGER_CACHE_BYTES).open() {
+                Ok(db) => break db,
+                Err(e) => match open_error(dir, e) {
+                    LedgerError::Locked { .. } if std::time::Instant::now() < deadline => {
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                    }
+                    other => return Err(other),
+                },
+            }
+        };
         let records = db.open_tree("records").map_err(|e| open_error(dir, e))?;
         let dedup = db.open_tree("dedup").map_err(|e| open_error(dir, e))?;
         let meta = db.open_tree("meta").map_err(|e| open_error(dir, e))?;
