@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Decode speed: flexgate's oadr2b::decode (Criterion) vs openleadr 0.5.36's parse_message (timeit),
+# on the same openleadr-generated oadrDistributeEvent files (benches/inputs, 1/10/50 events).
+#
+#   adapters/openadr/benches/compare.sh            # full run (criterion defaults: ~1 min)
+#   QUICK=1 adapters/openadr/benches/compare.sh    # shorter criterion measurement (2 s per bench)
+#
+# Needs the openleadr venv: tests/peers/setup.sh --only oadr2b. Prints a table of medians; the
+# ratio is openleadr's parse_message time over flexgate's decode+normalized_json time (both turn
+# the XML into a tree of plain values).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../../.."   # workspace root
+PY=${OPENLEADR_PYTHON:-target/peers/oadr2b-venv/bin/python}
+[[ -x $PY ]] || { echo "compare.sh: $PY missing; run tests/peers/setup.sh --only oadr2b" >&2; exit 1; }
+TARGET_DIR=${CARGO_TARGET_DIR:-$(cargo metadata --format-version 1 --no-deps | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')}
+CRIT=$TARGET_DIR/criterion
+
+extra=()
+[[ -n ${QUICK:-} ]] && extra=(--warm-up-time 1 --measurement-time 2)
+echo "compare: cargo bench -p flexgate-openadr --bench decode (criterion)" >&2
+cargo bench -q -p flexgate-openadr --bench decode -- --noplot "${extra[@]}" >&2
+echo "compare: openleadr parse_message (timeit, repeat 7)" >&2
+OL_JSON=$("$PY" adapters/openadr/benches/openleadr_parse.py --repeat 7)
+
+CRIT="$CRIT" OL_JSON="$OL_JSON" "$PY" - <<'PYEOF'
+import json, os
+crit = os.environ['CRIT']
+ol = {r['file']: r for r in json.loads(os.environ['OL_JSON'])['results']}
+
+def median_us(group, name):
+    path = os.path.join(crit, group, name, 'new', 'estimates.json')
+    with open(path) as f:
+        return json.load(f)['median']['point_estimate'] / 1000.0   # ns -> µs
+
+rows = []
+for name in sorted(ol, key=lambda n: ol[n]['events']):
+    d = median_us('oadr2b_decode', name)
+    dj = median_us('oadr2b_decode_json', name)
+    o = ol[name]['median_s'] * 1e6
+    rows.append((name, ol[name]['events'], ol[name]['bytes'], d, dj, o, o / dj))
+hdr = ('file', 'events', 'bytes', 'flexgate decode µs', 'flexgate +json µs', 'openleadr µs', 'ratio')
+print('| ' + ' | '.join(hdr) + ' |')
+print('|' + '|'.join('---' for _ in hdr) + '|')
+for name, ev, size, d, dj, o, r in rows:
+    print(f'| {name} | {ev} | {size} | {d:.1f} | {dj:.1f} | {o:.1f} | {r:.0f}x |')
+PYEOF

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Installs the real OpenADR peers that flexgate's integration tests run on loopback:
+#   - openleadr 0.5.36 (OpenADR 2.0b VTN, Python) in target/peers/oadr2b-venv
+#   - openadr 0.4.0 (hupe1980; OpenADR 3.1 VTN, Rust) in target/peers/openadr/bin/openadr
+# Idempotent: each step is skipped when its result is already there. One line per step on
+# stdout; the tools' own output goes to target/peers/*.log and is shown only when a step fails.
+# Usage: tests/peers/setup.sh [--only oadr2b|oadr3]
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."   # workspace root
+ROOT=$PWD
+PEERS=target/peers
+VENV=$PEERS/oadr2b-venv
+OPENLEADR_VERSION=0.5.36
+OADR3_VERSION=0.4.0
+OADR3_ROOT=$PEERS/openadr
+OADR3_BIN=$OADR3_ROOT/bin/openadr
+ONLY=${2:-}
+if [[ ${1:-} == --only ]]; then
+    [[ $ONLY == oadr2b || $ONLY == oadr3 ]] || { echo "setup: --only takes oadr2b or oadr3" >&2; exit 2; }
+elif [[ $# -gt 0 ]]; then
+    echo "usage: $0 [--only oadr2b|oadr3]" >&2; exit 2
+fi
+mkdir -p "$PEERS"
+
+step() { echo "setup: $*"; }
+fail() {
+    echo "setup: FAILED: $1" >&2
+    if [[ -n ${2:-} && -s $2 ]]; then
+        echo "---- last 40 lines of $2 ----" >&2
+        tail -n 40 "$2" >&2
+    fi
+    exit 1
+}
+
+openleadr_ok() {
+    [[ -x $VENV/bin/python ]] &&
+        "$VENV/bin/python" -c "import sys, openleadr, importlib.metadata as m; sys.exit(m.version('openleadr') != '$OPENLEADR_VERSION')" \
+            >/dev/null 2>&1
+}
+
+# python3 -m venv needs ensurepip; on Debian/Ubuntu that is the python3-venv package
+# (python3.X-venv), which a fresh image lacks: "ensurepip is not available".
+make_venv() {
+    local log=$PEERS/oadr2b-venv.log
+    if python3 -m venv "$VENV" >"$log" 2>&1; then
+        return 0
+    fi
+    rm -rf "$VENV"
+    if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+        local pkg
+        pkg="python3-venv python$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')-venv"
+        step "python3 -m venv failed; installing $pkg with apt-get"
+        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $pkg; } >>"$log" 2>&1 ||
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >>"$log" 2>&1 ||
+            fail "apt-get install python3-venv failed" "$log"
+        python3 -m venv "$VENV" >>"$log" 2>&1 || { rm -rf "$VENV"; fail "python3 -m venv still fails after installing python3-venv" "$log"; }
+    else
+        fail "python3 -m venv does not work (on Debian/Ubuntu: apt-get install python3-venv)" "$log"
+    fi
+}
+
+setup_oadr2b() {
+    if openleadr_ok; then
+        step "openleadr $OPENLEADR_VERSION already in $VENV"
+        return
+    fi
+    command -v python3 >/dev/null 2>&1 ||
+        fail "python3 not found (on Debian/Ubuntu: apt-get install python3 python3-venv)"
+    if [[ ! -x $VENV/bin/python ]]; then
+        step "creating $VENV (python3 -m venv, $(python3 --version 2>&1))"
+        rm -rf "$VENV"
+        make_venv
+    fi
+    step "pip install openleadr==$OPENLEADR_VERSION into $VENV (about 1 min)"
+    local log=$PEERS/openleadr-install.log
+    "$VENV/bin/python" -m pip install --quiet "openleadr==$OPENLEADR_VERSION" >"$log" 2>&1 ||
+        fail "pip install openleadr==$OPENLEADR_VERSION failed (network? PyPI reachable?)" "$log"
+    openleadr_ok || fail "openleadr installed but 'import openleadr' (version $OPENLEADR_VERSION) fails" "$log"
+}
+
+setup_oadr3() {
+    if [[ -x $OADR3_BIN ]]; then
+        step "openadr $OADR3_VERSION (OpenADR 3.1 VTN) already at $OADR3_BIN"
+        return
+    fi
+    command -v cargo >/dev/null 2>&1 || fail "cargo not found (install Rust with rustup)"
+    local log=$PEERS/openadr-install.log
+    # Another setup.sh (or a person) may be installing right now: take a lock, then re-check.
+    exec 9>"$PEERS/.openadr-install.lock"
+    if command -v flock >/dev/null 2>&1 && ! flock -n 9; then
+        step "another openadr install is running (see $log); waiting for it"
+        flock 9
+    fi
+    if [[ -x $OADR3_BIN ]]; then
+        step "openadr $OADR3_VERSION installed meanwhile at $OADR3_BIN"
+        return
+    fi
+    step "cargo install openadr $OADR3_VERSION into $OADR3_ROOT (about 7 min on 2 cores; log $log)"
+    cargo install openadr --version "$OADR3_VERSION" --locked --ignore-rust-version \
+        --features vtn,client,internal-auth --root "$ROOT/$OADR3_ROOT" >"$log" 2>&1 ||
+        fail "cargo install openadr $OADR3_VERSION failed" "$log"
+    [[ -x $OADR3_BIN ]] || fail "cargo install finished but $OADR3_BIN is missing" "$log"
+}
+
+[[ $ONLY == oadr3 ]] || setup_oadr2b
+[[ $ONLY == oadr2b ]] || setup_oadr3
+step "done"
