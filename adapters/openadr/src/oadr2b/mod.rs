@@ -796,26 +796,26 @@ pub fn decode_with_limits(bytes: &[u8], limits: &Limits) -> Result<Message, Deco
 fn not_oadr(node: &Node) -> DecodeError {
     DecodeError::NotOpenAdr {
         namespace: node.ns.uri().to_owned(),
-        name: node.name.clone(),
+        name: node.name.to_string(),
     }
 }
 
-fn single_child(node: &Node) -> Result<&Node, DecodeError> {
+fn single_child<'a>(node: &'a Node<'a>) -> Result<&'a Node<'a>, DecodeError> {
     let mut it = node.children.iter().filter(|c| c.ns != Ns::Ds);
     let first = it.next().ok_or_else(|| DecodeError::Missing {
         path: format!("{}/*", node.name),
     })?;
     if let Some(extra) = it.next() {
         return Err(DecodeError::Invalid {
-            path: node.name.clone(),
-            value: extra.name.clone(),
+            path: node.name.to_string(),
+            value: extra.name.to_string(),
             reason: "more than one message".into(),
         });
     }
     Ok(first)
 }
 
-fn unwrap_payload(root: &Node) -> Result<&Node, DecodeError> {
+fn unwrap_payload<'a>(root: &'a Node<'a>) -> Result<&'a Node<'a>, DecodeError> {
     if root.ns != Ns::Oadr {
         return Err(not_oadr(root));
     }
@@ -853,7 +853,7 @@ fn invalid(path: &str, value: &str, reason: impl Into<String>) -> DecodeError {
 }
 
 /// Required child.
-fn req<'a>(node: &'a Node, ns: &Ns, name: &str, path: &str) -> Result<&'a Node, DecodeError> {
+fn req<'a>(node: &'a Node<'a>, ns: &Ns, name: &str, path: &str) -> Result<&'a Node<'a>, DecodeError> {
     node.child(ns, name)
         .ok_or_else(|| DecodeError::Missing { path: join(path, name) })
 }
@@ -985,7 +985,7 @@ fn is_item_base(c: &Node) -> bool {
 
 fn item_base(c: &Node) -> ItemBase {
     ItemBase {
-        kind: c.name.clone(),
+        kind: c.name.to_string(),
         description: c
             .children
             .iter()
@@ -1061,7 +1061,13 @@ fn report_point(pl: &Node, p: &str) -> Result<ReportPoint, DecodeError> {
 }
 
 impl Cx<'_> {
-    fn limited<'a>(&self, node: &'a Node, ns: &'a Ns, name: &'a str, path: &str) -> Result<Vec<&'a Node>, DecodeError> {
+    fn limited<'a>(
+        &self,
+        node: &'a Node<'a>,
+        ns: &'a Ns,
+        name: &'a str,
+        path: &str,
+    ) -> Result<Vec<&'a Node<'a>>, DecodeError> {
         let items: Vec<&Node> = node.all(ns, name).take(self.limits.max_items + 1).collect();
         if items.len() > self.limits.max_items {
             return Err(DecodeError::TooMany {
@@ -1088,7 +1094,7 @@ impl Cx<'_> {
     }
 
     fn message(&mut self, m: &Node) -> Result<Message, DecodeError> {
-        let p = m.name.as_str();
+        let p = m.name.as_ref();
         Ok(match p {
             "oadrDistributeEvent" => Message::DistributeEvent(self.distribute(m)?),
             "oadrCreatedPartyRegistration" => {
@@ -1504,7 +1510,7 @@ impl Cx<'_> {
     }
 
     fn distribute(&mut self, m: &Node) -> Result<DistributeEvent, DecodeError> {
-        let p = m.name.as_str();
+        let p = m.name.as_ref();
         let response = match m.child(&Ns::Ei, "eiResponse") {
             Some(r) => Some(ei_response(r, &join(p, "eiResponse"))?),
             None => None,

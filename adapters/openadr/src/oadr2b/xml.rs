@@ -3,9 +3,10 @@
 //! Elements are identified by (namespace URI, local name); prefixes are never looked at.
 //! DOCTYPE, undefined entities, oversized and overly deep documents are rejected.
 
+use std::borrow::Cow;
+
 use quick_xml::events::Event as XmlEvent;
-use quick_xml::name::ResolveResult;
-use quick_xml::reader::NsReader;
+use quick_xml::reader::Reader;
 
 use super::{DecodeError, Limits};
 
@@ -71,30 +72,42 @@ impl Ns {
 }
 
 /// One element: namespace, local name, concatenated direct text, child elements.
+///
+/// Names and (single-chunk) text borrow from the input: decoding allocates per element only
+/// for its list of children, which is what keeps it fast on large distributes.
 #[derive(Debug, Clone)]
-pub(crate) struct Node {
+pub(crate) struct Node<'a> {
     pub ns: Ns,
-    pub name: String,
-    pub text: String,
-    pub children: Vec<Node>,
+    pub name: Cow<'a, str>,
+    pub text: Cow<'a, str>,
+    pub children: Vec<Node<'a>>,
 }
 
-impl Node {
+impl<'a> Node<'a> {
     pub(crate) fn is(&self, ns: &Ns, name: &str) -> bool {
         &self.ns == ns && self.name == name
     }
 
-    pub(crate) fn child(&self, ns: &Ns, name: &str) -> Option<&Node> {
+    pub(crate) fn child(&self, ns: &Ns, name: &str) -> Option<&Node<'a>> {
         self.children.iter().find(|c| c.is(ns, name))
     }
 
-    pub(crate) fn all<'a>(&'a self, ns: &'a Ns, name: &'a str) -> impl Iterator<Item = &'a Node> + 'a {
+    pub(crate) fn all<'s>(&'s self, ns: &'s Ns, name: &'s str) -> impl Iterator<Item = &'s Node<'a>> + 's {
         self.children.iter().filter(move |c| c.is(ns, name))
     }
 
     /// Text with surrounding whitespace trimmed.
     pub(crate) fn trimmed(&self) -> &str {
         self.text.trim()
+    }
+
+    /// Appends a text chunk: the first one is borrowed, later ones make the text owned.
+    fn push_text(&mut self, chunk: Cow<'a, str>) {
+        if self.text.is_empty() {
+            self.text = chunk;
+        } else if !chunk.is_empty() {
+            self.text.to_mut().push_str(&chunk);
+        }
     }
 }
 
@@ -129,21 +142,80 @@ fn check_attr_entities(raw: &[u8]) -> Result<(), DecodeError> {
     Ok(())
 }
 
-fn resolve(res: ResolveResult<'_>) -> Result<Ns, DecodeError> {
-    match res {
-        ResolveResult::Bound(ns) => Ok(Ns::from_uri(ns.into_inner())),
-        ResolveResult::Unbound => Ok(Ns::None),
-        ResolveResult::Unknown(prefix) => Err(DecodeError::UnknownPrefix { prefix }),
+/// In-scope namespace declarations: (prefix, namespace, depth of the declaring element). The
+/// default namespace has the prefix `""`. Each URI is classified once, when it is declared, so
+/// resolving an element costs a short scan of prefixes, not a comparison of URIs.
+#[derive(Default)]
+struct Scopes<'a> {
+    bindings: Vec<(Cow<'a, str>, Ns, usize)>,
+}
+
+impl<'a> Scopes<'a> {
+    fn resolve(&self, prefix: &str) -> Result<Ns, DecodeError> {
+        match self.bindings.iter().rev().find(|(p, _, _)| p == prefix) {
+            Some((_, ns, _)) => Ok(ns.clone()),
+            None if prefix.is_empty() => Ok(Ns::None),
+            None if prefix == "xml" => Ok(Ns::Other("http://www.w3.org/XML/1998/namespace".into())),
+            None => Err(DecodeError::UnknownPrefix {
+                prefix: prefix.to_string(),
+            }),
+        }
+    }
+
+    /// Forgets the declarations of the element at `depth` (it just closed).
+    fn close(&mut self, depth: usize) {
+        while self.bindings.last().is_some_and(|(_, _, d)| *d >= depth) {
+            self.bindings.pop();
+        }
     }
 }
 
-fn open(
-    stack: &mut Vec<Node>,
+/// Reads the start tag's attributes once: checks entities in values and records namespace
+/// declarations. Returns the element's namespace and local name.
+fn start_tag<'a>(
+    e: &quick_xml::events::BytesStart<'a>,
+    doc: &'a str,
+    depth: usize,
+    scopes: &mut Scopes<'a>,
+    pos: u64,
+) -> Result<(Ns, Cow<'a, str>), DecodeError> {
+    for attr in e.attributes() {
+        let attr = attr.map_err(|err| xml_err(pos, err))?;
+        let value = attr.value;
+        if value.contains('&') {
+            check_attr_entities(value.as_bytes())?;
+        }
+        let key = attr.key.as_ref();
+        let prefix = if key == "xmlns" {
+            ""
+        } else if let Some(p) = key.strip_prefix("xmlns:") {
+            if value.is_empty() {
+                return Err(xml_err(pos, format!("namespace prefix {p:?} is bound to an empty URI")));
+            }
+            p
+        } else {
+            continue;
+        };
+        let ns = if value.is_empty() {
+            Ns::None
+        } else {
+            Ns::from_uri(&value)
+        };
+        scopes.bindings.push((Cow::Owned(prefix.to_string()), ns, depth));
+    }
+    let qname = e.name();
+    let full = qname.as_ref();
+    let (prefix, _) = full.split_once(':').unwrap_or(("", full));
+    let ns = scopes.resolve(prefix)?;
+    Ok((ns, local_name(e, doc)))
+}
+
+fn open<'a>(
+    stack: &mut Vec<Node<'a>>,
     count: &mut usize,
     limits: &Limits,
     ns: Ns,
-    e: &quick_xml::events::BytesStart<'_>,
-    pos: u64,
+    name: Cow<'a, str>,
 ) -> Result<(), DecodeError> {
     *count += 1;
     if *count > limits.max_elements {
@@ -156,21 +228,16 @@ fn open(
             limit: limits.max_depth,
         });
     }
-    for attr in e.attributes() {
-        let attr = attr.map_err(|err| xml_err(pos, err))?;
-        check_attr_entities(attr.value.as_bytes())?;
-    }
-    let name = e.local_name().into_inner().to_owned();
     stack.push(Node {
         ns,
         name,
-        text: String::new(),
+        text: Cow::Borrowed(""),
         children: Vec::new(),
     });
     Ok(())
 }
 
-fn close(stack: &mut Vec<Node>, root: &mut Option<Node>) -> Result<(), DecodeError> {
+fn close<'a>(stack: &mut Vec<Node<'a>>, root: &mut Option<Node<'a>>) -> Result<(), DecodeError> {
     let node = stack.pop().ok_or_else(|| xml_err(0, "unmatched end tag"))?;
     match stack.last_mut() {
         Some(parent) => parent.children.push(node),
@@ -179,17 +246,29 @@ fn close(stack: &mut Vec<Node>, root: &mut Option<Node>) -> Result<(), DecodeErr
     Ok(())
 }
 
-fn push_text(stack: &mut [Node], text: &str, pos: u64) -> Result<(), DecodeError> {
+fn push_text<'a>(stack: &mut [Node<'a>], text: Cow<'a, str>, pos: u64) -> Result<(), DecodeError> {
     match stack.last_mut() {
-        Some(node) => node.text.push_str(text),
+        Some(node) => node.push_text(text),
         None if text.trim().is_empty() => {}
         None => return Err(xml_err(pos, "text outside the root element")),
     }
     Ok(())
 }
 
+/// The element's local name, borrowed from the document when quick-xml's event borrows from it
+/// (always, for start tags read from a `&str`), copied otherwise.
+fn local_name<'a>(e: &quick_xml::events::BytesStart<'a>, doc: &'a str) -> Cow<'a, str> {
+    let name = e.local_name().into_inner();
+    let start = name.as_ptr() as usize;
+    let base = doc.as_ptr() as usize;
+    match doc.get(start.wrapping_sub(base)..start.wrapping_sub(base).wrapping_add(name.len())) {
+        Some(slice) if start >= base && std::ptr::eq(slice.as_ptr(), name.as_ptr()) => Cow::Borrowed(slice),
+        _ => Cow::Owned(name.to_string()),
+    }
+}
+
 /// Parses `bytes` into a tree, enforcing `limits`.
-pub(crate) fn parse(bytes: &[u8], limits: &Limits) -> Result<Node, DecodeError> {
+pub(crate) fn parse<'a>(bytes: &'a [u8], limits: &Limits) -> Result<Node<'a>, DecodeError> {
     if bytes.len() > limits.max_bytes {
         return Err(DecodeError::TooLarge {
             size: bytes.len(),
@@ -200,38 +279,43 @@ pub(crate) fn parse(bytes: &[u8], limits: &Limits) -> Result<Node, DecodeError> 
         valid_up_to: e.valid_up_to(),
     })?;
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let mut reader = NsReader::from_str(text);
+    let mut reader = Reader::from_str(text);
     reader.config_mut().check_end_names = true;
     reader.config_mut().expand_empty_elements = false;
-    let mut stack: Vec<Node> = Vec::new();
-    let mut root: Option<Node> = None;
+    let mut stack: Vec<Node<'a>> = Vec::new();
+    let mut root: Option<Node<'a>> = None;
     let mut count = 0usize;
+    let mut scopes = Scopes::default();
     loop {
         let pos = reader.buffer_position();
-        let (res, ev) = reader.read_resolved_event().map_err(|e| xml_err(pos, e))?;
+        let ev = reader.read_event().map_err(|e| xml_err(pos, e))?;
         match ev {
             XmlEvent::Start(e) => {
                 if root.is_some() {
                     return Err(xml_err(pos, "more than one root element"));
                 }
-                let ns = resolve(res)?;
-                open(&mut stack, &mut count, limits, ns, &e, pos)?;
+                let (ns, name) = start_tag(&e, text, stack.len(), &mut scopes, pos)?;
+                open(&mut stack, &mut count, limits, ns, name)?;
             }
             XmlEvent::Empty(e) => {
                 if root.is_some() {
                     return Err(xml_err(pos, "more than one root element"));
                 }
-                let ns = resolve(res)?;
-                open(&mut stack, &mut count, limits, ns, &e, pos)?;
+                let (ns, name) = start_tag(&e, text, stack.len(), &mut scopes, pos)?;
+                open(&mut stack, &mut count, limits, ns, name)?;
+                scopes.close(stack.len() - 1);
                 close(&mut stack, &mut root)?;
             }
-            XmlEvent::End(_) => close(&mut stack, &mut root)?,
-            XmlEvent::Text(t) => push_text(&mut stack, &t.xml10_content(), pos)?,
+            XmlEvent::End(_) => {
+                scopes.close(stack.len().saturating_sub(1));
+                close(&mut stack, &mut root)?
+            }
+            XmlEvent::Text(t) => push_text(&mut stack, t.xml10_content(), pos)?,
             XmlEvent::CData(t) => {
                 if stack.is_empty() {
                     return Err(xml_err(pos, "CDATA outside the root element"));
                 }
-                push_text(&mut stack, &t.xml10_content(), pos)?
+                push_text(&mut stack, t.xml10_content(), pos)?
             }
             XmlEvent::GeneralRef(r) => {
                 let ch = if r.is_char_ref() {
@@ -257,8 +341,7 @@ pub(crate) fn parse(bytes: &[u8], limits: &Limits) -> Result<Node, DecodeError> 
                 if stack.is_empty() {
                     return Err(xml_err(pos, "reference outside the root element"));
                 }
-                let mut buf = [0u8; 4];
-                push_text(&mut stack, ch.encode_utf8(&mut buf), pos)?;
+                push_text(&mut stack, Cow::Owned(ch.to_string()), pos)?;
             }
             XmlEvent::DocType(_) => return Err(DecodeError::Doctype),
             XmlEvent::Decl(d) => {
@@ -275,7 +358,7 @@ pub(crate) fn parse(bytes: &[u8], limits: &Limits) -> Result<Node, DecodeError> 
     }
     if let Some(open) = stack.last() {
         return Err(DecodeError::Truncated {
-            open_element: open.name.clone(),
+            open_element: open.name.to_string(),
         });
     }
     root.ok_or(DecodeError::Empty)
