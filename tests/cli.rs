@@ -336,6 +336,29 @@ fn the_shipped_gateway_configuration_loads_and_equals_the_defaults() {
         text.contains("<redacted>") && !text.contains("s3cret"),
         "the token is never printed"
     );
+    // OpenADR secrets are redacted too.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let with_openadr = dir.path().join("oadr.toml");
+    std::fs::write(
+        &with_openadr,
+        "[openadr2b]\nurl = \"http://127.0.0.1:9\"\nven_name = \"v\"\npush_url = \"http://127.0.0.1:8080/OpenADR2/Simple/2.0b\"\n\
+         push_token = \"push-secret-0123456789\"\n[openadr3]\nurl = \"http://127.0.0.1:9/openadr3/3.1.0\"\nven_name = \"v\"\n\
+         token = \"oadr3-secret-token\"\n",
+    )
+    .expect("write");
+    let out = flexgate(&[
+        "run",
+        "--config",
+        with_openadr.to_str().expect("path"),
+        "--print-config",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("[openadr2b]") && text.contains("[openadr3]"), "{text}");
+    assert!(
+        !text.contains("push-secret-0123456789") && !text.contains("oadr3-secret-token"),
+        "OpenADR secrets are never printed: {text}"
+    );
 }
 
 #[test]

@@ -64,8 +64,17 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let config = effective_config(args)?;
     if args.print_config {
         let mut shown = config.clone();
-        if !shown.gateway.api_token.is_empty() {
-            shown.gateway.api_token = "<redacted>".to_string();
+        let redact = |secret: &mut String| {
+            if !secret.is_empty() {
+                *secret = "<redacted>".to_string();
+            }
+        };
+        redact(&mut shown.gateway.api_token);
+        if let Some(token) = shown.openadr2b.as_mut().and_then(|o| o.push_token.as_mut()) {
+            redact(token);
+        }
+        if let Some(token) = shown.openadr3.as_mut().and_then(|o| o.token.as_mut()) {
+            redact(token);
         }
         print!("{}", toml::to_string_pretty(&shown)?);
         return Ok(());
