@@ -21,7 +21,11 @@ fn files(dir: &str) -> Vec<PathBuf> {
 fn every_corpus_and_seed_input_decodes_or_fails_cleanly() {
     let mut inputs = files("fuzz/corpus/decode_2b");
     inputs.extend(files("fuzz/seeds"));
-    assert!(inputs.len() > 1000, "the corpus is checked in: found only {}", inputs.len());
+    assert!(
+        inputs.len() > 1000,
+        "the corpus is checked in: found only {}",
+        inputs.len()
+    );
     let (mut ok, mut refused) = (0, 0);
     for path in &inputs {
         let bytes = std::fs::read(path).expect("read");
@@ -32,7 +36,11 @@ fn every_corpus_and_seed_input_decodes_or_fails_cleanly() {
                 ok += 1;
             }
             Err(e) => {
-                assert!(!e.to_string().is_empty(), "{}: an error must say something", path.display());
+                assert!(
+                    !e.to_string().is_empty(),
+                    "{}: an error must say something",
+                    path.display()
+                );
                 refused += 1;
             }
         }
