@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Installs the real OpenADR peers that flexgate's integration tests run on loopback:
+# Installs the real peers that flexgate's integration tests run on loopback:
 #   - openleadr 0.5.36 (OpenADR 2.0b VTN, Python) in target/peers/oadr2b-venv
 #   - openadr 0.4.0 (hupe1980; OpenADR 3.1 VTN, Rust) in target/peers/openadr/bin/openadr
+#   - Mosquitto (MQTT broker, Debian package; the tests start their own instance on 127.0.0.1)
 # Idempotent: each step is skipped when its result is already there. One line per step on
 # stdout; the tools' own output goes to target/peers/*.log and is shown only when a step fails.
-# Usage: tests/peers/setup.sh [--only oadr2b|oadr3]
+# Usage: tests/peers/setup.sh [--only oadr2b|oadr3|mosquitto]
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."   # workspace root
@@ -17,9 +18,10 @@ OADR3_ROOT=$PEERS/openadr
 OADR3_BIN=$OADR3_ROOT/bin/openadr
 ONLY=${2:-}
 if [[ ${1:-} == --only ]]; then
-    [[ $ONLY == oadr2b || $ONLY == oadr3 ]] || { echo "setup: --only takes oadr2b or oadr3" >&2; exit 2; }
+    [[ $ONLY == oadr2b || $ONLY == oadr3 || $ONLY == mosquitto ]] ||
+        { echo "setup: --only takes oadr2b, oadr3 or mosquitto" >&2; exit 2; }
 elif [[ $# -gt 0 ]]; then
-    echo "usage: $0 [--only oadr2b|oadr3]" >&2; exit 2
+    echo "usage: $0 [--only oadr2b|oadr3|mosquitto]" >&2; exit 2
 fi
 mkdir -p "$PEERS"
 
@@ -103,6 +105,30 @@ setup_oadr3() {
     [[ -x $OADR3_BIN ]] || fail "cargo install finished but $OADR3_BIN is missing" "$log"
 }
 
-[[ $ONLY == oadr3 ]] || setup_oadr2b
-[[ $ONLY == oadr2b ]] || setup_oadr3
+setup_mosquitto() {
+    local bin
+    bin=$(command -v mosquitto || true)
+    [[ -z $bin && -x /usr/sbin/mosquitto ]] && bin=/usr/sbin/mosquitto
+    if [[ -n $bin ]]; then
+        step "mosquitto already installed ($bin)"
+        return
+    fi
+    local log=$PEERS/mosquitto-install.log
+    if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+        step "apt-get install mosquitto mosquitto-clients (the service is not started; tests run their own)"
+        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto mosquitto-clients; } \
+            >"$log" 2>&1 || fail "apt-get install mosquitto failed" "$log"
+    else
+        fail "mosquitto is not installed and this is not a root shell with apt-get: install the mosquitto package"
+    fi
+    [[ -x /usr/sbin/mosquitto ]] || command -v mosquitto >/dev/null 2>&1 ||
+        fail "mosquitto installed but not found on PATH or in /usr/sbin" "$log"
+}
+
+case $ONLY in
+    oadr2b) setup_oadr2b ;;
+    oadr3) setup_oadr3 ;;
+    mosquitto) setup_mosquitto ;;
+    *) setup_oadr2b; setup_oadr3; setup_mosquitto ;;
+esac
 step "done"
