@@ -1,0 +1,719 @@
+//! The connection to the broker: one rumqttc event loop in a tokio task, with a persistent
+//! session, manual acknowledgements, a Last Will, resubscription on every ConnAck and
+//! reconnection with capped exponential backoff.
+//!
+//! # Ack after flush
+//!
+//! Events arrive as [`IncomingEvent`]s, each with an [`AckHandle`]. The PUBACK goes to the
+//! broker only when the application calls [`AckHandle::ack`], which it does after the event is
+//! durably recorded. Until then the broker keeps the message in the client's session (clean
+//! session is off), so a crash or a disconnect before the ack means redelivery, never loss:
+//!
+//! - dropping an `AckHandle` without acking sends nothing; the broker redelivers the message
+//!   after the next reconnect (MQTT 3.1.1 §4.4);
+//! - a handle from before a reconnect acks nothing ([`AckOutcome::Stale`]): the broker
+//!   redelivers that message on the new connection, where it gets a new handle. The
+//!   application's de-duplication then recognizes it and acks the new copy;
+//! - acks are sent in the order the application calls `ack`; handling events in arrival order
+//!   keeps the order MQTT asks for.
+//!
+//! # Back-pressure
+//!
+//! At most [`MqttSettings::channel_capacity`] events (default 256) wait for the application,
+//! so a burst costs bounded memory. QoS 1 deliveries are bounded before that by the broker's
+//! in-flight window (unacked messages per client: 20 on Mosquitto), since the application acks
+//! only after recording; keep the capacity above that window. When the queue is full anyway, a
+//! QoS 0 publish is dropped (at-most-once allows it) and a QoS 1 publish makes the event loop
+//! wait for the application; a wait longer than 1.5 keep-alive intervals makes the broker drop
+//! the connection, and the unacked messages come back after the reconnect.
+//!
+//! # What the link refuses by itself
+//!
+//! A publish whose topic is not `{prefix}/{site}/events/{event_id}` with a valid id, an empty
+//! payload (MQTT's way to clear a retained message: cancelling an event takes a revision with
+//! `cancel: true`), or a payload over [`MqttSettings::max_payload`] is acknowledged (so that
+//! it does not come back forever), logged and counted in [`LinkStats`], and not passed on.
+//! Packets larger than 4 × `max_payload` (at least 1 MiB) are refused by rumqttc itself, which
+//! drops the connection; cap the size at the broker (`message_size_limit`) too.
+
+use bytes::Bytes;
+use chrono::Utc;
+use rumqttc::{
+    AsyncClient, ClientError, ConnectReturnCode, ConnectionError, Event, EventLoop, LastWill, MqttOptions, Outgoing,
+    Packet, Publish, QoS, StateError, SubscribeReasonCode, TlsConfiguration, Transport,
+};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use crate::payloads::{
+    AckPayload, GatewayState, PayloadError, ReportPayload, StatusPayload, TelemetryPayload, to_json,
+};
+use crate::settings::{Backoff, MqttSettings, SettingsError};
+use crate::tls::{TlsError, client_config, handshake_hint};
+use crate::topics::{TopicError, Topics};
+
+/// Requests (publishes, acks, subscriptions) queued for the event loop.
+const REQUEST_QUEUE: usize = 64;
+
+/// Why a link could not start or a request could not be queued.
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    /// A setting is unusable.
+    #[error(transparent)]
+    Settings(#[from] SettingsError),
+    /// The TLS files are unusable.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    /// A topic could not be built (an event id that is not a valid topic level).
+    #[error(transparent)]
+    Topic(#[from] TopicError),
+    /// A payload could not be serialized.
+    #[error(transparent)]
+    Payload(#[from] PayloadError),
+    /// The link was closed; nothing more can be sent.
+    #[error("the MQTT link is closed")]
+    Closed,
+    /// The outgoing queue is full (the broker is unreachable or slow); the message was not
+    /// queued. Only the non-blocking publisher ([`MqttLink::publish_telemetry`]) returns this.
+    #[error("the MQTT outgoing queue is full (is the broker reachable?); the message was not queued")]
+    Busy,
+}
+
+impl From<ClientError> for LinkError {
+    fn from(e: ClientError) -> Self {
+        match e {
+            ClientError::TryRequest(_) => LinkError::Busy,
+            ClientError::Request(_) => LinkError::Closed,
+        }
+    }
+}
+
+/// The connection as the application sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConnectionState {
+    /// The first connection attempt has not finished.
+    Connecting,
+    /// Connected. `session_present` says whether the broker still had the persistent
+    /// session; false after a broker restart without persistence, when messages published
+    /// while the gateway was away are lost at the broker (retained events still come back).
+    Connected {
+        /// From the ConnAck.
+        session_present: bool,
+        /// Whether the broker has acknowledged the event subscription on this connection
+        /// (until then, live events published now may not reach the gateway).
+        subscribed: bool,
+    },
+    /// Not connected; the reason is worded for an operator, and another attempt follows.
+    Disconnected {
+        /// What went wrong (bad credentials, not authorized, connection refused, TLS, …).
+        reason: String,
+        /// Which consecutive failure this is (1-based).
+        attempt: u32,
+    },
+    /// [`MqttLink::close`] or [`MqttLink::abort`] was called.
+    Closed,
+}
+
+/// Counters of what the link did, for metrics and tests.
+#[derive(Debug, Default)]
+pub struct LinkStats {
+    /// Event publishes passed to the application.
+    pub delivered: AtomicU64,
+    /// Publishes acknowledged and dropped by the link (bad topic, empty or oversized payload),
+    /// and QoS 0 publishes dropped because the application's queue was full.
+    pub dropped: AtomicU64,
+    /// ConnAcks received (the first connection included).
+    pub connects: AtomicU64,
+    /// Subscriptions the broker refused (SubAck failure: usually an ACL).
+    pub refused_subscriptions: AtomicU64,
+}
+
+/// Result of [`AckHandle::ack`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AckOutcome {
+    /// The PUBACK is queued on the connection that delivered the message (or the message was
+    /// QoS 0 and needs none).
+    Sent,
+    /// The connection that delivered the message is gone: nothing was sent, and the broker
+    /// will redeliver the message (with a new handle).
+    Stale,
+}
+
+/// The right to acknowledge one received publish. See the module docs for the contract.
+#[must_use = "an event that is never acked is redelivered after every reconnect"]
+#[derive(Debug)]
+pub struct AckHandle {
+    client: AsyncClient,
+    publish: Publish,
+    generation: u64,
+    current: Arc<AtomicU64>,
+}
+
+impl AckHandle {
+    /// Sends the PUBACK. Call it only after the event's record is flushed.
+    ///
+    /// It returns once the PUBACK is queued for the connection (waiting while the request
+    /// queue is full). If that connection fails before the PUBACK is written, the broker
+    /// redelivers the message: a duplicate for the application to recognize, never a loss.
+    pub async fn ack(self) -> Result<AckOutcome, LinkError> {
+        if self.current.load(Ordering::SeqCst) != self.generation {
+            return Ok(AckOutcome::Stale);
+        }
+        self.client.ack(&self.publish).await.map_err(LinkError::from)?;
+        Ok(AckOutcome::Sent)
+    }
+
+    /// The MQTT packet id (0 for QoS 0).
+    #[must_use]
+    pub fn packet_id(&self) -> u16 {
+        self.publish.pkid
+    }
+}
+
+/// One received event publish.
+#[derive(Debug)]
+pub struct IncomingEvent {
+    /// The full topic.
+    pub topic: String,
+    /// The event id taken from the topic (checked against the topic rules).
+    pub event_id: String,
+    /// The raw document, for signature verification and parsing.
+    pub payload: Bytes,
+    /// Whether this is the broker's retained copy (sent on subscribe) rather than a live
+    /// publish.
+    pub retained: bool,
+    /// The MQTT DUP flag: the broker may have sent this message before.
+    pub dup: bool,
+    /// Acknowledge after the ledger flush.
+    pub ack: AckHandle,
+}
+
+/// The receiving side of a link.
+#[derive(Debug)]
+pub struct Incoming {
+    rx: mpsc::Receiver<IncomingEvent>,
+}
+
+impl Incoming {
+    /// The next event; `None` once the link is closed or dropped.
+    pub async fn recv(&mut self) -> Option<IncomingEvent> {
+        self.rx.recv().await
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Aborts the event loop task when the last [`MqttLink`] clone goes away.
+#[derive(Debug)]
+struct TaskGuard(Mutex<Option<JoinHandle<()>>>);
+
+impl TaskGuard {
+    fn take(&self) -> Option<JoinHandle<()>> {
+        lock(&self.0).take()
+    }
+}
+
+impl Drop for TaskGuard {
+    fn drop(&mut self) {
+        if let Some(task) = self.take() {
+            task.abort();
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Shared {
+    client: AsyncClient,
+    topics: Topics,
+    /// The latest status the application published; republished on every ConnAck.
+    status: Arc<Mutex<Option<StatusPayload>>>,
+    state: watch::Receiver<ConnectionState>,
+    state_tx: Arc<watch::Sender<ConnectionState>>,
+    stats: Arc<LinkStats>,
+    task: TaskGuard,
+}
+
+/// A connection to the broker. Cheap to clone; the connection ends at [`MqttLink::close`]
+/// (orderly: the status turns `offline`, no Will) or when the last clone is dropped or
+/// [`MqttLink::abort`] is called (abrupt: the broker publishes the Last Will, a retained
+/// `offline` status).
+#[derive(Debug, Clone)]
+pub struct MqttLink {
+    shared: Arc<Shared>,
+}
+
+impl MqttLink {
+    /// Checks the settings, builds the TLS configuration, and starts the event loop task,
+    /// which connects, and keeps reconnecting, in the background. Must be called within a
+    /// tokio runtime. Errors here are configuration errors; connection failures show in
+    /// [`MqttLink::state`] and in the log.
+    pub fn connect(settings: MqttSettings) -> Result<(MqttLink, Incoming), LinkError> {
+        settings.check()?;
+        let options = options(&settings)?;
+        let (client, eventloop) = AsyncClient::new(options, REQUEST_QUEUE);
+        let (tx, rx) = mpsc::channel(settings.channel_capacity);
+        let (state_tx, state_rx) = watch::channel(ConnectionState::Connecting);
+        let state_tx = Arc::new(state_tx);
+        let stats = Arc::new(LinkStats::default());
+        let status = Arc::new(Mutex::new(None));
+        let runner = Runner {
+            client: client.clone(),
+            topics: settings.topics.clone(),
+            max_payload: settings.max_payload,
+            backoff: settings.backoff,
+            broker: settings.broker.to_string(),
+            tls: settings.broker.tls,
+            tx,
+            state: state_tx.clone(),
+            stats: stats.clone(),
+            generation: Arc::new(AtomicU64::new(0)),
+            status: status.clone(),
+        };
+        let task = tokio::spawn(runner.run(eventloop));
+        let link = MqttLink {
+            shared: Arc::new(Shared {
+                client,
+                topics: settings.topics,
+                status,
+                state: state_rx,
+                state_tx,
+                stats,
+                task: TaskGuard(Mutex::new(Some(task))),
+            }),
+        };
+        Ok((link, Incoming { rx }))
+    }
+
+    /// The topic tree this link serves.
+    #[must_use]
+    pub fn topics(&self) -> &Topics {
+        &self.shared.topics
+    }
+
+    /// The connection state, to watch (e.g. to report `degraded` or to wait for a connection).
+    #[must_use]
+    pub fn state(&self) -> watch::Receiver<ConnectionState> {
+        self.shared.state.clone()
+    }
+
+    /// Counters of received publishes and connections.
+    #[must_use]
+    pub fn stats(&self) -> &LinkStats {
+        &self.shared.stats
+    }
+
+    /// Waits, at most `timeout`, until the link is connected and the broker has acknowledged
+    /// the event subscription; returns the ConnAck's `session_present`, or `None` on timeout
+    /// (e.g. the broker refuses the subscription) or when the link is closed.
+    pub async fn wait_connected(&self, timeout: Duration) -> Option<bool> {
+        let mut state = self.state();
+        let wait = state.wait_for(|s| {
+            matches!(
+                s,
+                ConnectionState::Connected { subscribed: true, .. } | ConnectionState::Closed
+            )
+        });
+        match tokio::time::timeout(timeout, wait).await {
+            Ok(Ok(s)) => match &*s {
+                ConnectionState::Connected { session_present, .. } => Some(*session_present),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// Publishes a `dr.ack/1` on `acks/{event_id}` (QoS 1, not retained). Waits while the
+    /// outgoing queue is full.
+    pub async fn publish_ack(&self, ack: &AckPayload) -> Result<(), LinkError> {
+        let topic = self.shared.topics.ack(&ack.event_id)?;
+        self.publish(topic, to_json(ack)?, false).await
+    }
+
+    /// Publishes the retained `dr.status/1` (QoS 1) and remembers it: the link republishes the
+    /// latest status (with a fresh `ts`) after every reconnect, replacing the Last Will's
+    /// `offline`.
+    pub async fn publish_status(&self, status: &StatusPayload) -> Result<(), LinkError> {
+        let bytes = to_json(status)?;
+        *lock(&self.shared.status) = Some(status.clone());
+        self.publish(self.shared.topics.status(), bytes, true).await
+    }
+
+    /// Publishes a `dr.telemetry/1` sample (QoS 1, not retained) without waiting: when the
+    /// outgoing queue is full (broker unreachable), the sample is refused with
+    /// [`LinkError::Busy`] rather than stalling the caller's sampling loop.
+    pub fn publish_telemetry(&self, sample: &TelemetryPayload) -> Result<(), LinkError> {
+        let bytes = to_json(sample)?;
+        self.shared
+            .client
+            .try_publish(self.shared.topics.telemetry(), QoS::AtLeastOnce, false, bytes)
+            .map_err(LinkError::from)
+    }
+
+    /// Publishes a `dr.report/1` on `reports/{event_id}` (QoS 1, not retained).
+    pub async fn publish_report(&self, report: &ReportPayload) -> Result<(), LinkError> {
+        let topic = self.shared.topics.report(&report.event_id)?;
+        self.publish(topic, to_json(report)?, false).await
+    }
+
+    async fn publish(&self, topic: String, bytes: Vec<u8>, retain: bool) -> Result<(), LinkError> {
+        self.shared
+            .client
+            .publish(topic, QoS::AtLeastOnce, retain, bytes)
+            .await
+            .map_err(LinkError::from)
+    }
+
+    /// Orderly shutdown: publishes the retained `offline` status (based on the latest status),
+    /// disconnects (so the broker does not publish the Will; the session stays, and unacked
+    /// events are redelivered at the next start) and waits up to `timeout` for the event loop
+    /// to finish.
+    pub async fn close(&self, timeout: Duration) -> Result<(), LinkError> {
+        let mut offline = lock(&self.shared.status)
+            .clone()
+            .unwrap_or_else(|| StatusPayload::offline(self.shared.topics.site(), Utc::now()));
+        offline.state = GatewayState::Offline;
+        offline.ts = Utc::now();
+        offline.phase = None;
+        *lock(&self.shared.status) = Some(offline.clone());
+        let sent = async {
+            self.publish(self.shared.topics.status(), to_json(&offline)?, true)
+                .await?;
+            self.shared.client.disconnect().await.map_err(LinkError::from)
+        };
+        let result = tokio::time::timeout(timeout, sent)
+            .await
+            .unwrap_or(Err(LinkError::Busy));
+        if let Some(task) = self.shared.task.take() {
+            let abort = task.abort_handle();
+            if tokio::time::timeout(timeout, task).await.is_err() {
+                abort.abort();
+            }
+        }
+        self.shared.state_tx.send_replace(ConnectionState::Closed);
+        result
+    }
+
+    /// Abrupt end, as in a crash: stops the event loop without a DISCONNECT, so the broker
+    /// publishes the Last Will. For crash drills and tests; [`MqttLink::close`] is the orderly
+    /// way.
+    pub fn abort(&self) {
+        if let Some(task) = self.shared.task.take() {
+            task.abort();
+        }
+        self.shared.state_tx.send_replace(ConnectionState::Closed);
+    }
+}
+
+/// The rumqttc options: persistent session, manual acks, Last Will, credentials, TLS.
+fn options(settings: &MqttSettings) -> Result<MqttOptions, LinkError> {
+    let broker = &settings.broker;
+    let mut options = MqttOptions::new(settings.client_id.clone(), broker.host.clone(), broker.port);
+    options
+        .set_keep_alive(settings.keep_alive)
+        .set_clean_session(false)
+        .set_manual_acks(true)
+        .set_request_channel_capacity(REQUEST_QUEUE)
+        .set_max_packet_size(
+            transport_limit(settings.max_payload),
+            transport_limit(settings.max_payload),
+        )
+        .set_last_will(will(&settings.topics));
+    if let Some(user) = &settings.username {
+        let password = settings
+            .password
+            .as_ref()
+            .map(|p| p.expose().to_owned())
+            .unwrap_or_default();
+        options.set_credentials(user.clone(), password);
+    }
+    if broker.tls {
+        let config = client_config(&settings.tls.clone().unwrap_or_default())?;
+        options.set_transport(Transport::tls_with_config(TlsConfiguration::Rustls(Arc::new(config))));
+    }
+    Ok(options)
+}
+
+/// Largest packet rumqttc reads or writes: room for the event limit, a long topic and
+/// the link's own reports, so that an oversized event is refused by the link (acked and
+/// dropped) instead of by rumqttc (which drops the connection).
+fn transport_limit(max_payload: usize) -> usize {
+    max_payload.saturating_mul(4).max(1 << 20)
+}
+
+/// The Last Will: the retained `offline` status, stamped with the time of the connection that
+/// registers it.
+fn will(topics: &Topics) -> LastWill {
+    let offline = StatusPayload::offline(topics.site(), Utc::now());
+    // Serializing a status without numbers cannot fail; an empty Will would still clear the
+    // retained status, which is the next best signal.
+    let bytes = to_json(&offline).unwrap_or_default();
+    LastWill::new(topics.status(), bytes, QoS::AtLeastOnce, true)
+}
+
+/// Words a connection failure for an operator.
+pub fn explain_connection_error(e: &ConnectionError, broker: &str, tls: bool) -> String {
+    let text = match e {
+        ConnectionError::ConnectionRefused(code) => match code {
+            ConnectReturnCode::BadUserNamePassword => {
+                format!("{broker} refused the connection: bad user name or password (check username and password)")
+            }
+            ConnectReturnCode::NotAuthorized => format!(
+                "{broker} refused the connection: not authorized (the broker does not allow this client id or user)"
+            ),
+            ConnectReturnCode::BadClientId => {
+                format!("{broker} refused the client id (some brokers accept only 1-23 characters [0-9a-zA-Z])")
+            }
+            ConnectReturnCode::ServiceUnavailable => format!("{broker} refused the connection: service unavailable"),
+            ConnectReturnCode::RefusedProtocolVersion => {
+                format!("{broker} refused the connection: it does not accept MQTT 3.1.1")
+            }
+            ConnectReturnCode::Success => format!("{broker}: unexpected refusal with code Success"),
+        },
+        ConnectionError::Io(io) => explain_io(io, broker),
+        ConnectionError::MqttState(StateError::Io(io)) => explain_io(io, broker),
+        ConnectionError::MqttState(StateError::ConnectionAborted) => format!(
+            "{broker} closed the connection (another client with the same client id may have taken over the \
+             session, or the broker refused a packet)"
+        ),
+        ConnectionError::MqttState(StateError::AwaitPingResp) => {
+            format!("{broker} stopped answering pings; the connection is presumed dead")
+        }
+        ConnectionError::NetworkTimeout => format!("{broker} did not complete the connection in time"),
+        ConnectionError::Tls(t) => format!("TLS with {broker} failed: {t}"),
+        ConnectionError::NotConnAck(p) => {
+            format!("{broker} answered CONNECT with {p:?} instead of CONNACK (is this an MQTT port?)")
+        }
+        other => format!("{broker}: {other}"),
+    };
+    let hint = if tls { handshake_hint(&text) } else { "" };
+    let plain_to_tls = if !tls && matches!(e, ConnectionError::MqttState(StateError::Deserialization(_))) {
+        " (the broker's answer is not MQTT: if the port expects TLS, use mqtts://)"
+    } else {
+        ""
+    };
+    format!("{text}{hint}{plain_to_tls}")
+}
+
+fn explain_io(io: &std::io::Error, broker: &str) -> String {
+    use std::io::ErrorKind;
+    match io.kind() {
+        ErrorKind::ConnectionRefused => {
+            format!("connection refused: nothing listens at {broker} (is the broker running, and is the port right?)")
+        }
+        ErrorKind::ConnectionReset | ErrorKind::UnexpectedEof | ErrorKind::ConnectionAborted => format!(
+            "{broker} closed the connection ({io}); another client with the same client id may have taken over \
+             the session"
+        ),
+        _ => {
+            // rustls errors come wrapped in io::Error.
+            let inner = io.get_ref().map(ToString::to_string).unwrap_or_else(|| io.to_string());
+            format!("{broker}: {inner}")
+        }
+    }
+}
+
+/// The event loop task's state.
+struct Runner {
+    client: AsyncClient,
+    topics: Topics,
+    max_payload: usize,
+    backoff: Backoff,
+    broker: String,
+    tls: bool,
+    tx: mpsc::Sender<IncomingEvent>,
+    state: Arc<watch::Sender<ConnectionState>>,
+    stats: Arc<LinkStats>,
+    /// Incremented on every ConnAck; an AckHandle from an older generation acks nothing.
+    generation: Arc<AtomicU64>,
+    status: Arc<Mutex<Option<StatusPayload>>>,
+}
+
+impl Runner {
+    async fn run(self, mut eventloop: EventLoop) {
+        let mut failures: u32 = 0;
+        let mut connected = false;
+        loop {
+            if !connected {
+                // A fresh `ts` in the Will of each new connection.
+                eventloop.mqtt_options.set_last_will(will(&self.topics));
+            }
+            match eventloop.poll().await {
+                Ok(Event::Incoming(Packet::ConnAck(ack))) => {
+                    connected = true;
+                    failures = 0;
+                    self.generation.fetch_add(1, Ordering::SeqCst);
+                    self.stats.connects.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(
+                        broker = %self.broker,
+                        session_present = ack.session_present,
+                        "MQTT connected; subscribing to {}",
+                        self.topics.events_filter()
+                    );
+                    self.state.send_replace(ConnectionState::Connected {
+                        session_present: ack.session_present,
+                        subscribed: false,
+                    });
+                    self.after_connack();
+                }
+                Ok(Event::Incoming(Packet::Publish(publish))) => self.deliver(publish).await,
+                Ok(Event::Incoming(Packet::SubAck(suback))) => {
+                    if suback
+                        .return_codes
+                        .iter()
+                        .all(|c| matches!(c, SubscribeReasonCode::Success(_)))
+                    {
+                        self.state.send_modify(|s| {
+                            if let ConnectionState::Connected { subscribed, .. } = s {
+                                *subscribed = true;
+                            }
+                        });
+                    }
+                    if suback.return_codes.contains(&SubscribeReasonCode::Failure) {
+                        self.stats.refused_subscriptions.fetch_add(1, Ordering::Relaxed);
+                        tracing::error!(
+                            broker = %self.broker,
+                            "the broker refused the subscription to {} (check the broker's ACL for this user); \
+                             no events will arrive",
+                            self.topics.events_filter()
+                        );
+                    }
+                }
+                Ok(Event::Outgoing(Outgoing::Disconnect)) => {
+                    tracing::info!(broker = %self.broker, "MQTT disconnected on request");
+                    self.state.send_replace(ConnectionState::Closed);
+                    return;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    connected = false;
+                    failures = failures.saturating_add(1);
+                    let reason = explain_connection_error(&e, &self.broker, self.tls);
+                    let delay = self.backoff.delay(failures - 1, jitter_seed());
+                    if failures == 1 || failures.is_power_of_two() {
+                        tracing::warn!(attempt = failures, retry_in = ?delay, "MQTT link down: {reason}");
+                    } else {
+                        tracing::debug!(attempt = failures, retry_in = ?delay, "MQTT link down: {reason}");
+                    }
+                    self.state.send_replace(ConnectionState::Disconnected {
+                        reason,
+                        attempt: failures,
+                    });
+                    tokio::time::sleep(delay).await;
+                }
+            }
+        }
+    }
+
+    /// On every ConnAck: subscribe again (brokers and rumqttc do not reliably restore
+    /// subscriptions: rumqtt#250) and republish the latest status over the Will's `offline`.
+    fn after_connack(&self) {
+        let filter = self.topics.events_filter();
+        if self.client.try_subscribe(filter.clone(), QoS::AtLeastOnce).is_err() {
+            let client = self.client.clone();
+            tokio::spawn(async move {
+                let _ = client.subscribe(filter, QoS::AtLeastOnce).await;
+            });
+        }
+        let status = {
+            let mut guard = lock(&self.status);
+            match guard.as_mut() {
+                Some(s) => {
+                    s.ts = Utc::now();
+                    s.clone()
+                }
+                None => StatusPayload::new(self.topics.site(), GatewayState::Online, Utc::now()),
+            }
+        };
+        let Ok(bytes) = to_json(&status) else {
+            return;
+        };
+        let topic = self.topics.status();
+        if self
+            .client
+            .try_publish(topic.clone(), QoS::AtLeastOnce, true, bytes.clone())
+            .is_err()
+        {
+            let client = self.client.clone();
+            tokio::spawn(async move {
+                let _ = client.publish(topic, QoS::AtLeastOnce, true, bytes).await;
+            });
+        }
+    }
+
+    /// Passes an event publish to the application, or acks and drops what can never become
+    /// one.
+    async fn deliver(&self, publish: Publish) {
+        let event_id = match self.topics.event_id_from_topic(&publish.topic) {
+            Ok(id) => id.to_owned(),
+            Err(e) => return self.drop_acked(&publish, &e.to_string()),
+        };
+        if publish.payload.is_empty() {
+            return self.drop_acked(
+                &publish,
+                "empty payload (clears the retained event at the broker; to cancel, publish a revision with \
+                 \"cancel\": true)",
+            );
+        }
+        if publish.payload.len() > self.max_payload {
+            let why = format!(
+                "payload of {} bytes exceeds max_payload {}",
+                publish.payload.len(),
+                self.max_payload
+            );
+            return self.drop_acked(&publish, &why);
+        }
+        let qos = publish.qos;
+        let event = IncomingEvent {
+            topic: publish.topic.clone(),
+            event_id,
+            payload: publish.payload.clone(),
+            retained: publish.retain,
+            dup: publish.dup,
+            ack: AckHandle {
+                client: self.client.clone(),
+                publish,
+                generation: self.generation.load(Ordering::SeqCst),
+                current: self.generation.clone(),
+            },
+        };
+        let sent = match self.tx.try_send(event) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(event)) if qos == QoS::AtMostOnce => {
+                tracing::warn!(topic = %event.topic, "application queue full; QoS 0 event dropped");
+                self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+                false
+            }
+            Err(mpsc::error::TrySendError::Full(event)) => self.tx.send(event).await.is_ok(),
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        };
+        if sent {
+            self.stats.delivered.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn drop_acked(&self, publish: &Publish, why: &str) {
+        let shown: String = publish.topic.chars().filter(|c| !c.is_control()).take(200).collect();
+        tracing::warn!(topic = %shown, "MQTT publish acknowledged and dropped: {why}");
+        self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+        if self.client.try_ack(publish).is_err() {
+            let client = self.client.clone();
+            let publish = publish.clone();
+            tokio::spawn(async move {
+                let _ = client.ack(&publish).await;
+            });
+        }
+    }
+}
+
+/// A few bits of entropy for backoff jitter (no RNG dependency needed for that).
+fn jitter_seed() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0)
+}

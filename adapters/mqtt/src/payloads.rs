@@ -1,0 +1,756 @@
+//! The JSON documents the gateway publishes, each with its JSON Schema (draft 2020-12):
+//!
+//! | Type | `schema` | Topic | Schema constant |
+//! |---|---|---|---|
+//! | [`AckPayload`] | `dr.ack/1` | `{prefix}/{site}/acks/{event_id}` | [`DR_ACK_JSON_SCHEMA`] |
+//! | [`StatusPayload`] | `dr.status/1` | `{prefix}/{site}/status` (retained) | [`DR_STATUS_JSON_SCHEMA`] |
+//! | [`TelemetryPayload`] | `dr.telemetry/1` | `{prefix}/{site}/telemetry` | [`DR_TELEMETRY_JSON_SCHEMA`] |
+//! | [`ReportPayload`] | `dr.report/1` | `{prefix}/{site}/reports/{event_id}` | [`DR_REPORT_JSON_SCHEMA`] |
+//!
+//! The same schemas ship as `deploy/schemas/dr.{ack,status,telemetry,report}.schema.json` for
+//! MQTT-facing users who never read Rust; a test keeps the files equal to the constants.
+//!
+//! Conventions shared by all four: power is in kW, energy in kWh, instants are RFC 3339 UTC
+//! (`2026-07-14T19:00:00Z`), every field is always present (an unknown value is `null`, never an
+//! absent key), and unknown fields are refused (`additionalProperties: false`): a new field means
+//! a new schema version. A number that is NaN or infinite is refused when serializing
+//! ([`to_json`]) instead of silently becoming `null`.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize, Serializer};
+
+/// `schema` of an acknowledgement.
+pub const DR_ACK_SCHEMA: &str = "dr.ack/1";
+/// `schema` of a status document.
+pub const DR_STATUS_SCHEMA: &str = "dr.status/1";
+/// `schema` of a telemetry sample.
+pub const DR_TELEMETRY_SCHEMA: &str = "dr.telemetry/1";
+/// `schema` of a performance report.
+pub const DR_REPORT_SCHEMA: &str = "dr.report/1";
+
+/// A payload could not be serialized.
+#[derive(Debug, thiserror::Error)]
+pub enum PayloadError {
+    /// A number is NaN or infinite (JSON has no such numbers), or serde failed otherwise.
+    #[error("cannot serialize the payload: {0}")]
+    Serialize(#[from] serde_json::Error),
+}
+
+/// Serializes a payload to compact JSON, refusing NaN and infinite numbers.
+pub fn to_json<T: Serialize>(payload: &T) -> Result<Vec<u8>, PayloadError> {
+    Ok(serde_json::to_vec(payload)?)
+}
+
+fn finite<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+    if v.is_finite() {
+        s.serialize_f64(*v)
+    } else {
+        Err(serde::ser::Error::custom(format!(
+            "{v} is not a finite number; JSON cannot carry it"
+        )))
+    }
+}
+
+#[allow(clippy::ref_option)] // serde's serialize_with passes `&Option<f64>`.
+fn finite_opt<S: Serializer>(v: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(x) => finite(x, s),
+        None => s.serialize_none(),
+    }
+}
+
+/// Whether the gateway takes part in an event (OpenADR optIn / optOut).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Opt {
+    /// The gateway will follow the event.
+    In,
+    /// The gateway will not follow the event (`reason` says why).
+    Out,
+}
+
+/// A range of meter power, kW.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KwRange {
+    /// Lower bound, kW.
+    #[serde(serialize_with = "finite")]
+    pub lo: f64,
+    /// Upper bound, kW.
+    #[serde(serialize_with = "finite")]
+    pub hi: f64,
+}
+
+/// `dr.ack/1`: the receipt of one event revision, published on `acks/{event_id}` after the
+/// event is recorded, so that the utility learns whether the site takes part and what the meter
+/// will read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AckPayload {
+    /// Always [`DR_ACK_SCHEMA`].
+    pub schema: String,
+    /// The acknowledged event.
+    pub event_id: String,
+    /// The acknowledged revision.
+    pub revision: u64,
+    /// When the gateway received the event.
+    pub received_at: DateTime<Utc>,
+    /// Whether the gateway takes part.
+    pub opt: Opt,
+    /// Why the gateway opted out or ignores part of the event; `null` otherwise.
+    pub reason: Option<String>,
+    /// The meter ceiling the gateway accepted as its target, kW.
+    #[serde(serialize_with = "finite_opt")]
+    pub accepted_target_kw: Option<f64>,
+    /// The meter reading the gateway expects while it follows the event.
+    pub expected_meter_kw: Option<KwRange>,
+    /// Hash of the ledger checkpoint that records the receipt: the counterparty's anchor into
+    /// the gateway's tamper-evident log.
+    pub log_checkpoint: String,
+}
+
+impl AckPayload {
+    /// An acknowledgement with the schema filled in and no reason, target or expectation.
+    #[must_use]
+    pub fn new(
+        event_id: impl Into<String>,
+        revision: u64,
+        received_at: DateTime<Utc>,
+        opt: Opt,
+        log_checkpoint: impl Into<String>,
+    ) -> Self {
+        Self {
+            schema: DR_ACK_SCHEMA.to_owned(),
+            event_id: event_id.into(),
+            revision,
+            received_at,
+            opt,
+            reason: None,
+            accepted_target_kw: None,
+            expected_meter_kw: None,
+            log_checkpoint: log_checkpoint.into(),
+        }
+    }
+}
+
+/// Liveness of the gateway as the utility sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GatewayState {
+    /// Connected and able to act on events.
+    Online,
+    /// Gone: the Last Will, or an orderly shutdown.
+    Offline,
+    /// Connected, but cannot act fully (a meter or a cluster backend is missing).
+    Degraded,
+}
+
+/// Where the gateway is within an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Lowering power towards the event's target.
+    RampingDown,
+    /// Holding the target.
+    Holding,
+    /// Releasing the ceiling after the event.
+    RampingUp,
+    /// No event in force.
+    Idle,
+}
+
+/// `dr.status/1`: the gateway's retained state on `status`; its offline form is the Last Will,
+/// so a subscriber always finds the latest word of the gateway, even after a crash.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatusPayload {
+    /// Always [`DR_STATUS_SCHEMA`].
+    pub schema: String,
+    /// The site the gateway serves.
+    pub site: String,
+    /// Online, offline or degraded.
+    pub state: GatewayState,
+    /// The event in force, if any.
+    pub active_event: Option<String>,
+    /// Where the gateway is within that event; `null` when unknown (e.g. in the Last Will).
+    pub phase: Option<Phase>,
+    /// Latest meter reading, kW.
+    #[serde(serialize_with = "finite_opt")]
+    pub meter_kw: Option<f64>,
+    /// Latest sum of GPU board power, kW.
+    #[serde(serialize_with = "finite_opt")]
+    pub gpu_board_kw: Option<f64>,
+    /// How far the site could lower its meter power now, kW.
+    #[serde(serialize_with = "finite_opt")]
+    pub flex_available_kw: Option<f64>,
+    /// When this status was written. In the Last Will: when the connection that registered it
+    /// was opened (the broker publishes the Will unchanged).
+    pub ts: DateTime<Utc>,
+    /// Hash of the latest ledger checkpoint.
+    pub log_checkpoint: Option<String>,
+}
+
+impl StatusPayload {
+    /// A status with everything but the state unknown.
+    #[must_use]
+    pub fn new(site: impl Into<String>, state: GatewayState, ts: DateTime<Utc>) -> Self {
+        Self {
+            schema: DR_STATUS_SCHEMA.to_owned(),
+            site: site.into(),
+            state,
+            active_event: None,
+            phase: None,
+            meter_kw: None,
+            gpu_board_kw: None,
+            flex_available_kw: None,
+            ts,
+            log_checkpoint: None,
+        }
+    }
+
+    /// The Last Will: offline, nothing else known.
+    #[must_use]
+    pub fn offline(site: impl Into<String>, ts: DateTime<Utc>) -> Self {
+        Self::new(site, GatewayState::Offline, ts)
+    }
+}
+
+/// `dr.telemetry/1`: one periodic sample of the site's power.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetryPayload {
+    /// Always [`DR_TELEMETRY_SCHEMA`].
+    pub schema: String,
+    /// The site the gateway serves.
+    pub site: String,
+    /// When the sample was taken.
+    pub ts: DateTime<Utc>,
+    /// Meter power, kW; `null` when the meter is not reading.
+    #[serde(serialize_with = "finite_opt")]
+    pub meter_kw: Option<f64>,
+    /// Sum of GPU board power, kW; `null` when no backend reports.
+    #[serde(serialize_with = "finite_opt")]
+    pub gpu_board_kw: Option<f64>,
+    /// How far the site could lower its meter power now, kW.
+    #[serde(serialize_with = "finite_opt")]
+    pub flex_available_kw: Option<f64>,
+}
+
+impl TelemetryPayload {
+    /// A sample with the schema filled in.
+    #[must_use]
+    pub fn new(
+        site: impl Into<String>,
+        ts: DateTime<Utc>,
+        meter_kw: Option<f64>,
+        gpu_board_kw: Option<f64>,
+        flex_available_kw: Option<f64>,
+    ) -> Self {
+        Self {
+            schema: DR_TELEMETRY_SCHEMA.to_owned(),
+            site: site.into(),
+            ts,
+            meter_kw,
+            gpu_board_kw,
+            flex_available_kw,
+        }
+    }
+}
+
+/// One interval of a performance report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportInterval {
+    /// Interval start.
+    pub start: DateTime<Utc>,
+    /// Interval end (exclusive).
+    pub end: DateTime<Utc>,
+    /// The meter ceiling in force, kW.
+    #[serde(serialize_with = "finite")]
+    pub ceiling_kw: f64,
+    /// The baseline the reduction is measured against, kW; `null` when the event has none.
+    #[serde(serialize_with = "finite_opt")]
+    pub baseline_kw: Option<f64>,
+    /// Mean meter power over the interval, kW; `null` when the meter had no data.
+    #[serde(serialize_with = "finite_opt")]
+    pub mean_meter_kw: Option<f64>,
+    /// `baseline_kw - mean_meter_kw`; `null` when either is unknown.
+    #[serde(serialize_with = "finite_opt")]
+    pub delivered_reduction_kw: Option<f64>,
+    /// `max(0, mean_meter_kw - ceiling_kw)`; `null` when the meter had no data.
+    #[serde(serialize_with = "finite_opt")]
+    pub shortfall_kw: Option<f64>,
+    /// Whether the interval met the ceiling; `null` when the meter had no data.
+    pub compliant: Option<bool>,
+}
+
+impl ReportInterval {
+    /// An interval with the derived fields (`delivered_reduction_kw`, `shortfall_kw`,
+    /// `compliant`) computed from the ceiling, the baseline and the mean meter power.
+    #[must_use]
+    pub fn measured(
+        start: DateTime<Utc>,
+        end: DateTime<Utc>,
+        ceiling_kw: f64,
+        baseline_kw: Option<f64>,
+        mean_meter_kw: Option<f64>,
+    ) -> Self {
+        let shortfall_kw = mean_meter_kw.map(|m| (m - ceiling_kw).max(0.0));
+        Self {
+            start,
+            end,
+            ceiling_kw,
+            baseline_kw,
+            mean_meter_kw,
+            delivered_reduction_kw: baseline_kw.zip(mean_meter_kw).map(|(b, m)| b - m),
+            shortfall_kw,
+            compliant: shortfall_kw.map(|s| s <= 0.0),
+        }
+    }
+
+    /// Shortfall energy of this interval, kWh (0 when unknown or when `end` is before `start`).
+    #[must_use]
+    pub fn shortfall_kwh(&self) -> f64 {
+        let hours = (self.end - self.start).num_milliseconds().max(0) as f64 / 3_600_000.0;
+        self.shortfall_kw.unwrap_or(0.0) * hours
+    }
+}
+
+/// `dr.report/1`: what the site delivered during one event, published on
+/// `reports/{event_id}` after the event ends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportPayload {
+    /// Always [`DR_REPORT_SCHEMA`].
+    pub schema: String,
+    /// The site the gateway serves.
+    pub site: String,
+    /// The reported event.
+    pub event_id: String,
+    /// The revision that was in force.
+    pub revision: u64,
+    /// One entry per interval, in time order.
+    pub intervals: Vec<ReportInterval>,
+    /// Sum over the intervals of `shortfall_kw × duration`, kWh (unknown intervals count 0).
+    #[serde(serialize_with = "finite")]
+    pub total_shortfall_kwh: f64,
+    /// Hash of the ledger checkpoint that covers the event.
+    pub log_checkpoint: String,
+}
+
+impl ReportPayload {
+    /// A report with `total_shortfall_kwh` computed from the intervals.
+    #[must_use]
+    pub fn new(
+        site: impl Into<String>,
+        event_id: impl Into<String>,
+        revision: u64,
+        intervals: Vec<ReportInterval>,
+        log_checkpoint: impl Into<String>,
+    ) -> Self {
+        let total_shortfall_kwh = intervals.iter().map(ReportInterval::shortfall_kwh).sum();
+        Self {
+            schema: DR_REPORT_SCHEMA.to_owned(),
+            site: site.into(),
+            event_id: event_id.into(),
+            revision,
+            intervals,
+            total_shortfall_kwh,
+            log_checkpoint: log_checkpoint.into(),
+        }
+    }
+}
+
+/// JSON Schema of `dr.ack/1` ([`AckPayload`]); shipped as `deploy/schemas/dr.ack.schema.json`.
+pub const DR_ACK_JSON_SCHEMA: &str = r##"{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "$id": "https://flexgate.invalid/schemas/dr.ack-1.json",
+  "title": "dr.ack/1",
+  "description": "A flexgate gateway's receipt of one dr.event/1 revision, published with QoS 1 on {prefix}/{site}/acks/{event_id} after the event is recorded in the gateway's ledger. Every field is present; unknown values are null.",
+  "type": "object",
+  "additionalProperties": false,
+  "required": ["schema", "event_id", "revision", "received_at", "opt", "reason", "accepted_target_kw", "expected_meter_kw", "log_checkpoint"],
+  "properties": {
+    "schema": { "const": "dr.ack/1" },
+    "event_id": { "type": "string", "minLength": 1, "maxLength": 128, "description": "The acknowledged event." },
+    "revision": { "type": "integer", "minimum": 0, "description": "The acknowledged revision." },
+    "received_at": { "type": "string", "format": "date-time", "description": "When the gateway received the event (RFC 3339, UTC)." },
+    "opt": { "enum": ["in", "out"], "description": "Whether the gateway takes part in the event." },
+    "reason": { "type": ["string", "null"], "description": "Why the gateway opted out, or ignores part of the event; null otherwise." },
+    "accepted_target_kw": { "type": ["number", "null"], "description": "The meter ceiling the gateway accepted as its target, kW." },
+    "expected_meter_kw": {
+      "description": "The meter reading the gateway expects while it follows the event, kW.",
+      "type": ["object", "null"],
+      "additionalProperties": false,
+      "required": ["lo", "hi"],
+      "properties": {
+        "lo": { "type": "number" },
+        "hi": { "type": "number" }
+      }
+    },
+    "log_checkpoint": { "type": "string", "description": "Hash of the ledger checkpoint that records the receipt (lowercase hex SHA-256)." }
+  }
+}
+"##;
+
+/// JSON Schema of `dr.status/1` ([`StatusPayload`]); shipped as
+/// `deploy/schemas/dr.status.schema.json`.
+pub const DR_STATUS_JSON_SCHEMA: &str = r##"{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "$id": "https://flexgate.invalid/schemas/dr.status-1.json",
+  "title": "dr.status/1",
+  "description": "A flexgate gateway's state, published retained with QoS 1 on {prefix}/{site}/status. The gateway registers the offline form (state offline, other values null) as its MQTT Last Will, so the retained status turns offline when the gateway vanishes. Every field is present; unknown values are null.",
+  "type": "object",
+  "additionalProperties": false,
+  "required": ["schema", "site", "state", "active_event", "phase", "meter_kw", "gpu_board_kw", "flex_available_kw", "ts", "log_checkpoint"],
+  "properties": {
+    "schema": { "const": "dr.status/1" },
+    "site": { "type": "string", "minLength": 1, "maxLength": 128 },
+    "state": { "enum": ["online", "offline", "degraded"], "description": "degraded: connected, but a meter or a cluster backend is missing." },
+    "active_event": { "type": ["string", "null"], "description": "The event in force, if any." },
+    "phase": { "enum": ["ramping_down", "holding", "ramping_up", "idle", null], "description": "Where the gateway is within the active event; null when unknown." },
+    "meter_kw": { "type": ["number", "null"], "description": "Latest meter reading, kW." },
+    "gpu_board_kw": { "type": ["number", "null"], "description": "Latest sum of GPU board power, kW." },
+    "flex_available_kw": { "type": ["number", "null"], "description": "How far the site could lower its meter power now, kW." },
+    "ts": { "type": "string", "format": "date-time", "description": "When the status was written; in the Last Will, when the connection that registered it opened." },
+    "log_checkpoint": { "type": ["string", "null"], "description": "Hash of the latest ledger checkpoint." }
+  }
+}
+"##;
+
+/// JSON Schema of `dr.telemetry/1` ([`TelemetryPayload`]); shipped as
+/// `deploy/schemas/dr.telemetry.schema.json`.
+pub const DR_TELEMETRY_JSON_SCHEMA: &str = r##"{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "$id": "https://flexgate.invalid/schemas/dr.telemetry-1.json",
+  "title": "dr.telemetry/1",
+  "description": "A periodic power sample of a flexgate site, published with QoS 1 on {prefix}/{site}/telemetry. Every field is present; unknown values are null.",
+  "type": "object",
+  "additionalProperties": false,
+  "required": ["schema", "site", "ts", "meter_kw", "gpu_board_kw", "flex_available_kw"],
+  "properties": {
+    "schema": { "const": "dr.telemetry/1" },
+    "site": { "type": "string", "minLength": 1, "maxLength": 128 },
+    "ts": { "type": "string", "format": "date-time", "description": "When the sample was taken (RFC 3339, UTC)." },
+    "meter_kw": { "type": ["number", "null"], "description": "Meter power, kW; null when the meter is not reading." },
+    "gpu_board_kw": { "type": ["number", "null"], "description": "Sum of GPU board power, kW; null when no backend reports." },
+    "flex_available_kw": { "type": ["number", "null"], "description": "How far the site could lower its meter power now, kW." }
+  }
+}
+"##;
+
+/// JSON Schema of `dr.report/1` ([`ReportPayload`]); shipped as
+/// `deploy/schemas/dr.report.schema.json`.
+pub const DR_REPORT_JSON_SCHEMA: &str = r##"{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "$id": "https://flexgate.invalid/schemas/dr.report-1.json",
+  "title": "dr.report/1",
+  "description": "What a flexgate site delivered during one event, published with QoS 1 on {prefix}/{site}/reports/{event_id} after the event ends. Every field is present; unknown values are null.",
+  "type": "object",
+  "additionalProperties": false,
+  "required": ["schema", "site", "event_id", "revision", "intervals", "total_shortfall_kwh", "log_checkpoint"],
+  "properties": {
+    "schema": { "const": "dr.report/1" },
+    "site": { "type": "string", "minLength": 1, "maxLength": 128 },
+    "event_id": { "type": "string", "minLength": 1, "maxLength": 128 },
+    "revision": { "type": "integer", "minimum": 0, "description": "The revision that was in force." },
+    "intervals": { "type": "array", "items": { "$ref": "#/$defs/interval" }, "description": "One entry per interval, in time order." },
+    "total_shortfall_kwh": { "type": "number", "minimum": 0, "description": "Sum over the intervals of shortfall_kw times the interval length, kWh; intervals without meter data count 0." },
+    "log_checkpoint": { "type": "string", "description": "Hash of the ledger checkpoint that covers the event." }
+  },
+  "$defs": {
+    "interval": {
+      "type": "object",
+      "additionalProperties": false,
+      "required": ["start", "end", "ceiling_kw", "baseline_kw", "mean_meter_kw", "delivered_reduction_kw", "shortfall_kw", "compliant"],
+      "properties": {
+        "start": { "type": "string", "format": "date-time" },
+        "end": { "type": "string", "format": "date-time", "description": "Exclusive." },
+        "ceiling_kw": { "type": "number", "description": "The meter ceiling in force, kW." },
+        "baseline_kw": { "type": ["number", "null"], "description": "The baseline the reduction is measured against, kW; null when the event has none." },
+        "mean_meter_kw": { "type": ["number", "null"], "description": "Mean meter power over the interval, kW; null when the meter had no data." },
+        "delivered_reduction_kw": { "type": ["number", "null"], "description": "baseline_kw - mean_meter_kw; null when either is unknown." },
+        "shortfall_kw": { "type": ["number", "null"], "minimum": 0, "description": "max(0, mean_meter_kw - ceiling_kw); null when the meter had no data." },
+        "compliant": { "type": ["boolean", "null"], "description": "Whether the interval met the ceiling; null when the meter had no data." }
+      }
+    }
+  }
+}
+"##;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    fn t(s: &str) -> DateTime<Utc> {
+        s.parse().unwrap()
+    }
+
+    /// Enough of JSON Schema for these four schemas: type, const, enum, required, properties,
+    /// additionalProperties: false, items, local $ref, minimum, minLength/maxLength and
+    /// format: date-time. Returns the first violation.
+    fn check(schema: &Value, root: &Value, v: &Value, path: &str) -> Result<(), String> {
+        if let Some(r) = schema.get("$ref").and_then(Value::as_str) {
+            let name = r.strip_prefix("#/$defs/").unwrap();
+            return check(&root["$defs"][name], root, v, path);
+        }
+        if let Some(c) = schema.get("const")
+            && c != v
+        {
+            return Err(format!("{path}: {v} is not {c}"));
+        }
+        if let Some(e) = schema.get("enum").and_then(Value::as_array)
+            && !e.contains(v)
+        {
+            return Err(format!("{path}: {v} not in {e:?}"));
+        }
+        if let Some(ty) = schema.get("type") {
+            let types: Vec<&str> = match ty {
+                Value::String(s) => vec![s.as_str()],
+                Value::Array(a) => a.iter().map(|x| x.as_str().unwrap()).collect(),
+                _ => panic!("bad type"),
+            };
+            let kind = match v {
+                Value::Null => "null",
+                Value::Bool(_) => "boolean",
+                Value::Number(n) if n.is_u64() || n.is_i64() => "integer",
+                Value::Number(_) => "number",
+                Value::String(_) => "string",
+                Value::Array(_) => "array",
+                Value::Object(_) => "object",
+            };
+            if !(types.contains(&kind) || (kind == "integer" && types.contains(&"number"))) {
+                return Err(format!("{path}: {kind} is not {types:?}"));
+            }
+        }
+        if v.is_null() {
+            return Ok(());
+        }
+        if let (Some(min), Some(n)) = (schema.get("minimum").and_then(Value::as_f64), v.as_f64())
+            && n < min
+        {
+            return Err(format!("{path}: {n} < {min}"));
+        }
+        if let Some(s) = v.as_str() {
+            let len = s.chars().count() as u64;
+            if schema.get("minLength").and_then(Value::as_u64).is_some_and(|m| len < m)
+                || schema.get("maxLength").and_then(Value::as_u64).is_some_and(|m| len > m)
+            {
+                return Err(format!("{path}: length {len}"));
+            }
+            if schema.get("format").and_then(Value::as_str) == Some("date-time") {
+                DateTime::parse_from_rfc3339(s).map_err(|e| format!("{path}: {s}: {e}"))?;
+            }
+        }
+        if let Some(obj) = v.as_object() {
+            for req in schema.get("required").and_then(Value::as_array).into_iter().flatten() {
+                let req = req.as_str().unwrap();
+                if !obj.contains_key(req) {
+                    return Err(format!("{path}: missing {req}"));
+                }
+            }
+            let props = schema.get("properties").and_then(Value::as_object);
+            for (k, item) in obj {
+                match props.and_then(|p| p.get(k)) {
+                    Some(sub) => check(sub, root, item, &format!("{path}.{k}"))?,
+                    None if schema.get("additionalProperties") == Some(&Value::Bool(false)) => {
+                        return Err(format!("{path}: unknown field {k}"));
+                    }
+                    None => {}
+                }
+            }
+        }
+        if let (Some(items), Some(arr)) = (schema.get("items"), v.as_array()) {
+            for (i, item) in arr.iter().enumerate() {
+                check(items, root, item, &format!("{path}[{i}]"))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn validate(schema_text: &str, payload: &impl Serialize) -> Result<(), String> {
+        let schema: Value = serde_json::from_str(schema_text).unwrap();
+        let doc: Value = serde_json::from_slice(&to_json(payload).unwrap()).unwrap();
+        check(&schema, &schema, &doc, "$")
+    }
+
+    fn sample_ack() -> AckPayload {
+        let mut ack = AckPayload::new("ev-2026-0142", 3, t("2026-07-14T18:59:41Z"), Opt::In, "ab12");
+        ack.accepted_target_kw = Some(8000.0);
+        ack.expected_meter_kw = Some(KwRange { lo: 7700.0, hi: 7950.0 });
+        ack
+    }
+
+    fn sample_status() -> StatusPayload {
+        let mut s = StatusPayload::new("dc-east", GatewayState::Online, t("2026-07-14T19:05:00Z"));
+        s.active_event = Some("ev-2026-0142".into());
+        s.phase = Some(Phase::RampingDown);
+        s.meter_kw = Some(7930.0);
+        s.gpu_board_kw = Some(3010.0);
+        s.flex_available_kw = Some(2400.0);
+        s.log_checkpoint = Some("ab12".into());
+        s
+    }
+
+    fn sample_report() -> ReportPayload {
+        let intervals = vec![
+            ReportInterval::measured(
+                t("2026-07-14T19:00:00Z"),
+                t("2026-07-14T19:30:00Z"),
+                8000.0,
+                Some(10_000.0),
+                Some(8200.0),
+            ),
+            ReportInterval::measured(t("2026-07-14T19:30:00Z"), t("2026-07-14T20:00:00Z"), 8000.0, None, None),
+        ];
+        ReportPayload::new("dc-east", "ev-2026-0142", 3, intervals, "cd34")
+    }
+
+    #[test]
+    fn ack_has_the_documented_shape() {
+        let v = serde_json::to_value(sample_ack()).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"schema":"dr.ack/1","event_id":"ev-2026-0142","revision":3,
+                "received_at":"2026-07-14T18:59:41Z","opt":"in","reason":null,"accepted_target_kw":8000.0,
+                "expected_meter_kw":{"lo":7700.0,"hi":7950.0},"log_checkpoint":"ab12"})
+        );
+        assert_eq!(serde_json::from_value::<AckPayload>(v).unwrap(), sample_ack());
+    }
+
+    #[test]
+    fn samples_validate_against_their_schemas() {
+        validate(DR_ACK_JSON_SCHEMA, &sample_ack()).unwrap();
+        let mut out = AckPayload::new("e", 0, t("2026-07-14T18:59:41Z"), Opt::Out, "x");
+        out.reason = Some("test event".into());
+        validate(DR_ACK_JSON_SCHEMA, &out).unwrap();
+        validate(DR_STATUS_JSON_SCHEMA, &sample_status()).unwrap();
+        validate(
+            DR_STATUS_JSON_SCHEMA,
+            &StatusPayload::offline("dc-east", t("2026-07-14T19:05:00Z")),
+        )
+        .unwrap();
+        let tele = TelemetryPayload::new("dc-east", t("2026-07-14T19:05:00Z"), Some(7930.5), None, Some(2400.0));
+        validate(DR_TELEMETRY_JSON_SCHEMA, &tele).unwrap();
+        validate(DR_REPORT_JSON_SCHEMA, &sample_report()).unwrap();
+    }
+
+    #[test]
+    fn the_checker_catches_violations() {
+        let schema: Value = serde_json::from_str(DR_STATUS_JSON_SCHEMA).unwrap();
+        let mut doc = serde_json::to_value(sample_status()).unwrap();
+        doc["state"] = "sleepy".into();
+        assert!(check(&schema, &schema, &doc, "$").is_err());
+        let mut doc = serde_json::to_value(sample_status()).unwrap();
+        doc.as_object_mut().unwrap().remove("phase");
+        assert!(check(&schema, &schema, &doc, "$").is_err());
+        let mut doc = serde_json::to_value(sample_status()).unwrap();
+        doc["extra"] = 1.into();
+        assert!(check(&schema, &schema, &doc, "$").is_err());
+        let mut doc = serde_json::to_value(sample_status()).unwrap();
+        doc["meter_kw"] = "7930".into();
+        assert!(check(&schema, &schema, &doc, "$").is_err());
+        let schema: Value = serde_json::from_str(DR_REPORT_JSON_SCHEMA).unwrap();
+        let mut doc = serde_json::to_value(sample_report()).unwrap();
+        doc["intervals"][1]["end"] = "tomorrow".into();
+        assert!(check(&schema, &schema, &doc, "$").is_err());
+    }
+
+    /// Every field of every type is `required` in its schema and listed in `properties`, and
+    /// vice versa: the Rust types and the published schemas cannot drift apart.
+    #[test]
+    fn schema_field_sets_equal_the_types() {
+        fn keys(v: &Value) -> Vec<String> {
+            let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+            k.sort();
+            k
+        }
+        fn required(v: &Value) -> Vec<String> {
+            let mut k: Vec<String> = v["required"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_str().unwrap().to_owned())
+                .collect();
+            k.sort();
+            k
+        }
+        let cases: [(&str, Value); 4] = [
+            (DR_ACK_JSON_SCHEMA, serde_json::to_value(sample_ack()).unwrap()),
+            (DR_STATUS_JSON_SCHEMA, serde_json::to_value(sample_status()).unwrap()),
+            (
+                DR_TELEMETRY_JSON_SCHEMA,
+                serde_json::to_value(TelemetryPayload::new("s", t("2026-07-14T19:05:00Z"), None, None, None)).unwrap(),
+            ),
+            (DR_REPORT_JSON_SCHEMA, serde_json::to_value(sample_report()).unwrap()),
+        ];
+        for (text, doc) in cases {
+            let schema: Value = serde_json::from_str(text).unwrap();
+            assert_eq!(keys(&doc), required(&schema), "{}", schema["title"]);
+            assert_eq!(keys(&doc), keys(&schema["properties"]), "{}", schema["title"]);
+        }
+        let schema: Value = serde_json::from_str(DR_REPORT_JSON_SCHEMA).unwrap();
+        let iv = serde_json::to_value(&sample_report().intervals[0]).unwrap();
+        assert_eq!(keys(&iv), required(&schema["$defs"]["interval"]));
+        assert_eq!(keys(&iv), keys(&schema["$defs"]["interval"]["properties"]));
+        let ack: Value = serde_json::from_str(DR_ACK_JSON_SCHEMA).unwrap();
+        assert_eq!(
+            keys(&serde_json::to_value(KwRange { lo: 1.0, hi: 2.0 }).unwrap()),
+            keys(&ack["properties"]["expected_meter_kw"]["properties"])
+        );
+    }
+
+    #[test]
+    fn shipped_schema_files_equal_the_constants() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/schemas");
+        for (file, constant) in [
+            ("dr.ack.schema.json", DR_ACK_JSON_SCHEMA),
+            ("dr.status.schema.json", DR_STATUS_JSON_SCHEMA),
+            ("dr.telemetry.schema.json", DR_TELEMETRY_JSON_SCHEMA),
+            ("dr.report.schema.json", DR_REPORT_JSON_SCHEMA),
+        ] {
+            let text = std::fs::read_to_string(dir.join(file)).unwrap();
+            let shipped: Value = serde_json::from_str(&text).unwrap();
+            let expected: Value = serde_json::from_str(constant).unwrap();
+            assert_eq!(shipped, expected, "regenerate deploy/schemas/{file} from its constant");
+        }
+    }
+
+    #[test]
+    fn report_arithmetic() {
+        let r = sample_report();
+        let first = &r.intervals[0];
+        assert_eq!(first.shortfall_kw, Some(200.0));
+        assert_eq!(first.delivered_reduction_kw, Some(1800.0));
+        assert_eq!(first.compliant, Some(false));
+        assert_eq!(r.intervals[1].compliant, None);
+        assert!((r.total_shortfall_kwh - 100.0).abs() < 1e-9);
+        let ok = ReportInterval::measured(
+            t("2026-07-14T19:00:00Z"),
+            t("2026-07-14T19:30:00Z"),
+            8000.0,
+            None,
+            Some(7000.0),
+        );
+        assert_eq!(ok.shortfall_kw, Some(0.0));
+        assert_eq!(ok.compliant, Some(true));
+    }
+
+    #[test]
+    fn non_finite_numbers_are_refused_not_nulled() {
+        let mut ack = sample_ack();
+        ack.accepted_target_kw = Some(f64::NAN);
+        assert!(to_json(&ack).is_err());
+        let mut ack = sample_ack();
+        ack.expected_meter_kw = Some(KwRange {
+            lo: f64::NEG_INFINITY,
+            hi: 1.0,
+        });
+        assert!(to_json(&ack).is_err());
+        let mut r = sample_report();
+        r.total_shortfall_kwh = f64::INFINITY;
+        let e = to_json(&r).unwrap_err();
+        assert!(e.to_string().contains("finite"), "{e}");
+    }
+}
