@@ -29,6 +29,9 @@ pub struct Config {
     pub openadr2b: Option<OpenAdr2bConfig>,
     /// An OpenADR 3.x VTN to poll for events (absent: no 3.x).
     pub openadr3: Option<OpenAdr3Config>,
+    /// An MQTT broker to take `dr.event/1` events from and publish acks, status, telemetry and
+    /// reports to (absent: no MQTT).
+    pub mqtt: Option<MqttConfig>,
 }
 
 impl Default for Config {
@@ -45,6 +48,7 @@ impl Default for Config {
             backend: BackendConfig::Sim(SimConfig { facility, ..backend }),
             openadr2b: None,
             openadr3: None,
+            mqtt: None,
         }
     }
 }
@@ -280,6 +284,9 @@ impl Config {
         if let Some(o) = &self.openadr3 {
             o.validate()?;
         }
+        if let Some(m) = &self.mqtt {
+            m.validate()?;
+        }
         let c = &self.control;
         if !(c.gain > 0.0 && c.gain <= 1.0) {
             return invalid("control.gain", "must be in (0, 1]".into());
@@ -453,6 +460,101 @@ impl OpenAdr3Config {
         }
         if self.ven_name.trim().is_empty() {
             return invalid("openadr3.ven_name", "must not be empty".into());
+        }
+        Ok(())
+    }
+}
+
+/// Connection to an MQTT broker (PROTOCOLS.md §11 topics under `{prefix}/{gateway.site}/`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MqttConfig {
+    /// `mqtt://host:port` or `mqtts://host:port` (TLS).
+    pub url: String,
+    /// Client id; the broker keeps the persistent session under it. Default `flexgate-{site}`.
+    #[serde(default)]
+    pub client_id: Option<String>,
+    /// Topic prefix (may span levels, e.g. `utility-x/dr`).
+    #[serde(default = "default_mqtt_prefix")]
+    pub prefix: String,
+    /// Username for the broker.
+    #[serde(default)]
+    pub username: Option<String>,
+    /// File holding the password (kept out of the configuration and the logs).
+    #[serde(default)]
+    pub password_file: Option<PathBuf>,
+    /// CA certificates for `mqtts://` (default: the system bundle).
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// Client certificate for `mqtts://`, when the broker wants one.
+    #[serde(default)]
+    pub cert_file: Option<PathBuf>,
+    /// Key of `cert_file`.
+    #[serde(default)]
+    pub key_file: Option<PathBuf>,
+    /// Event signatures: `off`, `optional` (a present `sig` must verify) or `required`.
+    #[serde(default = "default_signatures")]
+    pub signatures: String,
+    /// Ed25519 public keys (hex or base64, 32 bytes) whose signatures are trusted.
+    #[serde(default)]
+    pub trusted_keys: Vec<String>,
+    /// Seconds between telemetry publications.
+    #[serde(default = "default_mqtt_telemetry_s")]
+    pub telemetry_interval_s: u64,
+}
+
+fn default_mqtt_prefix() -> String {
+    "dr".to_string()
+}
+
+fn default_signatures() -> String {
+    "optional".to_string()
+}
+
+fn default_mqtt_telemetry_s() -> u64 {
+    10
+}
+
+impl MqttConfig {
+    /// The configuration `flexgate run --mqtt URL` implies: defaults for everything else.
+    pub fn for_url(url: &str) -> Self {
+        MqttConfig {
+            url: url.to_string(),
+            client_id: None,
+            prefix: default_mqtt_prefix(),
+            username: None,
+            password_file: None,
+            ca_file: None,
+            cert_file: None,
+            key_file: None,
+            signatures: default_signatures(),
+            trusted_keys: Vec::new(),
+            telemetry_interval_s: default_mqtt_telemetry_s(),
+        }
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |field, message: String| Err(ConfigError::Invalid { field, message });
+        if !(self.url.starts_with("mqtt://") || self.url.starts_with("mqtts://")) {
+            return invalid(
+                "mqtt.url",
+                format!("{:?} must start with mqtt:// or mqtts://", self.url),
+            );
+        }
+        if !["off", "optional", "required"].contains(&self.signatures.as_str()) {
+            return invalid(
+                "mqtt.signatures",
+                format!("{:?}: use off, optional or required", self.signatures),
+            );
+        }
+        if self.signatures == "required" && self.trusted_keys.is_empty() {
+            return invalid(
+                "mqtt.trusted_keys",
+                "signatures = \"required\" needs at least one trusted Ed25519 public key".into(),
+            );
+        }
+        if self.telemetry_interval_s == 0 || self.telemetry_interval_s > 3600 {
+            return invalid("mqtt.telemetry_interval_s", "must be 1–3600".into());
         }
         Ok(())
     }

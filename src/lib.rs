@@ -12,6 +12,7 @@ pub mod commands;
 pub mod config;
 pub mod http_client;
 pub mod ledger;
+pub mod mqtt;
 pub mod openadr;
 pub mod plot;
 pub mod runtime;

@@ -40,7 +40,7 @@ pub enum ServeError {
     /// Serving failed.
     #[error("HTTP server: {0}")]
     Http(std::io::Error),
-    /// An OpenADR connection is misconfigured (URL, TLS files, VEN settings).
+    /// An OpenADR or MQTT connection is misconfigured (URL, TLS files, credentials).
     #[error("{0}")]
     OpenAdr(String),
 }
@@ -107,6 +107,11 @@ impl Server {
             let client = crate::openadr::ven3::Ven3::new(gateway.clone(), &full_config, cfg)
                 .map_err(|e| ServeError::OpenAdr(e.to_string()))?;
             tasks.push(tokio::spawn(client.run(stopped.clone())));
+        }
+        if let Some(cfg) = &full_config.mqtt {
+            let bridge = crate::mqtt::MqttBridge::connect(gateway.clone(), &full_config, cfg)
+                .map_err(|e| ServeError::OpenAdr(e.to_string()))?;
+            tasks.push(tokio::spawn(bridge.run(stopped.clone())));
         }
         let control = tokio::spawn(gateway.clone().control_loop(wait(stopped.clone())));
         let app = router.into_make_service_with_connect_info::<SocketAddr>();

@@ -19,6 +19,7 @@ use std::path::PathBuf;
 /// Examples:
 ///   flexgate run
 ///   flexgate run --config /etc/flexgate/flexgate.toml --listen 0.0.0.0:8080
+///   flexgate run --mqtt mqtt://127.0.0.1:1883 --site dc-east
 ///   curl -H "Authorization: Bearer $(cat flexgate-data/api-token)" \
 ///        -d @event.json http://127.0.0.1:8080/v1/events
 #[derive(Debug, Args)]
@@ -37,6 +38,14 @@ pub struct RunArgs {
     /// other users of the machine).
     #[arg(long, env = "FLEXGATE_API_TOKEN", value_name = "TOKEN", hide_env_values = true)]
     api_token: Option<String>,
+    /// Take events from this MQTT broker (`mqtt://host:port`, or `mqtts://` for TLS) on
+    /// `dr/{site}/events/+`, and publish acks, status, telemetry and reports there. Other MQTT
+    /// settings (credentials, signatures, prefix) come from the file's [mqtt] section.
+    #[arg(long, env = "FLEXGATE_MQTT", value_name = "URL")]
+    mqtt: Option<String>,
+    /// Site name: events for other sites are refused; MQTT topics are under dr/{site}/.
+    #[arg(long, env = "FLEXGATE_SITE", value_name = "NAME")]
+    site: Option<String>,
     /// Print the effective configuration (file + environment + flags) as TOML and exit; the
     /// API token is replaced by a placeholder.
     #[arg(long)]
@@ -54,6 +63,15 @@ pub fn effective_config(args: &RunArgs) -> Result<Config> {
     }
     if let Some(token) = &args.api_token {
         config.gateway.api_token = token.clone();
+    }
+    if let Some(site) = &args.site {
+        config.gateway.site = site.clone();
+    }
+    if let Some(url) = &args.mqtt {
+        match &mut config.mqtt {
+            Some(mqtt) => mqtt.url = url.clone(),
+            None => config.mqtt = Some(crate::config::MqttConfig::for_url(url)),
+        }
     }
     config.validate()?;
     Ok(config)

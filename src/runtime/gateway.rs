@@ -39,6 +39,15 @@ pub enum Transport {
         /// Ledger seq of the record holding the message's bytes.
         message_seq: u64,
     },
+    /// An MQTT publish on `{prefix}/{site}/events/{event_id}`.
+    Mqtt {
+        /// The topic it arrived on.
+        topic: String,
+        /// A retained copy (delivered at subscription) rather than a live publish.
+        retained: bool,
+        /// A redelivery the broker flagged as a duplicate.
+        dup: bool,
+    },
     /// An OpenADR 3.x event object, polled from a VTN.
     #[serde(rename = "openadr3")]
     OpenAdr3 {

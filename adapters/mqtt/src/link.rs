@@ -29,10 +29,12 @@
 //!
 //! # What the link refuses by itself
 //!
-//! A publish whose topic is not `{prefix}/{site}/events/{event_id}` with a valid id, an empty
-//! payload (MQTT's way to clear a retained message: cancelling an event takes a revision with
-//! `cancel: true`), or a payload over [`MqttSettings::max_payload`] is acknowledged (so that
-//! it does not come back forever), logged and counted in [`LinkStats`], and not passed on.
+//! A publish whose topic is not `{prefix}/{site}/events/{event_id}` with a valid id, or with an
+//! empty payload (MQTT's way to clear a retained message: cancelling an event takes a revision
+//! with `cancel: true`), is acknowledged (so that it does not come back forever), logged and
+//! counted in [`LinkStats`], and not passed on. A payload over [`MqttSettings::max_payload`]
+//! is passed on without its bytes and with [`IncomingEvent::refused`] set, so the application
+//! can answer the sender.
 //! Packets larger than 4 × `max_payload` (at least 1 MiB) are refused by rumqttc itself, which
 //! drops the connection; cap the size at the broker (`message_size_limit`) too.
 
@@ -187,6 +189,10 @@ pub struct IncomingEvent {
     pub retained: bool,
     /// The MQTT DUP flag: the broker may have sent this message before.
     pub dup: bool,
+    /// Set when the link already knows this publish cannot be an event (its payload is over
+    /// [`MqttSettings::max_payload`]): `payload` is then empty, and the application should
+    /// answer with a refusal carrying this reason, then ack.
+    pub refused: Option<String>,
     /// Acknowledge after the ledger flush.
     pub ack: AckHandle,
 }
@@ -255,7 +261,10 @@ impl MqttLink {
     pub fn connect(settings: MqttSettings) -> Result<(MqttLink, Incoming), LinkError> {
         settings.check()?;
         let options = options(&settings)?;
-        let (client, eventloop) = AsyncClient::new(options, REQUEST_QUEUE);
+        // The event loop stops polling while the application's queue is full; the application
+        // meanwhile queues a PUBACK and an ack publish per event. The request queue must hold
+        // those for a whole application queue, or both sides wait on each other.
+        let (client, eventloop) = AsyncClient::new(options, REQUEST_QUEUE + 4 * settings.channel_capacity);
         let (tx, rx) = mpsc::channel(settings.channel_capacity);
         let (state_tx, state_rx) = watch::channel(ConnectionState::Connecting);
         let state_tx = Arc::new(state_tx);
@@ -417,7 +426,7 @@ fn options(settings: &MqttSettings) -> Result<MqttOptions, LinkError> {
         .set_keep_alive(settings.keep_alive)
         .set_clean_session(false)
         .set_manual_acks(true)
-        .set_request_channel_capacity(REQUEST_QUEUE)
+        .set_request_channel_capacity(REQUEST_QUEUE + 4 * settings.channel_capacity)
         .set_max_packet_size(
             transport_limit(settings.max_payload),
             transport_limit(settings.max_payload),
@@ -659,21 +668,28 @@ impl Runner {
                  \"cancel\": true)",
             );
         }
-        if publish.payload.len() > self.max_payload {
-            let why = format!(
-                "payload of {} bytes exceeds max_payload {}",
+        // An oversized event still has an id the sender is waiting on: hand it over (without
+        // its bytes) so that the application can refuse it with a reason.
+        let refused = (publish.payload.len() > self.max_payload).then(|| {
+            format!(
+                "payload of {} bytes exceeds the {}-byte limit",
                 publish.payload.len(),
                 self.max_payload
-            );
-            return self.drop_acked(&publish, &why);
-        }
+            )
+        });
+        let payload = if refused.is_some() {
+            Bytes::new()
+        } else {
+            publish.payload.clone()
+        };
         let qos = publish.qos;
         let event = IncomingEvent {
             topic: publish.topic.clone(),
             event_id,
-            payload: publish.payload.clone(),
+            payload,
             retained: publish.retain,
             dup: publish.dup,
+            refused,
             ack: AckHandle {
                 client: self.client.clone(),
                 publish,

@@ -336,7 +336,7 @@ async fn an_orderly_close_publishes_offline_and_no_will() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unusable_publishes_are_acked_and_dropped_not_delivered() {
+async fn unusable_publishes_are_acked_and_dropped_and_oversized_ones_are_handed_over_for_refusal() {
     let port = start_broker(None);
     let (utility, _rx) = observer(port, "utility-10", "nothing/here").await;
     let mut s = settings(port, "gw-drop", "site-d");
@@ -356,21 +356,25 @@ async fn unusable_publishes_are_acked_and_dropped_not_delivered() {
         .publish("dr/site-d/events/ok", QoS::AtLeastOnce, false, event_doc("ok", 1))
         .await
         .unwrap();
+    // The oversized one comes first, without its bytes and with the reason, so the
+    // application can tell the sender; the unusable ones are skipped.
+    let big = next_event(&mut incoming).await;
+    assert_eq!(big.event_id, "big");
+    assert!(big.payload.is_empty());
+    assert!(
+        big.refused.as_deref().is_some_and(|r| r.contains("exceeds")),
+        "{:?}",
+        big.refused
+    );
+    big.ack.ack().await.unwrap();
     let ev = next_event(&mut incoming).await;
-    assert_eq!(ev.event_id, "ok", "the refused publishes were skipped");
+    assert_eq!(ev.event_id, "ok", "the unusable publishes were skipped");
+    assert!(ev.refused.is_none());
     ev.ack.ack().await.unwrap();
-    assert_eq!(link.stats().dropped.load(Ordering::Relaxed), 4);
-    // They were acked: a reconnect brings none of them back. (`ack` only queues the PUBACK;
-    // give it time to leave before the crash, or "ok" would rightly come back.)
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    link.abort();
-    drop(incoming);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let (link, mut incoming) = MqttLink::connect(settings(port, "gw-drop", "site-d")).unwrap();
-    assert_eq!(link.wait_connected(WAIT).await, Some(true));
-    if let Ok(Some(ev)) = tokio::time::timeout(Duration::from_millis(800), incoming.recv()).await {
-        panic!("redelivered: {} {:?}", ev.topic, ev.payload);
-    }
+    assert_eq!(link.stats().dropped.load(Ordering::Relaxed), 3);
+    // (That acked publishes are not redelivered after a reconnect is shown, without rumqttd's
+    // same-client-id reconnect race, by `unacked_events_are_redelivered_after_a_reconnect_and_acked_ones_are_not` and against
+    // Mosquitto in the gateway's tests.)
     link.close(WAIT).await.unwrap();
 }
 

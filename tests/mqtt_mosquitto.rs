@@ -1,0 +1,282 @@
+//! The gateway's MQTT side against a real Mosquitto broker on 127.0.0.1 (started per test by
+//! `common::mosquitto`; installed by `tests/peers/setup.sh`). The utility is a plain rumqttc
+//! client: it publishes `dr.event/1` documents and reads the gateway's acks and status.
+
+mod common;
+
+use chrono::{SecondsFormat, Utc};
+use common::mosquitto::Mosquitto;
+use flexgate::config::{Config, MqttConfig};
+use flexgate::runtime::Clock;
+use flexgate::serve::Server;
+use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS};
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+const SITE: &str = "site-1";
+
+/// A utility-side client: publishes events, collects everything under `dr/site-1/`.
+struct Utility {
+    client: AsyncClient,
+    seen: mpsc::UnboundedReceiver<(String, Vec<u8>, bool)>,
+}
+
+impl Utility {
+    async fn connect(port: u16, id: &str) -> Utility {
+        let mut options = MqttOptions::new(id, "127.0.0.1", port);
+        options.set_keep_alive(Duration::from_secs(5));
+        options.set_max_packet_size(1024 * 1024, 1024 * 1024);
+        let (client, mut eventloop) = AsyncClient::new(options, 20_000);
+        client
+            .subscribe(format!("dr/{SITE}/#"), QoS::AtLeastOnce)
+            .await
+            .expect("subscribe");
+        let (tx, seen) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            loop {
+                match eventloop.poll().await {
+                    Ok(Event::Incoming(Packet::Publish(p))) => {
+                        let _ = tx.send((p.topic.clone(), p.payload.to_vec(), p.retain));
+                    }
+                    Ok(_) => {}
+                    Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                }
+            }
+        });
+        Utility { client, seen }
+    }
+
+    async fn publish(&self, event_id: &str, body: &[u8]) {
+        self.client
+            .publish(
+                format!("dr/{SITE}/events/{event_id}"),
+                QoS::AtLeastOnce,
+                false,
+                body.to_vec(),
+            )
+            .await
+            .expect("publish");
+    }
+
+    /// The next message on `topic`, within `timeout_s`.
+    async fn next_on(&mut self, topic: &str, timeout_s: u64) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(timeout_s);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let Ok(Some((t, body, _))) = tokio::time::timeout(left, self.seen.recv()).await else {
+                panic!("nothing on {topic} within {timeout_s} s");
+            };
+            if t == topic {
+                return serde_json::from_slice(&body).expect("JSON payload");
+            }
+        }
+    }
+}
+
+fn event(id: &str, revision: u64, ceiling_kw: f64, start_in_s: i64, test: bool) -> Vec<u8> {
+    let start = (Utc::now() + chrono::Duration::seconds(start_in_s)).to_rfc3339_opts(SecondsFormat::Secs, true);
+    serde_json::to_vec(&json!({
+        "schema": "dr.event/1", "event_id": id, "revision": revision, "site": SITE, "test": test,
+        "target": {"form": "ceiling", "point": "meter", "kw": ceiling_kw},
+        "window": {"start": start, "ramp_s": 0, "duration_s": 600}
+    }))
+    .expect("json")
+}
+
+async fn gateway(broker: &Mosquitto, dir: &std::path::Path) -> Server {
+    let mut config = Config::default();
+    config.gateway.data_dir = dir.to_path_buf();
+    config.gateway.api_token = "it-token-0123456789".into();
+    config.gateway.site = SITE.into();
+    config.gateway.telemetry_interval_s = 1;
+    let mut mqtt = MqttConfig::for_url(&broker.url());
+    mqtt.telemetry_interval_s = 1;
+    config.mqtt = Some(mqtt);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    Server::start(config, Clock::real(), None, listener)
+        .await
+        .expect("gateway")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_is_planned_capped_and_acknowledged() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Mosquitto::start(&dir.path().join("broker"));
+    let server = gateway(&broker, &dir.path().join("gw")).await;
+    let mut utility = Utility::connect(broker.port, "utility-1").await;
+    let status = utility.next_on(&format!("dr/{SITE}/status"), 10).await;
+    assert_eq!(status["state"], "online", "{status}");
+    let meter = {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(kw) = server.gateway.status().await.measured_meter_kw {
+                break kw;
+            }
+            assert!(Instant::now() < deadline, "no meter reading");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let ceiling = (0.8 * meter).round();
+    utility.publish("ev-1", &event("ev-1", 1, ceiling, 0, false)).await;
+    let ack = utility.next_on(&format!("dr/{SITE}/acks/ev-1"), 10).await;
+    assert_eq!(ack["schema"], "dr.ack/1");
+    assert_eq!(ack["event_id"], "ev-1");
+    assert_eq!(ack["revision"], 1);
+    assert_eq!(ack["opt"], "in", "{ack}");
+    assert_eq!(ack["accepted_target_kw"].as_f64(), Some(ceiling));
+    let (lo, hi) = (
+        ack["expected_meter_kw"]["lo"].as_f64(),
+        ack["expected_meter_kw"]["hi"].as_f64(),
+    );
+    assert!(
+        matches!((lo, hi), (Some(lo), Some(hi)) if lo <= hi && hi <= ceiling + 1e-9),
+        "{ack}"
+    );
+    assert_eq!(ack["log_checkpoint"].as_str().map(str::len), Some(64), "{ack}");
+    // The event reached the book and a plan capped jobs under it.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Some(plan) = server.gateway.plan().await
+            && server.gateway.status().await.meter_ceiling_kw == Some(ceiling)
+        {
+            let plan = serde_json::to_value(&plan).expect("plan");
+            assert!(plan.to_string().contains("cap"), "{plan}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no plan under the MQTT event's ceiling");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Telemetry flows.
+    let telemetry = utility.next_on(&format!("dr/{SITE}/telemetry"), 10).await;
+    assert!(telemetry["meter_kw"].as_f64().is_some(), "{telemetry}");
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_payloads_get_refusals_and_change_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Mosquitto::start(&dir.path().join("broker"));
+    let server = gateway(&broker, &dir.path().join("gw")).await;
+    let mut utility = Utility::connect(broker.port, "utility-2").await;
+    utility.next_on(&format!("dr/{SITE}/status"), 10).await;
+    let start = Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true);
+    let valid = |id: &str| -> Value {
+        json!({"schema": "dr.event/1", "event_id": id, "revision": 1, "site": SITE,
+               "target": {"form": "ceiling", "point": "meter", "kw": 100.0},
+               "window": {"start": start, "ramp_s": 0, "duration_s": 600}})
+    };
+    let mut cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("bad-json", b"{\"schema\": \"dr.event/1\", ".to_vec(), "JSON"),
+        (
+            "bad-schema",
+            serde_json::to_vec(&{
+                let mut v = valid("bad-schema");
+                v["schema"] = json!("dr.event/9");
+                v
+            })
+            .expect("json"),
+            "schema",
+        ),
+        ("nan", Vec::new(), ""),
+        (
+            "neg-duration",
+            serde_json::to_vec(&{
+                let mut v = valid("neg-duration");
+                v["window"]["duration_s"] = json!(-5);
+                v
+            })
+            .expect("json"),
+            "duration_s",
+        ),
+        (
+            "other-site",
+            serde_json::to_vec(&{
+                let mut v = valid("other-site");
+                v["site"] = json!("site-9");
+                v
+            })
+            .expect("json"),
+            "site",
+        ),
+        (
+            "bad-sig",
+            serde_json::to_vec(&{
+                let mut v = valid("bad-sig");
+                v["sig"] = json!("AAAA");
+                v
+            })
+            .expect("json"),
+            "signature",
+        ),
+        (
+            "huge",
+            {
+                let mut v = valid("huge");
+                v["program"] = json!("x".repeat(70_000));
+                serde_json::to_vec(&v).expect("json")
+            },
+            "",
+        ),
+    ];
+    // NaN is not JSON: write it by hand.
+    cases[2].1 = String::from_utf8(serde_json::to_vec(&valid("nan")).expect("json"))
+        .expect("utf8")
+        .replace("100.0", "NaN")
+        .into_bytes();
+    for (id, body, _) in &cases {
+        utility.publish(id, body).await;
+    }
+    for (id, _, expect) in &cases {
+        let ack = utility.next_on(&format!("dr/{SITE}/acks/{id}"), 10).await;
+        assert_eq!(ack["opt"], "out", "{id}: {ack}");
+        let reason = ack["reason"].as_str().unwrap_or_default().to_lowercase();
+        assert!(!reason.is_empty(), "{id}: a refusal says why: {ack}");
+        assert!(reason.contains(&expect.to_lowercase()), "{id}: {reason}");
+        assert!(server.gateway.event(id).await.is_none(), "{id} must not reach the book");
+    }
+    // Still running: a valid event afterwards is taken.
+    utility
+        .publish("fine", &serde_json::to_vec(&valid("fine")).expect("json"))
+        .await;
+    let ack = utility.next_on(&format!("dr/{SITE}/acks/fine"), 10).await;
+    assert_eq!(ack["opt"], "in", "{ack}");
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_restart_mid_event_loses_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut broker = Mosquitto::start(&dir.path().join("broker"));
+    let server = gateway(&broker, &dir.path().join("gw")).await;
+    let mut utility = Utility::connect(broker.port, "utility-3").await;
+    utility.next_on(&format!("dr/{SITE}/status"), 10).await;
+    utility.publish("before", &event("before", 1, 100.0, 0, false)).await;
+    assert_eq!(
+        utility.next_on(&format!("dr/{SITE}/acks/before"), 10).await["opt"],
+        "in"
+    );
+
+    broker.restart();
+    // The utility reconnects too (its own session), then publishes during the event.
+    let mut utility = Utility::connect(broker.port, "utility-3b").await;
+    // The retained status may first say offline (the broker published the gateway's Will when
+    // it went down); the gateway republishes online once it has reconnected.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = utility.next_on(&format!("dr/{SITE}/status"), 30).await;
+        if status["state"] == "online" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "status never back online after the restart: {status}"
+        );
+    }
+    utility.publish("after", &event("after", 1, 90.0, 0, false)).await;
+    let ack = utility.next_on(&format!("dr/{SITE}/acks/after"), 20).await;
+    assert_eq!(ack["opt"], "in", "{ack}");
+    assert!(server.gateway.event("after").await.is_some());
+    assert!(server.gateway.event("before").await.is_some());
+    server.shutdown().await;
+}
