@@ -489,8 +489,18 @@ impl Ledger {
             Err(e) => Err(e),
         };
         // Dropping the last handle joins the writer and sled's flusher thread: keep that blocking
-        // off the runtime's workers.
-        let _ = tokio::task::spawn_blocking(move || drop(self)).await;
+        // off the runtime's workers. sled lets go of its file lock from a background thread a
+        // moment later, so wait (briefly) until the lock is free: after `close` returns, the
+        // directory can be opened again, by this process or another.
+        let lock_file = self.inner.dir.join("db");
+        let last = Arc::strong_count(&self.inner) == 1;
+        let _ = tokio::task::spawn_blocking(move || {
+            drop(self);
+            if last {
+                wait_for_unlock(&lock_file, std::time::Duration::from_secs(2));
+            }
+        })
+        .await;
         match flushed {
             Err(LedgerError::Closed) => Ok(()), // closed before: nothing left to flush
             other => other,
@@ -537,4 +547,20 @@ pub fn verify(dir: &Path) -> Result<VerifyReport, VerifyFailure> {
 pub fn export(dir: &Path, format: ExportFormat, event: Option<&str>, out: &mut dyn Write) -> Result<u64, LedgerError> {
     let store = store::Store::open(dir, false)?;
     store.export(format, event, None, out)
+}
+
+/// Waits until nobody holds the exclusive lock on `lock_file` (sled's `db` file), at most
+/// `limit`. Taking and releasing the lock ourselves is the only reliable probe.
+fn wait_for_unlock(lock_file: &Path, limit: std::time::Duration) {
+    let deadline = std::time::Instant::now() + limit;
+    while let Ok(file) = std::fs::File::open(lock_file) {
+        match file.try_lock() {
+            Ok(()) => {
+                let _ = file.unlock();
+                return;
+            }
+            Err(_) if std::time::Instant::now() < deadline => std::thread::sleep(std::time::Duration::from_millis(10)),
+            Err(_) => return,
+        }
+    }
 }
