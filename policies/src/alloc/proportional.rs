@@ -151,6 +151,12 @@ impl Proportional {
 /// Jobs are visited in order of `h_i/w_i` (the λ at which each hits its floor); each clipped job
 /// removes its headroom from the remaining need and its weight from the pool, which is the
 /// "redistribute the overflow in proportion to the weights" rule in closed form.
+///
+/// Weights outside `(0, ∞)` come from degenerate measurements (a job reporting no throughput
+/// gives an infinite energy per token; a sweep whose throughput *rises* as the cap falls gives a
+/// negative PFI). They never excuse a shortfall: an infinite weight is cut to its floor first
+/// (λ·∞ clips at once), and a zero, negative or NaN weight is cut only after every job with a
+/// usable weight sits at its floor, in input order, just enough to meet the cut.
 pub(crate) fn proportional_cuts(weights: &[f64], headroom: &[f64], need: f64) -> (Vec<f64>, f64) {
     let n = weights.len();
     let mut cuts = vec![0.0; n];
@@ -162,7 +168,17 @@ pub(crate) fn proportional_cuts(weights: &[f64], headroom: &[f64], need: f64) ->
         cuts.copy_from_slice(headroom);
         return (cuts, need - total_room);
     }
-    let usable = |i: usize| weights[i].is_finite() && weights[i] > 0.0 && headroom[i] > 0.0;
+    let has_room = |i: usize| headroom[i] > 0.0;
+    let mut clipped_room = 0.0;
+    for i in (0..n).filter(|&i| has_room(i) && weights[i] == f64::INFINITY) {
+        let take = headroom[i].min(need - clipped_room);
+        cuts[i] = take;
+        clipped_room += take;
+        if clipped_room >= need {
+            return (cuts, 0.0);
+        }
+    }
+    let usable = |i: usize| has_room(i) && weights[i].is_finite() && weights[i] > 0.0;
     let mut order: Vec<usize> = (0..n).filter(|&i| usable(i)).collect();
     order.sort_by(|&a, &b| (headroom[a] / weights[a]).total_cmp(&(headroom[b] / weights[b])));
     // Weight still in the pool after the first `pos` jobs clipped, as suffix sums: subtracting
@@ -172,7 +188,6 @@ pub(crate) fn proportional_cuts(weights: &[f64], headroom: &[f64], need: f64) ->
     for pos in (0..order.len()).rev() {
         pool_from[pos] = pool_from[pos + 1] + weights[order[pos]];
     }
-    let mut clipped_room = 0.0;
     for (pos, &i) in order.iter().enumerate() {
         let remaining = need - clipped_room;
         let pool = pool_from[pos];
@@ -186,7 +201,16 @@ pub(crate) fn proportional_cuts(weights: &[f64], headroom: &[f64], need: f64) ->
         cuts[i] = headroom[i];
         clipped_room += headroom[i];
     }
-    // Only reachable through rounding: every usable job clipped.
+    // Every usable job is at its floor: the cut continues on the jobs without a usable weight.
+    for i in (0..n).filter(|&i| has_room(i) && !usable(i) && weights[i] != f64::INFINITY) {
+        let take = headroom[i].min(need - clipped_room);
+        cuts[i] = take;
+        clipped_room += take;
+        if clipped_room >= need {
+            return (cuts, 0.0);
+        }
+    }
+    // Only reachable through rounding: every job clipped.
     (cuts, (need - clipped_room).max(0.0))
 }
 
@@ -218,6 +242,19 @@ mod tests {
         let (cuts, unmet) = proportional_cuts(&[2e16, 3.0], &[900.0, 900.0], 1000.0);
         assert_eq!(unmet, 0.0);
         assert_eq!(cuts, vec![900.0, 100.0]);
+    }
+
+    #[test]
+    fn jobs_without_a_usable_weight_are_cut_before_a_shortfall_is_reported() {
+        // A negative weight (throughput rising as the cap falls) and a NaN one: the usable job
+        // clips at 100, the rest comes from the others in input order.
+        let (cuts, unmet) = proportional_cuts(&[-2.0, 1.0, f64::NAN], &[300.0, 100.0, 300.0], 500.0);
+        assert_eq!(unmet, 0.0);
+        assert_eq!(cuts, vec![300.0, 100.0, 100.0]);
+        // An infinite weight is cut to its floor first.
+        let (cuts, unmet) = proportional_cuts(&[f64::INFINITY, 1.0], &[50.0, 500.0], 150.0);
+        assert_eq!(unmet, 0.0);
+        assert_eq!(cuts, vec![50.0, 100.0]);
     }
 
     #[test]
