@@ -280,3 +280,62 @@ async fn a_broker_restart_mid_event_loses_nothing() {
     assert!(server.gateway.event("before").await.is_some());
     server.shutdown().await;
 }
+
+/// The link's back-pressure rule (`flexgate_mqtt::link` docs): the event loop never waits for
+/// the application, so QoS 0 events past the queue limit are dropped and counted, while QoS 1
+/// events are all kept. (rumqttd delivers at the subscription's QoS, so this needs Mosquitto.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn qos0_events_past_the_queue_limit_are_dropped_and_counted_qos1_never() {
+    use flexgate_mqtt::{MqttLink, MqttSettings, Topics};
+    use std::sync::atomic::Ordering;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Mosquitto::start(&dir.path().join("broker"));
+    let utility = Utility::connect(broker.port, "utility-q").await;
+    let mut settings =
+        MqttSettings::new(&broker.url(), "gw-qos0", Topics::for_site(SITE).expect("topics")).expect("settings");
+    settings.channel_capacity = 3;
+    let (link, mut incoming) = MqttLink::connect(settings).expect("link");
+    assert!(link.wait_connected(Duration::from_secs(10)).await.is_some());
+    for i in 0..20 {
+        let id = format!("q0-{i}");
+        utility
+            .client
+            .publish(
+                format!("dr/{SITE}/events/{id}"),
+                QoS::AtMostOnce,
+                false,
+                event(&id, 1, 100.0, 60, true),
+            )
+            .await
+            .expect("publish");
+    }
+    for i in 0..20 {
+        utility
+            .publish(&format!("q1-{i}"), &event(&format!("q1-{i}"), 1, 100.0, 60, true))
+            .await;
+    }
+    // Nobody receives meanwhile: 3 QoS 0 events are kept, 17 dropped, all 20 QoS 1 kept.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while link.stats().delivered.load(Ordering::Relaxed) < 23 {
+        assert!(Instant::now() < deadline, "delivered {:?}", link.stats());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(link.stats().dropped.load(Ordering::Relaxed), 17);
+    assert_eq!(incoming.waiting(), 23);
+    let mut ids = Vec::new();
+    for _ in 0..23 {
+        let ev = tokio::time::timeout(Duration::from_secs(5), incoming.recv())
+            .await
+            .expect("in time")
+            .expect("open");
+        ids.push(ev.event_id.clone());
+        let _ = ev.ack.ack().await.expect("ack");
+    }
+    let expected: Vec<String> = (0..3)
+        .map(|i| format!("q0-{i}"))
+        .chain((0..20).map(|i| format!("q1-{i}")))
+        .collect();
+    assert_eq!(ids, expected);
+    assert_eq!(incoming.waiting(), 0);
+    link.close(Duration::from_secs(5)).await.expect("close");
+}

@@ -17,16 +17,22 @@
 //! - acks are sent in the order the application calls `ack`; handling events in arrival order
 //!   keeps the order MQTT asks for.
 //!
-//! # Back-pressure
+//! # Back-pressure, and why the event loop never waits for the application
 //!
-//! At most [`MqttSettings::channel_capacity`] events (default 256) wait for the application,
-//! so a burst costs bounded memory. QoS 1 deliveries are bounded before that by the broker's
-//! in-flight window (unacked messages per client: 20 on Mosquitto), since the application acks
-//! only after recording; keep the capacity above that window. When the queue is full anyway, a
-//! QoS 0 publish is dropped (at-most-once allows it) and a QoS 1 publish makes the event loop
-//! wait for the application; a wait longer than 1.5 keep-alive intervals makes the broker drop
-//! the connection, and the unacked messages come back after the reconnect.
+//! rumqttc's event loop does everything: it reads publishes *and* sends the application's
+//! PUBACKs, ack publishes and pings. If it waited for room in the application's queue while
+//! the application waited for room in the request queue (to send the PUBACKs that would let
+//! the broker stop sending), both would stall for good: each poll can read a batch of
+//! publishes but sends one request, so under a burst the requests fall behind. So the event
+//! loop only ever *hands over*:
 //!
+//! - QoS 1 and 2 events always go into the application's queue. That queue is bounded by the
+//!   protocol, not by a setting: the broker sends no more unacknowledged messages than its
+//!   in-flight window (Mosquitto's `max_inflight_messages`, 20 by default), and never more than
+//!   the 65,535 packet ids a session has, and the application acks only after recording;
+//! - QoS 0 events (at-most-once: losing one is allowed) are dropped and counted once
+//!   [`MqttSettings::channel_capacity`] events (default 32) are waiting.
+
 //! # What the link refuses by itself
 //!
 //! A publish whose topic is not `{prefix}/{site}/events/{event_id}` with a valid id, or with an
@@ -44,7 +50,7 @@ use rumqttc::{
     AsyncClient, ClientError, ConnectReturnCode, ConnectionError, Event, EventLoop, LastWill, MqttOptions, Outgoing,
     Packet, Publish, QoS, StateError, SubscribeReasonCode, TlsConfiguration, Transport,
 };
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
@@ -58,7 +64,7 @@ use crate::tls::{TlsError, client_config, handshake_hint};
 use crate::topics::{TopicError, Topics};
 
 /// Requests (publishes, acks, subscriptions) queued for the event loop.
-const REQUEST_QUEUE: usize = 64;
+const REQUEST_QUEUE: usize = 1024;
 
 /// Why a link could not start or a request could not be queued.
 #[derive(Debug, thiserror::Error)]
@@ -200,13 +206,24 @@ pub struct IncomingEvent {
 /// The receiving side of a link.
 #[derive(Debug)]
 pub struct Incoming {
-    rx: mpsc::Receiver<IncomingEvent>,
+    rx: mpsc::UnboundedReceiver<IncomingEvent>,
+    waiting: Arc<AtomicUsize>,
 }
 
 impl Incoming {
     /// The next event; `None` once the link is closed or dropped.
     pub async fn recv(&mut self) -> Option<IncomingEvent> {
-        self.rx.recv().await
+        let event = self.rx.recv().await;
+        if event.is_some() {
+            self.waiting.fetch_sub(1, Ordering::Relaxed);
+        }
+        event
+    }
+
+    /// Events received and not yet taken by [`Incoming::recv`].
+    #[must_use]
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::Relaxed)
     }
 }
 
@@ -261,11 +278,9 @@ impl MqttLink {
     pub fn connect(settings: MqttSettings) -> Result<(MqttLink, Incoming), LinkError> {
         settings.check()?;
         let options = options(&settings)?;
-        // The event loop stops polling while the application's queue is full; the application
-        // meanwhile queues a PUBACK and an ack publish per event. The request queue must hold
-        // those for a whole application queue, or both sides wait on each other.
-        let (client, eventloop) = AsyncClient::new(options, REQUEST_QUEUE + 4 * settings.channel_capacity);
-        let (tx, rx) = mpsc::channel(settings.channel_capacity);
+        let (client, eventloop) = AsyncClient::new(options, REQUEST_QUEUE);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let waiting = Arc::new(AtomicUsize::new(0));
         let (state_tx, state_rx) = watch::channel(ConnectionState::Connecting);
         let state_tx = Arc::new(state_tx);
         let stats = Arc::new(LinkStats::default());
@@ -278,6 +293,8 @@ impl MqttLink {
             broker: settings.broker.to_string(),
             tls: settings.broker.tls,
             tx,
+            waiting: waiting.clone(),
+            qos0_capacity: settings.channel_capacity,
             state: state_tx.clone(),
             stats: stats.clone(),
             generation: Arc::new(AtomicU64::new(0)),
@@ -295,7 +312,7 @@ impl MqttLink {
                 task: TaskGuard(Mutex::new(Some(task))),
             }),
         };
-        Ok((link, Incoming { rx }))
+        Ok((link, Incoming { rx, waiting }))
     }
 
     /// The topic tree this link serves.
@@ -426,7 +443,7 @@ fn options(settings: &MqttSettings) -> Result<MqttOptions, LinkError> {
         .set_keep_alive(settings.keep_alive)
         .set_clean_session(false)
         .set_manual_acks(true)
-        .set_request_channel_capacity(REQUEST_QUEUE + 4 * settings.channel_capacity)
+        .set_request_channel_capacity(REQUEST_QUEUE)
         .set_max_packet_size(
             transport_limit(settings.max_payload),
             transport_limit(settings.max_payload),
@@ -534,7 +551,11 @@ struct Runner {
     backoff: Backoff,
     broker: String,
     tls: bool,
-    tx: mpsc::Sender<IncomingEvent>,
+    tx: mpsc::UnboundedSender<IncomingEvent>,
+    /// Events handed over and not yet received by the application.
+    waiting: Arc<AtomicUsize>,
+    /// QoS 0 events are dropped once this many are waiting.
+    qos0_capacity: usize,
     state: Arc<watch::Sender<ConnectionState>>,
     stats: Arc<LinkStats>,
     /// Incremented on every ConnAck; an AckHandle from an older generation acks nothing.
@@ -569,7 +590,7 @@ impl Runner {
                     });
                     self.after_connack();
                 }
-                Ok(Event::Incoming(Packet::Publish(publish))) => self.deliver(publish).await,
+                Ok(Event::Incoming(Packet::Publish(publish))) => self.deliver(publish),
                 Ok(Event::Incoming(Packet::SubAck(suback))) => {
                     if suback
                         .return_codes
@@ -656,7 +677,7 @@ impl Runner {
 
     /// Passes an event publish to the application, or acks and drops what can never become
     /// one.
-    async fn deliver(&self, publish: Publish) {
+    fn deliver(&self, publish: Publish) {
         let event_id = match self.topics.event_id_from_topic(&publish.topic) {
             Ok(id) => id.to_owned(),
             Err(e) => return self.drop_acked(&publish, &e.to_string()),
@@ -697,18 +718,17 @@ impl Runner {
                 current: self.generation.clone(),
             },
         };
-        let sent = match self.tx.try_send(event) {
-            Ok(()) => true,
-            Err(mpsc::error::TrySendError::Full(event)) if qos == QoS::AtMostOnce => {
-                tracing::warn!(topic = %event.topic, "application queue full; QoS 0 event dropped");
-                self.stats.dropped.fetch_add(1, Ordering::Relaxed);
-                false
-            }
-            Err(mpsc::error::TrySendError::Full(event)) => self.tx.send(event).await.is_ok(),
-            Err(mpsc::error::TrySendError::Closed(_)) => false,
-        };
-        if sent {
+        // Never wait here: see the module docs on back-pressure.
+        if qos == QoS::AtMostOnce && self.waiting.load(Ordering::Relaxed) >= self.qos0_capacity {
+            tracing::warn!(topic = %event.topic, "application queue full; QoS 0 event dropped");
+            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        if self.tx.send(event).is_ok() {
             self.stats.delivered.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.waiting.fetch_sub(1, Ordering::Relaxed);
         }
     }
 

@@ -211,8 +211,9 @@ pub struct MqttSettings {
     /// Largest event payload passed on, bytes. Default 64 KiB. Larger ones are acknowledged
     /// and dropped (redelivering them would not make them smaller).
     pub max_payload: usize,
-    /// Received events buffered for the application before the link stops reading
-    /// (back-pressure). Default 32.
+    /// QoS 0 events waiting for the application beyond which further QoS 0 events are dropped
+    /// (at-most-once allows it). QoS 1 events are never dropped: the broker's in-flight window
+    /// bounds them (see the link's docs on back-pressure). Default 32.
     pub channel_capacity: usize,
     /// Reconnection timing.
     pub backoff: Backoff,

@@ -381,7 +381,7 @@ async fn unusable_publishes_are_acked_and_dropped_and_oversized_ones_are_handed_
 /// A burst larger than the application's queue is delivered completely, in order, with the
 /// queue bounded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_burst_is_delivered_in_order_through_a_small_queue() {
+async fn a_qos1_burst_is_delivered_in_order_past_the_qos0_queue_limit() {
     let port = start_broker(None);
     let (utility, _rx) = observer(port, "utility-11", "nothing/here").await;
     let mut s = settings(port, "gw-burst", "site-b");
