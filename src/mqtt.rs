@@ -15,6 +15,7 @@ use flexgate_mqtt::{
     StatusPayload, TelemetryPayload, TlsFiles, Topics, TrustedKeys,
 };
 use flexgate_policies::event::{DrAck, Opt as DrOpt};
+use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -35,16 +36,40 @@ pub enum MqttStartError {
     },
 }
 
+/// Events processed at once. Their ledger records share group commits, which is what makes a
+/// burst fast; acks still leave in arrival order.
+const MAX_IN_FLIGHT: usize = 256;
+
 /// The MQTT task.
 pub struct MqttBridge {
-    gateway: Arc<Gateway>,
     link: MqttLink,
     incoming: flexgate_mqtt::Incoming,
     site: String,
+    intake: Arc<Intake>,
+    telemetry_every: Duration,
+}
+
+/// What an event's processing needs, shared by the tasks that process events concurrently.
+struct Intake {
+    gateway: Arc<Gateway>,
     keys: TrustedKeys,
     policy: SignaturePolicy,
     screen: Screen,
-    telemetry_every: Duration,
+}
+
+/// What to tell the broker and the sender once an event is processed.
+enum Decision {
+    /// Recorded and flushed: PUBACK, then publish this ack (opt in or out).
+    Answer(AckPayload),
+    /// Not recorded (the ledger failed): no PUBACK, so the broker redelivers it later.
+    Redeliver,
+}
+
+/// An event being processed; acked when it reaches the front of the pipeline.
+struct InFlight {
+    event_id: String,
+    handle: flexgate_mqtt::AckHandle,
+    task: tokio::task::JoinHandle<Decision>,
 }
 
 impl MqttBridge {
@@ -78,41 +103,68 @@ impl MqttBridge {
         let keys = TrustedKeys::parse(&cfg.trusted_keys).map_err(|e| bad(&e))?;
         let (link, incoming) = MqttLink::connect(settings).map_err(|e| bad(&e))?;
         Ok(MqttBridge {
-            gateway,
             link,
             incoming,
             site,
-            keys,
-            policy,
-            screen: Screen::default(),
+            intake: Arc::new(Intake {
+                gateway,
+                keys,
+                policy,
+                screen: Screen::default(),
+            }),
             telemetry_every: Duration::from_secs(cfg.telemetry_interval_s),
         })
     }
 
-    /// Runs until `stop` turns true, then says goodbye (retained offline status, no Will).
+    /// Runs until `stop` turns true, then finishes the events in flight and says goodbye
+    /// (retained offline status, no Will).
+    ///
+    /// Up to [`MAX_IN_FLIGHT`] events are processed concurrently, so that their ledger records
+    /// share group commits; they are acknowledged strictly in arrival order (MQTT 3.1.1 §4.6
+    /// asks for PUBACKs in the order of the PUBLISHes). Two revisions of one event are never
+    /// processed at the same time: the second waits until the first is answered.
     pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
         self.publish_status().await;
         let mut tick = tokio::time::interval(self.telemetry_every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let mut pipeline: VecDeque<InFlight> = VecDeque::new();
+        let mut ids_in_flight: HashSet<String> = HashSet::new();
         loop {
             tokio::select! {
                 () = async { let _ = stop.wait_for(|s| *s).await; } => break,
-                event = self.incoming.recv() => match event {
-                    Some(event) => self.handle(event).await,
+                event = self.incoming.recv(), if pipeline.len() < MAX_IN_FLIGHT => match event {
+                    Some(event) => {
+                        while ids_in_flight.contains(&event.event_id) {
+                            if let Some(done) = pipeline.pop_front() {
+                                self.finish(done, &mut ids_in_flight).await;
+                            }
+                        }
+                        ids_in_flight.insert(event.event_id.clone());
+                        pipeline.push_back(self.start(event));
+                    }
                     None => break,
                 },
+                decision = front_finished(&mut pipeline), if !pipeline.is_empty() => {
+                    if let Some(done) = pipeline.pop_front() {
+                        ids_in_flight.remove(&done.event_id);
+                        self.answer(&done.event_id, done.handle, decision).await;
+                    }
+                }
                 _ = tick.tick() => {
                     self.publish_telemetry().await;
                     self.publish_status().await;
                 }
             }
         }
+        while let Some(done) = pipeline.pop_front() {
+            self.finish(done, &mut ids_in_flight).await;
+        }
         if let Err(e) = self.link.close(Duration::from_secs(5)).await {
             tracing::warn!("MQTT: closing: {e}");
         }
     }
 
-    async fn handle(&mut self, event: IncomingEvent) {
+    fn start(&self, event: IncomingEvent) -> InFlight {
         let IncomingEvent {
             topic,
             event_id,
@@ -122,64 +174,47 @@ impl MqttBridge {
             refused,
             ack: handle,
         } = event;
-        if let Some(reason) = refused {
-            self.refuse(&event_id, &payload, handle, reason).await;
-            return;
-        }
-        let now = self.gateway.clock().now();
-        // Transport-level checks first: signature, topic/document agreement, staleness.
-        let screened = flexgate_mqtt::signature::verify(&payload, &self.keys, self.policy)
-            .map_err(|e| format!("signature: {e}"))
-            .and_then(|_| self.screen.check(&event_id, &payload, now).map_err(|e| e.to_string()));
-        if let Err(reason) = screened {
-            self.refuse(&event_id, &payload, handle, reason).await;
-            return;
-        }
-        let transport = Transport::Mqtt { topic, retained, dup };
-        tracing::debug!(event = %event_id, "MQTT event: submitting");
-        let ack = match self.gateway.submit_event(&payload, transport).await {
-            Ok(outcome) => outcome.ack,
-            Err(SubmitError::Refused { ack, .. } | SubmitError::Stale { ack, .. }) => *ack,
-            Err(SubmitError::Invalid(e)) => {
-                self.refuse(&event_id, &payload, handle, e.to_string()).await;
-                return;
-            }
-            Err(e @ SubmitError::Ledger(_)) => {
-                // Not recorded: no PUBACK, so the broker redelivers it later.
-                tracing::error!(event = %event_id, "MQTT event not recorded, left for redelivery: {e}");
-                drop(handle);
+        let intake = self.intake.clone();
+        let id = event_id.clone();
+        let task = tokio::spawn(async move {
+            let transport = Transport::Mqtt { topic, retained, dup };
+            intake.decide(&id, &payload, refused, transport).await
+        });
+        InFlight { event_id, handle, task }
+    }
+
+    /// PUBACK (the record is flushed) and the answer to the sender, or nothing at all when
+    /// the event is left for redelivery.
+    async fn finish(&self, done: InFlight, ids_in_flight: &mut HashSet<String>) {
+        let InFlight { event_id, handle, task } = done;
+        ids_in_flight.remove(&event_id);
+        self.answer(&event_id, handle, task.await).await;
+    }
+
+    async fn answer(
+        &self,
+        event_id: &str,
+        handle: flexgate_mqtt::AckHandle,
+        decision: Result<Decision, tokio::task::JoinError>,
+    ) {
+        let ack = match decision {
+            Ok(Decision::Answer(ack)) => ack,
+            Ok(Decision::Redeliver) => return,
+            Err(e) => {
+                tracing::error!(event = %event_id, "MQTT event processing failed ({e}); left for redelivery");
                 return;
             }
         };
-        // Recorded and flushed: now the broker may forget it.
-        tracing::debug!(event = %event_id, "MQTT event: recorded, acking");
-        if let Err(e) = handle.ack().await {
-            tracing::warn!(event = %event_id, "MQTT PUBACK: {e}");
-        }
-        if let Err(e) = self.link.publish_ack(&ack_payload(&ack)).await {
-            tracing::warn!(event = %event_id, "MQTT ack publish: {e}");
-        }
-    }
-
-    /// A document that is not an event we can take: answer with an opt-out and let the broker
-    /// forget it (redelivering it would not make it valid).
-    async fn refuse(&self, event_id: &str, payload: &[u8], handle: flexgate_mqtt::AckHandle, reason: String) {
-        let revision = serde_json::from_slice::<serde_json::Value>(payload)
-            .ok()
-            .and_then(|v| v.get("revision").and_then(serde_json::Value::as_u64))
-            .unwrap_or(0);
-        let mut ack = AckPayload::new(event_id, revision, Utc::now(), Opt::Out, self.gateway.ledger().head().1);
-        ack.reason = Some(reason.chars().take(1000).collect());
         if let Err(e) = handle.ack().await {
             tracing::warn!(event = %event_id, "MQTT PUBACK: {e}");
         }
         if let Err(e) = self.link.publish_ack(&ack).await {
-            tracing::warn!(event = %event_id, "MQTT refusal publish: {e}");
+            tracing::warn!(event = %event_id, "MQTT ack publish: {e}");
         }
     }
 
     async fn publish_status(&self) {
-        let status = self.gateway.status().await;
+        let status = self.intake.gateway.status().await;
         let mut payload = StatusPayload::new(&self.site, GatewayState::Online, status.at);
         payload.active_event = status.active_events.first().cloned();
         payload.meter_kw = status.measured_meter_kw;
@@ -197,7 +232,7 @@ impl MqttBridge {
     }
 
     async fn publish_telemetry(&self) {
-        let status = self.gateway.status().await;
+        let status = self.intake.gateway.status().await;
         let sample = TelemetryPayload::new(
             &self.site,
             status.at,
@@ -208,6 +243,55 @@ impl MqttBridge {
         if let Err(e) = self.link.publish_telemetry(&sample) {
             tracing::debug!("MQTT telemetry skipped: {e}");
         }
+    }
+}
+
+/// The oldest event in flight's decision, once it is made. Cancel-safe: a `JoinHandle` keeps
+/// its output until awaited to the end.
+async fn front_finished(pipeline: &mut VecDeque<InFlight>) -> Result<Decision, tokio::task::JoinError> {
+    match pipeline.front_mut() {
+        Some(front) => (&mut front.task).await,
+        None => std::future::pending().await,
+    }
+}
+
+impl Intake {
+    async fn decide(&self, event_id: &str, payload: &[u8], refused: Option<String>, transport: Transport) -> Decision {
+        if let Some(reason) = refused {
+            return self.refusal(event_id, payload, reason);
+        }
+        let now = self.gateway.clock().now();
+        // Transport-level checks first: signature, topic/document agreement, staleness.
+        let screened = flexgate_mqtt::signature::verify(payload, &self.keys, self.policy)
+            .map_err(|e| format!("signature: {e}"))
+            .and_then(|_| self.screen.check(event_id, payload, now).map_err(|e| e.to_string()));
+        if let Err(reason) = screened {
+            return self.refusal(event_id, payload, reason);
+        }
+        tracing::debug!(event = %event_id, "MQTT event: submitting");
+        match self.gateway.submit_event(payload, transport).await {
+            Ok(outcome) => Decision::Answer(ack_payload(&outcome.ack)),
+            Err(SubmitError::Refused { ack, .. } | SubmitError::Stale { ack, .. }) => {
+                Decision::Answer(ack_payload(&ack))
+            }
+            Err(SubmitError::Invalid(e)) => self.refusal(event_id, payload, e.to_string()),
+            Err(e @ SubmitError::Ledger(_)) => {
+                tracing::error!(event = %event_id, "MQTT event not recorded, left for redelivery: {e}");
+                Decision::Redeliver
+            }
+        }
+    }
+
+    /// A document that is not an event we can take: answer with an opt-out and let the broker
+    /// forget it (redelivering it would not make it valid).
+    fn refusal(&self, event_id: &str, payload: &[u8], reason: String) -> Decision {
+        let revision = serde_json::from_slice::<serde_json::Value>(payload)
+            .ok()
+            .and_then(|v| v.get("revision").and_then(serde_json::Value::as_u64))
+            .unwrap_or(0);
+        let mut ack = AckPayload::new(event_id, revision, Utc::now(), Opt::Out, self.gateway.ledger().head().1);
+        ack.reason = Some(reason.chars().take(1000).collect());
+        Decision::Answer(ack)
     }
 }
 

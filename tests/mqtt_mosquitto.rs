@@ -339,3 +339,74 @@ async fn qos0_events_past_the_queue_limit_are_dropped_and_counted_qos1_never() {
     assert_eq!(incoming.waiting(), 0);
     link.close(Duration::from_secs(5)).await.expect("close");
 }
+
+/// A burst of `BURST_N` (default 10,000) events published as fast as one client can: every one
+/// is answered on `acks/{id}`, and the ledger holds exactly one raw input and one ack per
+/// event. One event in ten is a second revision of an earlier one, so that revisions of one
+/// event arrive while the first is still in the pipeline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_events_is_acknowledged_in_full_and_recorded_exactly_once() {
+    use flexgate::ledger::RecordKind;
+    use std::collections::HashMap;
+    let n: usize = std::env::var("BURST_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Mosquitto::start(&dir.path().join("broker"));
+    let server = gateway(&broker, &dir.path().join("gw")).await;
+    let mut utility = Utility::connect(broker.port, "utility-burst").await;
+    let _ = utility.next_on(&format!("dr/{SITE}/status"), 10).await;
+    // (id, revision) of every publish, in order.
+    let sent: Vec<(String, u64)> = (0..n)
+        .map(|i| {
+            if i % 10 == 9 {
+                (format!("burst-{}", i - 5), 2)
+            } else {
+                (format!("burst-{i}"), 1)
+            }
+        })
+        .collect();
+    let started = Instant::now();
+    for (id, revision) in &sent {
+        utility.publish(id, &event(id, *revision, 100.0, 600, true)).await;
+    }
+    let mut acked: HashMap<(String, u64), String> = HashMap::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while acked.len() < n {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Ok(Some((topic, body, _))) = tokio::time::timeout(left, utility.seen.recv()).await else {
+            panic!("only {} of {n} acks within 120 s", acked.len());
+        };
+        if topic.starts_with(&format!("dr/{SITE}/acks/")) {
+            let ack: Value = serde_json::from_slice(&body).expect("ack JSON");
+            let key = (
+                ack["event_id"].as_str().expect("id").to_owned(),
+                ack["revision"].as_u64().expect("revision"),
+            );
+            let opt = ack["opt"].as_str().expect("opt").to_owned();
+            assert!(acked.insert(key.clone(), opt).is_none(), "two acks for {key:?}");
+        }
+    }
+    let elapsed = started.elapsed();
+    eprintln!(
+        "burst: {n} events acknowledged in {elapsed:?} ({:.0} events/s)",
+        n as f64 / elapsed.as_secs_f64()
+    );
+    for key in &sent {
+        assert_eq!(acked.get(key).map(String::as_str), Some("in"), "{key:?}");
+    }
+    let ledger = server.gateway.ledger();
+    let (mut raw, mut acks) = (0usize, 0usize);
+    for record in ledger.iter_from(1) {
+        let record = record.expect("readable record");
+        match record.kind {
+            RecordKind::RawInput if record.body["transport"]["transport"] == "mqtt" => raw += 1,
+            RecordKind::Ack => acks += 1,
+            _ => {}
+        }
+    }
+    assert_eq!(raw, n, "raw input records");
+    assert_eq!(acks, n, "ack records");
+    server.shutdown().await;
+}
