@@ -8,13 +8,15 @@
 //! ledger's de-duplication makes the redelivery harmless.
 
 use crate::config::{Config, MqttConfig};
+use crate::ledger::{NewRecord, RecordKind};
 use crate::runtime::{Gateway, SubmitError, Transport};
 use chrono::Utc;
 use flexgate_mqtt::{
-    AckPayload, GatewayState, IncomingEvent, KwRange, MqttLink, MqttSettings, Opt, Screen, Secret, SignaturePolicy,
-    StatusPayload, TelemetryPayload, TlsFiles, Topics, TrustedKeys,
+    AckPayload, GatewayState, IncomingEvent, KwRange, MqttLink, MqttSettings, Opt, ReportInterval, ReportPayload,
+    Screen, Secret, SignaturePolicy, StatusPayload, TelemetryPayload, TlsFiles, Topics, TrustedKeys,
 };
 use flexgate_policies::event::{DrAck, Opt as DrOpt};
+use serde_json::json;
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,7 +40,7 @@ pub enum MqttStartError {
 
 /// Events processed at once. Their ledger records share group commits, which is what makes a
 /// burst fast; acks still leave in arrival order.
-const MAX_IN_FLIGHT: usize = 256;
+const MAX_IN_FLIGHT: usize = 1024;
 
 /// The MQTT task.
 pub struct MqttBridge {
@@ -129,9 +131,18 @@ impl MqttBridge {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         let mut pipeline: VecDeque<InFlight> = VecDeque::new();
         let mut ids_in_flight: HashSet<String> = HashSet::new();
+        let mut transitions = self.intake.gateway.subscribe_transitions();
         loop {
             tokio::select! {
                 () = async { let _ = stop.wait_for(|s| *s).await; } => break,
+                transition = transitions.recv() => match transition {
+                    Ok(t) if t.to.is_terminal() => self.publish_report(&t.event_id).await,
+                    Ok(_) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
+                        tracing::warn!("MQTT: {missed} event phase changes missed; their reports are not published");
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => {}
+                },
                 event = self.incoming.recv(), if pipeline.len() < MAX_IN_FLIGHT => match event {
                     Some(event) => {
                         while ids_in_flight.contains(&event.event_id) {
@@ -213,6 +224,51 @@ impl MqttBridge {
         }
     }
 
+    /// `dr.report/1` on `reports/{event_id}` once an event has ended (completed or
+    /// cancelled), recorded in the ledger as an outbound message. Test events get none: they
+    /// were never acted on.
+    async fn publish_report(&self, event_id: &str) {
+        let gateway = &self.intake.gateway;
+        let Some(delivery) = gateway.event_delivery(event_id).await else {
+            return;
+        };
+        if delivery.test {
+            return;
+        }
+        let intervals = delivery
+            .intervals
+            .iter()
+            .map(|d| ReportInterval::measured(d.start, d.end, d.ceiling_kw, Some(d.baseline_kw), d.mean_meter_kw))
+            .collect();
+        let report = ReportPayload::new(
+            &self.site,
+            event_id,
+            delivery.revision,
+            intervals,
+            gateway.ledger().head().1,
+        );
+        if let Err(e) = self.link.publish_report(&report).await {
+            tracing::warn!(event = %event_id, "MQTT report publish: {e}");
+            return;
+        }
+        let recorded = gateway
+            .ledger()
+            .append(NewRecord {
+                kind: RecordKind::Outbound,
+                event: Some(event_id.to_string()),
+                dedup_key: None,
+                body: json!({
+                    "transport": "mqtt",
+                    "topic": self.link.topics().report(event_id).unwrap_or_default(),
+                    "report": report,
+                }),
+            })
+            .await;
+        if let Err(e) = recorded {
+            tracing::warn!(event = %event_id, "MQTT report published but not recorded: {e}");
+        }
+    }
+
     async fn publish_status(&self) {
         let status = self.intake.gateway.status().await;
         let mut payload = StatusPayload::new(&self.site, GatewayState::Online, status.at);
@@ -238,7 +294,7 @@ impl MqttBridge {
             status.at,
             status.measured_meter_kw,
             status.measured_gpu_w.map(|w| w / 1000.0),
-            None,
+            status.flex_available_kw,
         );
         if let Err(e) = self.link.publish_telemetry(&sample) {
             tracing::debug!("MQTT telemetry skipped: {e}");

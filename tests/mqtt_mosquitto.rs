@@ -150,6 +150,11 @@ async fn an_event_is_planned_capped_and_acknowledged() {
     // Telemetry flows.
     let telemetry = utility.next_on(&format!("dr/{SITE}/telemetry"), 10).await;
     assert!(telemetry["meter_kw"].as_f64().is_some(), "{telemetry}");
+    let flex = telemetry["flex_available_kw"].as_f64().expect("flexibility advertised");
+    assert!(
+        flex > 0.0 && flex < telemetry["meter_kw"].as_f64().unwrap_or(0.0),
+        "{telemetry}"
+    );
     server.shutdown().await;
 }
 
@@ -371,6 +376,7 @@ async fn a_burst_of_events_is_acknowledged_in_full_and_recorded_exactly_once() {
     for (id, revision) in &sent {
         utility.publish(id, &event(id, *revision, 100.0, 600, true)).await;
     }
+    eprintln!("burst: {n} events handed to the client in {:?}", started.elapsed());
     let mut acked: HashMap<(String, u64), String> = HashMap::new();
     let deadline = Instant::now() + Duration::from_secs(120);
     while acked.len() < n {
@@ -408,5 +414,87 @@ async fn a_burst_of_events_is_acknowledged_in_full_and_recorded_exactly_once() {
     }
     assert_eq!(raw, n, "raw input records");
     assert_eq!(acks, n, "ack records");
+    server.shutdown().await;
+}
+
+/// After an event ends the gateway publishes `dr.report/1` on `reports/{event_id}`: per
+/// interval the ceiling, the baseline, the mean metered power and the shortfall; the report is
+/// also in the ledger as an outbound record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_follows_the_end_of_each_event() {
+    use flexgate::ledger::RecordKind;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Mosquitto::start(&dir.path().join("broker"));
+    let server = gateway(&broker, &dir.path().join("gw")).await;
+    let mut utility = Utility::connect(broker.port, "utility-report").await;
+    let _ = utility.next_on(&format!("dr/{SITE}/status"), 10).await;
+    let meter = {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(kw) = server.gateway.status().await.measured_meter_kw {
+                break kw;
+            }
+            assert!(Instant::now() < deadline, "no meter reading");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    // Two 3 s intervals, the second tighter, starting now, no ramp or recovery.
+    let start = Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true);
+    let (c1, c2) = ((0.9 * meter).round(), (0.8 * meter).round());
+    let body = serde_json::to_vec(&json!({
+        "schema": "dr.event/1", "event_id": "ev-rep", "revision": 1, "site": SITE,
+        "window": {"start": start, "ramp_s": 0, "duration_s": 6, "recovery_s": 0},
+        "intervals": [
+            {"offset_s": 0, "duration_s": 3, "target": {"form": "ceiling", "point": "meter", "kw": c1}},
+            {"offset_s": 3, "duration_s": 3, "target": {"form": "ceiling", "point": "meter", "kw": c2}}
+        ]
+    }))
+    .expect("json");
+    utility.publish("ev-rep", &body).await;
+    let ack = utility.next_on(&format!("dr/{SITE}/acks/ev-rep"), 10).await;
+    assert_eq!(ack["opt"], "in", "{ack}");
+    let report = utility.next_on(&format!("dr/{SITE}/reports/ev-rep"), 30).await;
+    assert_eq!(report["schema"], "dr.report/1", "{report}");
+    assert_eq!(report["event_id"], "ev-rep");
+    assert_eq!(report["revision"], 1);
+    let intervals = report["intervals"].as_array().expect("intervals");
+    assert_eq!(intervals.len(), 2, "{report}");
+    assert_eq!(intervals[0]["ceiling_kw"].as_f64(), Some(c1));
+    assert_eq!(intervals[1]["ceiling_kw"].as_f64(), Some(c2));
+    let mut total = 0.0;
+    for iv in intervals {
+        let mean = iv["mean_meter_kw"].as_f64().expect("metered");
+        let baseline = iv["baseline_kw"].as_f64().expect("baseline");
+        let ceiling = iv["ceiling_kw"].as_f64().expect("ceiling");
+        let shortfall = iv["shortfall_kw"].as_f64().expect("shortfall");
+        assert!((iv["delivered_reduction_kw"].as_f64().expect("delivered") - (baseline - mean)).abs() < 1e-6);
+        assert!((shortfall - (mean - ceiling).max(0.0)).abs() < 1e-6, "{iv}");
+        assert_eq!(iv["compliant"].as_bool(), Some(shortfall <= 0.0));
+        let hours = (chrono::DateTime::parse_from_rfc3339(iv["end"].as_str().expect("end")).expect("time")
+            - chrono::DateTime::parse_from_rfc3339(iv["start"].as_str().expect("start")).expect("time"))
+        .num_milliseconds() as f64
+            / 3.6e6;
+        total += shortfall * hours;
+    }
+    assert!(
+        (report["total_shortfall_kwh"].as_f64().expect("total") - total).abs() < 1e-9,
+        "{report}"
+    );
+    assert_eq!(report["log_checkpoint"].as_str().map(str::len), Some(64));
+    // Recorded as sent.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let recorded = server
+            .gateway
+            .ledger()
+            .iter_from(1)
+            .filter_map(Result::ok)
+            .any(|r| r.kind == RecordKind::Outbound && r.body["topic"] == format!("dr/{SITE}/reports/ev-rep"));
+        if recorded {
+            break;
+        }
+        assert!(Instant::now() < deadline, "report not in the ledger");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     server.shutdown().await;
 }

@@ -402,17 +402,26 @@ impl Ledger {
     /// (one flush instead of one each); resolves when all are flushed. Used where one decision
     /// produces several records (lifecycle transitions and the plan they lead to).
     pub async fn append_all(&self, entries: Vec<NewRecord>) -> Result<Vec<Appended>, LedgerError> {
+        self.enqueue_all(entries).await?.flushed().await
+    }
+
+    /// Hands records to the writer and returns as soon as they hold their place in the chain,
+    /// without waiting for the flush; [`Queued::flushed`] waits for it.
+    ///
+    /// This lets a caller fix the order of its records under a lock and wait for the disk
+    /// after releasing it: records queued later are sequenced after these, and if these fail
+    /// to flush the writer stops, so no later record is ever written without them.
+    pub async fn enqueue_all(&self, entries: Vec<NewRecord>) -> Result<Queued, LedgerError> {
         let mut answers = Vec::with_capacity(entries.len());
         for entry in entries {
             let (reply, answer) = oneshot::channel();
             self.send(writer::Command::Append { entry, reply }).await?;
             answers.push(answer);
         }
-        let mut appended = Vec::with_capacity(answers.len());
-        for answer in answers {
-            appended.push(answer.await.unwrap_or_else(|_| Err(self.stopped()))?);
-        }
-        Ok(appended)
+        Ok(Queued {
+            answers,
+            shared: self.inner.shared.clone(),
+        })
     }
 
     /// Resolves once everything appended before the call is flushed. Every `append` already
@@ -515,17 +524,36 @@ impl Ledger {
     }
 
     fn stopped(&self) -> LedgerError {
-        match self
-            .inner
-            .shared
-            .failure
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-        {
-            Some(reason) => LedgerError::WriterFailed { reason },
-            None => LedgerError::Closed,
+        stopped(&self.inner.shared)
+    }
+}
+
+/// Why appends fail once the writer is gone: its failure if it failed, else closed.
+fn stopped(shared: &Shared) -> LedgerError {
+    match shared.failure.lock().unwrap_or_else(PoisonError::into_inner).clone() {
+        Some(reason) => LedgerError::WriterFailed { reason },
+        None => LedgerError::Closed,
+    }
+}
+
+/// Records queued by [`Ledger::enqueue_all`], in their place in the chain.
+#[must_use = "the records are durable only once `flushed` resolves"]
+pub struct Queued {
+    answers: Vec<oneshot::Receiver<Result<Appended, LedgerError>>>,
+    /// For the writer's failure reason (not a `Ledger`: a pending wait must not keep the
+    /// writer, and the directory lock, alive).
+    shared: Arc<Shared>,
+}
+
+impl Queued {
+    /// Resolves once every queued record is durably flushed (or fails as
+    /// [`Ledger::append`] would).
+    pub async fn flushed(self) -> Result<Vec<Appended>, LedgerError> {
+        let mut appended = Vec::with_capacity(self.answers.len());
+        for answer in self.answers {
+            appended.push(answer.await.unwrap_or_else(|_| Err(stopped(&self.shared)))?);
         }
+        Ok(appended)
     }
 }
 

@@ -69,6 +69,9 @@ impl Gateway {
             ceiling_now != state.planned_ceiling || unconfirmed || reason != "event book" || state.plan.is_none();
         if changed {
             self.plan_and_dispatch(&mut state, reason).await?;
+            for transition in state.announce.drain(..) {
+                let _ = self.transitions.send(transition);
+            }
         }
         Ok(())
     }

@@ -6,13 +6,14 @@ use crate::cluster::{CapCommand, CapOutcome, ClusterBackend, JobState, Telemetry
 use crate::config::Config;
 use crate::ledger::{Ledger, LedgerError, NewRecord, RecordKind};
 use chrono::{DateTime, Utc};
+use flexgate_policies::alloc::bounds::FloorModel;
 use flexgate_policies::alloc::{
     AllocationPolicy, Budget, CapPlan, CurveAware, JobSpec, Prepared, Proportional, Weighting,
 };
 use flexgate_policies::estimate::CurveFamily;
 use flexgate_policies::event::{
-    BaselineEstimate, CeilingTarget, DrAck, EventBook, EventError, EventSource, GridEvent, Opt, Phase, SiteContext,
-    UpsertOutcome, parse_dr_event, to_ceiling,
+    BaselineEstimate, CeilingTarget, DrAck, EventBook, EventError, EventSource, GridEvent, IntervalDelivery, Opt,
+    Phase, SiteContext, Transition, UpsertOutcome, interval_delivery, parse_dr_event, to_ceiling,
 };
 use flexgate_policies::facility::{CoolingState, FacilityModel, PreEvent};
 use flexgate_policies::units::{Kilowatts, Watts, WattsPerGpu};
@@ -169,6 +170,8 @@ pub(crate) struct State {
     pub plan: Option<PlanInForce>,
     pub telemetry: Option<Telemetry>,
     pub meter_history: VecDeque<(DateTime<Utc>, f64)>,
+    /// Phase changes recorded by the last planning step, to broadcast once it succeeded.
+    pub announce: Vec<Transition>,
     pub trim_w: f64,
     pub last_dispatch: Option<DateTime<Utc>>,
     pub planned_ceiling: Option<f64>,
@@ -223,12 +226,31 @@ pub struct Gateway {
     pub(crate) ledger: Ledger,
     pub(crate) backend: Arc<dyn ClusterBackend>,
     pub(crate) facility: FacilityModel,
+    /// The floors the planner respects (cap minimum or the flex tier's slowdown limit), for the
+    /// flexibility the site advertises.
+    pub(crate) floors: FloorModel,
     pub(crate) state: Mutex<State>,
     pub(crate) wake: Notify,
     pub(crate) counters: Counters,
     /// Operator opt-outs, for the adapters that must tell the event's sender (OpenADR
     /// oadrCreateOpt): (event id, reason).
     pub(crate) opt_outs: tokio::sync::broadcast::Sender<(String, String)>,
+    /// Event phase changes once recorded, for the adapters that report on events (MQTT
+    /// `reports/{event_id}` when an event ends).
+    pub(crate) transitions: tokio::sync::broadcast::Sender<Transition>,
+}
+
+/// An event's delivery, for reports: see [`Gateway::event_delivery`].
+#[derive(Debug, Clone)]
+pub struct EventDelivery {
+    /// The revision in force (a cancellation counts).
+    pub revision: u64,
+    /// Test events are recorded, never acted on.
+    pub test: bool,
+    /// The phase now.
+    pub phase: Phase,
+    /// Per interval with a ceiling, measured so far.
+    pub intervals: Vec<IntervalDelivery>,
 }
 
 /// Error while building the gateway.
@@ -255,6 +277,7 @@ impl Gateway {
     ) -> Result<Arc<Self>, StartError> {
         let facility = FacilityModel::new(config.facility.clone()).map_err(|e| StartError::Facility(e.to_string()))?;
         let family = Arc::new(CurveFamily::h200_generic());
+        let floors = FloorModel::new(family.clone());
         let planner = match config.gateway.policy.as_str() {
             "equal" => Planner::Proportional(Proportional::new(Weighting::Equal, family)),
             "pfi_paper" => Planner::Proportional(Proportional::new(Weighting::PfiPaper, family)),
@@ -279,6 +302,7 @@ impl Gateway {
             plan: None,
             telemetry: None,
             meter_history: VecDeque::new(),
+            announce: Vec::new(),
             trim_w: 0.0,
             last_dispatch: None,
             planned_ceiling: None,
@@ -290,10 +314,12 @@ impl Gateway {
             ledger,
             backend,
             facility,
+            floors,
             state: Mutex::new(state),
             wake: Notify::new(),
             counters: Counters::default(),
             opt_outs: tokio::sync::broadcast::channel(64).0,
+            transitions: tokio::sync::broadcast::channel(1024).0,
         });
         gateway.recover().await?;
         Ok(gateway)
@@ -447,20 +473,22 @@ impl Gateway {
                 ack: Box::new(ack),
             });
         }
-        let raw = self
-            .ledger
-            .append(NewRecord {
-                kind: RecordKind::RawInput,
-                event: Some(event.id.clone()),
-                dedup_key: Some(format!("event:{}:{}", event.id, event.revision)),
-                body: raw_body,
-            })
-            .await?;
-        if raw.duplicate
+        // Repeats (at-least-once delivery) get the recorded answer again. The raw input, its
+        // interpretation and the ack are written in one group commit below, so a stored ack
+        // means the whole decision is recorded; the barrier covers a copy still being flushed.
+        let raw_key = format!("event:{}:{}", event.id, event.revision);
+        if self.ledger.find_dedup(&raw_key).ok().flatten().is_some()
             && let Some(ack) = self.stored_ack(&event.id, event.revision)
         {
+            self.ledger.flush().await?;
             return Ok(SubmitOutcome { ack, repeated: true });
         }
+        let raw_record = NewRecord {
+            kind: RecordKind::RawInput,
+            event: Some(event.id.clone()),
+            dedup_key: Some(raw_key),
+            body: raw_body,
+        };
 
         let mut state = self.state.lock().await;
         let nodes = state.telemetry.as_ref().map_or(0, |t| t.nodes);
@@ -472,7 +500,13 @@ impl Gateway {
                 Ok(c) => ceilings.push(c),
                 Err(e) => {
                     let reason = format!("intervals[{i}]: {e}");
-                    let ack = self.record_ack(opt_out(reason.clone()), true).await?;
+                    let ack = self.checkpointed(opt_out(reason.clone()));
+                    let queued = self
+                        .ledger
+                        .enqueue_all(vec![raw_record, ack_record(&ack, true)])
+                        .await?;
+                    drop(state);
+                    queued.flushed().await?;
                     self.counters.events_refused.fetch_add(1, Ordering::Relaxed);
                     return Err(SubmitError::Refused {
                         reason,
@@ -492,9 +526,13 @@ impl Gateway {
             .upsert(event.clone(), ceilings.clone(), pre_event_meter, received_at);
         if let UpsertOutcome::IgnoredStale { held_revision } = outcome {
             let held = held.unwrap_or(held_revision);
-            let ack = self
-                .record_ack(opt_out(format!("stale revision: {held} is held")), false)
+            let ack = self.checkpointed(opt_out(format!("stale revision: {held} is held")));
+            let queued = self
+                .ledger
+                .enqueue_all(vec![raw_record, ack_record(&ack, false)])
                 .await?;
+            drop(state);
+            queued.flushed().await?;
             return Err(SubmitError::Stale {
                 event_id: event.id.clone(),
                 revision: event.revision,
@@ -553,34 +591,47 @@ impl Gateway {
         if let Some(expected) = expected {
             ack.expected_meter_kw = serde_json::from_value(expected).ok();
         }
-        // The interpretation and the ack go out in one group commit; the ack's checkpoint is the
-        // ledger head before both (what the counterparty can already verify).
+        // The raw input, the interpretation and the ack go out in one group commit; the ack's
+        // checkpoint is the ledger head before them (what the counterparty can already verify).
         ack.log_checkpoint = self.ledger.head().1;
-        let ack_record = NewRecord {
-            kind: RecordKind::Ack,
-            event: Some(ack.event_id.clone()),
-            dedup_key: Some(format!("ack:{}:{}", ack.event_id, ack.revision)),
-            body: serde_json::to_value(&ack).unwrap_or_default(),
-        };
-        self.ledger.append_all(vec![interpretation, ack_record]).await?;
+        let ack_rec = ack_record(&ack, true);
+        // Queued under the lock (the chain keeps the book's order of updates), flushed after it
+        // (concurrent submissions share the flush instead of waiting in line for the lock).
+        let queued = self
+            .ledger
+            .enqueue_all(vec![raw_record, interpretation, ack_rec])
+            .await?;
         drop(state);
+        let appended = queued.flushed().await?;
+        // A copy that arrived while the first was queued: the ledger kept the first's records
+        // (same keys), so answer with the first's ack.
+        if appended.first().is_some_and(|raw| raw.duplicate)
+            && let Some(stored) = self.stored_ack(&event.id, event.revision)
+        {
+            return Ok(SubmitOutcome {
+                ack: stored,
+                repeated: true,
+            });
+        }
         self.counters.events_accepted.fetch_add(1, Ordering::Relaxed);
-        self.wake.notify_one();
+        // A test event or a repeat cannot change any ceiling: no re-plan (a burst of them would
+        // otherwise cost one pass over the whole book each).
+        if !matches!(outcome, UpsertOutcome::TestOnly { .. } | UpsertOutcome::Duplicate) {
+            self.wake.notify_one();
+        }
         Ok(SubmitOutcome { ack, repeated: false })
     }
 
-    /// Record an ack (with the ledger head as its checkpoint) and return it as recorded. The
-    /// ack of an (event, revision) that was taken keeps a key so that a repeat gets the same ack.
-    async fn record_ack(&self, mut ack: DrAck, keyed: bool) -> Result<DrAck, LedgerError> {
+    /// `ack` with the ledger head as its checkpoint.
+    fn checkpointed(&self, mut ack: DrAck) -> DrAck {
         ack.log_checkpoint = self.ledger.head().1;
-        self.ledger
-            .append(NewRecord {
-                kind: RecordKind::Ack,
-                event: Some(ack.event_id.clone()),
-                dedup_key: keyed.then(|| format!("ack:{}:{}", ack.event_id, ack.revision)),
-                body: serde_json::to_value(&ack).unwrap_or_default(),
-            })
-            .await?;
+        ack
+    }
+
+    /// Record an ack (with the ledger head as its checkpoint) and return it as recorded.
+    async fn record_ack(&self, ack: DrAck, keyed: bool) -> Result<DrAck, LedgerError> {
+        let ack = self.checkpointed(ack);
+        self.ledger.append(ack_record(&ack, keyed)).await?;
         Ok(ack)
     }
 
@@ -601,9 +652,9 @@ impl Gateway {
     pub(crate) async fn plan_and_dispatch(&self, state: &mut State, reason: &str) -> Result<(), LedgerError> {
         let now = self.clock.now();
         // Transitions are recorded together with the plan they lead to (one flush).
-        let mut pending: Vec<NewRecord> = state
-            .book
-            .advance(now)
+        let transitions = state.book.advance(now);
+        state.announce.extend(transitions.iter().cloned());
+        let mut pending: Vec<NewRecord> = transitions
             .into_iter()
             .map(|t| NewRecord {
                 kind: RecordKind::EventState,
@@ -836,6 +887,27 @@ impl Gateway {
     /// counting, the opt-out is recorded with the operator's name and reason, and an opt-out
     /// acknowledgment is recorded for the counterparty. The bearer token authenticates the call;
     /// the operator name is what the caller declares, recorded verbatim.
+    /// Event phase changes (pending → ramping → active → recovering → completed/cancelled), each
+    /// sent once its ledger record is flushed. A subscriber that lags more than 1,024 changes
+    /// behind misses the oldest (and is told so by the receiver).
+    pub fn subscribe_transitions(&self) -> tokio::sync::broadcast::Receiver<Transition> {
+        self.transitions.subscribe()
+    }
+
+    /// What event `event_id` delivered so far, interval by interval, measured by the meter
+    /// samples the gateway keeps (six hours); `None` for an unknown event.
+    pub async fn event_delivery(&self, event_id: &str) -> Option<EventDelivery> {
+        let state = self.state.lock().await;
+        let entry = state.book.get(event_id)?;
+        let meter: Vec<(DateTime<Utc>, f64)> = state.meter_history.iter().copied().collect();
+        Some(EventDelivery {
+            revision: entry.revision(),
+            test: entry.event.test,
+            phase: entry.phase_at(self.clock.now()),
+            intervals: interval_delivery(entry, &meter, self.clock.now()),
+        })
+    }
+
     /// Operator opt-outs as they happen, so an adapter can tell the event's sender.
     pub fn subscribe_opt_outs(&self) -> tokio::sync::broadcast::Receiver<(String, String)> {
         self.opt_outs.subscribe()
@@ -897,7 +969,34 @@ impl Gateway {
     /// Status for `GET /v1/status`.
     pub async fn status(&self) -> StatusView {
         let state = self.state.lock().await;
-        StatusView::build(&state, self.clock.now(), &self.ledger.head().1)
+        let mut view = StatusView::build(&state, self.clock.now(), &self.ledger.head().1);
+        view.flex_available_kw = self.flex_available_kw(&state);
+        view
+    }
+
+    /// How far the site could lower its meter power now, kW, if every running job went to its
+    /// floor (cap minimum, or the flex tier's slowdown limit): the metered power now minus the
+    /// facility model's *upper* estimate of the meter with the GPUs at those floors, so the
+    /// figure does not promise more than the site can deliver. `None` without telemetry.
+    fn flex_available_kw(&self, state: &State) -> Option<f64> {
+        let telemetry = state.telemetry.as_ref()?;
+        let at_floors: f64 = state
+            .jobs
+            .iter()
+            .map(|j| self.floors.floor(&j.spec).0.value().min(j.measured_power.value()))
+            .sum();
+        let gpu_now: f64 = state.jobs.iter().map(|j| j.measured_power.value()).sum();
+        // GPUs outside any job (idle, or not in the inventory) stay as they are.
+        let others = (telemetry.gpu_board_power.value() - gpu_now).max(0.0);
+        let floor_meter = self
+            .facility
+            .forward(
+                Watts(at_floors + others),
+                telemetry.nodes.max(1),
+                &CoolingState::Settled,
+            )
+            .ok()?;
+        Some((telemetry.meter_kw.value() - floor_meter.hi.value()).max(0.0))
     }
 
     /// Events for `GET /v1/events`.
@@ -1124,4 +1223,15 @@ fn dispatch_record(
         "confirmed": confirmed,
         "failed": commands.len() - confirmed,
     })
+}
+
+/// The ledger record of an ack. The ack of an (event, revision) that was taken keeps a key, so
+/// that a repeat gets the same ack.
+fn ack_record(ack: &DrAck, keyed: bool) -> NewRecord {
+    NewRecord {
+        kind: RecordKind::Ack,
+        event: Some(ack.event_id.clone()),
+        dedup_key: keyed.then(|| format!("ack:{}:{}", ack.event_id, ack.revision)),
+        body: serde_json::to_value(ack).unwrap_or_default(),
+    }
 }

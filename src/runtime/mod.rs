@@ -13,5 +13,5 @@ mod recovery;
 mod views;
 
 pub use clock::Clock;
-pub use gateway::{Gateway, OperatorError, StartError, SubmitError, SubmitOutcome, Transport};
+pub use gateway::{EventDelivery, Gateway, OperatorError, StartError, SubmitError, SubmitOutcome, Transport};
 pub use views::{EventView, JobView, PlanView, StatusView};

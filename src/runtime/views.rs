@@ -32,6 +32,10 @@ pub struct StatusView {
     pub unconfirmed_jobs: usize,
     /// Latest ledger hash (the checkpoint echoed in acks).
     pub log_checkpoint: String,
+    /// How far the site could lower its meter power now, kW (every job at its floor; the
+    /// facility model's upper meter estimate, so never an over-promise). `None` without
+    /// telemetry.
+    pub flex_available_kw: Option<f64>,
 }
 
 impl StatusView {
@@ -49,6 +53,7 @@ impl StatusView {
             jobs: state.jobs.len(),
             unconfirmed_jobs: state.caps.values().filter(|c| !c.confirmed).count(),
             log_checkpoint: checkpoint.to_string(),
+            flex_available_kw: None,
         }
     }
 }

@@ -345,6 +345,10 @@ impl EventBook {
     pub fn advance(&mut self, now: DateTime<Utc>) -> Vec<Transition> {
         let mut out = Vec::new();
         for (id, entry) in &mut self.entries {
+            // Terminal phases never change (a new revision replaces the entry).
+            if entry.phase.is_terminal() {
+                continue;
+            }
             let mut cur = entry.phase;
             for (at, phase) in entry.phase_points() {
                 if at <= now && phase > cur {
@@ -412,7 +416,11 @@ impl EventBook {
     /// then. `None` when nothing will ever change without a new upsert.
     #[must_use]
     pub fn next_wakeup(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        self.entries.values().filter_map(|e| e.next_change_after(now)).min()
+        self.entries
+            .values()
+            .filter(|e| !e.phase.is_terminal())
+            .filter_map(|e| e.next_change_after(now))
+            .min()
     }
 
     /// Every entry, by id.
@@ -474,14 +482,16 @@ impl BookEntry {
     }
 
     /// Ramp length, never longer than the window.
-    fn ramp_s(&self) -> u64 {
+    #[must_use]
+    pub fn ramp_s(&self) -> u64 {
         let r = self.event.window.ramp_s;
         self.event.window.duration_s.map_or(r, |d| r.min(d))
     }
 
     /// Start and end of interval `i` (end `None`: never, for the last interval of an open-ended
     /// event).
-    fn interval_span(&self, i: usize) -> Option<(DateTime<Utc>, Option<DateTime<Utc>>)> {
+    #[must_use]
+    pub fn interval_span(&self, i: usize) -> Option<(DateTime<Utc>, Option<DateTime<Utc>>)> {
         let iv = self.event.intervals.get(i)?;
         let start = plus_secs(self.effective_start, iv.offset_s);
         let end = iv

@@ -11,6 +11,7 @@
 //! ledger into an identical book and tests can run a day of events in milliseconds.
 
 pub mod book;
+pub mod delivery;
 pub mod dr_event;
 pub mod model;
 pub mod target;
@@ -19,6 +20,7 @@ pub use book::{
     BookEntry, CancelRecord, EffectiveCeiling, EventBook, Phase, Release, STEP_MAX_S, Transition, UpsertOutcome,
     randomize_offset_s,
 };
+pub use delivery::{IntervalDelivery, interval_delivery};
 pub use dr_event::{
     DR_ACK_SCHEMA, DR_EVENT_JSON_SCHEMA, DR_EVENT_SCHEMA, DrAck, KwRange, MAX_DEPTH, MAX_DOCUMENT_BYTES, Opt,
     parse_dr_event, to_dr_event_json,
