@@ -325,6 +325,7 @@ impl Intake {
             return self.refusal(event_id, payload, reason);
         }
         tracing::debug!(event = %event_id, "MQTT event: submitting");
+        pause_point("mqtt_received", event_id).await;
         match self.gateway.submit_event(payload, transport).await {
             Ok(outcome) => Decision::Answer(ack_payload(&outcome.ack)),
             Err(SubmitError::Refused { ack, .. } | SubmitError::Stale { ack, .. }) => {
@@ -349,6 +350,19 @@ impl Intake {
         ack.reason = Some(reason.chars().take(1000).collect());
         Decision::Answer(ack)
     }
+}
+
+/// Crash drills (debug builds only): with `FLEXGATE_PAUSE_AT=mqtt_received:{event_id}` the
+/// event's processing stops forever right after receipt, before anything is recorded, and
+/// says so on stderr, so that a test can SIGKILL the process exactly between receipt and
+/// flush. Release builds compile this to nothing.
+async fn pause_point(point: &str, event_id: &str) {
+    #[cfg(debug_assertions)]
+    if std::env::var("FLEXGATE_PAUSE_AT").is_ok_and(|v| v == format!("{point}:{event_id}")) {
+        eprintln!("flexgate: paused at {point} for {event_id}");
+        std::future::pending::<()>().await;
+    }
+    let _ = (point, event_id);
 }
 
 /// The gateway's recorded `dr.ack/1` as the MQTT payload type (same schema).
