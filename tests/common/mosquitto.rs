@@ -45,7 +45,7 @@ impl Mosquitto {
             &conf,
             format!(
                 "{user}listener {port} 127.0.0.1\nallow_anonymous true\npersistence true\npersistence_location {}/\n\
-                 autosave_interval 1\nmax_queued_messages 100000\nmax_inflight_messages 1000\n\
+                 autosave_interval 1\nmax_queued_messages 100000\nmax_inflight_messages 1000\nset_tcp_nodelay true\n\
                  log_dest file {}\n",
                 dir.join("data").display(),
                 dir.join("mosquitto.log").display()

@@ -47,8 +47,8 @@
 use bytes::Bytes;
 use chrono::Utc;
 use rumqttc::{
-    AsyncClient, ClientError, ConnectReturnCode, ConnectionError, Event, EventLoop, LastWill, MqttOptions, Outgoing,
-    Packet, Publish, QoS, StateError, SubscribeReasonCode, TlsConfiguration, Transport,
+    AsyncClient, ClientError, ConnectReturnCode, ConnectionError, Event, EventLoop, LastWill, MqttOptions,
+    NetworkOptions, Outgoing, Packet, Publish, QoS, StateError, SubscribeReasonCode, TlsConfiguration, Transport,
 };
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -278,7 +278,8 @@ impl MqttLink {
     pub fn connect(settings: MqttSettings) -> Result<(MqttLink, Incoming), LinkError> {
         settings.check()?;
         let options = options(&settings)?;
-        let (client, eventloop) = AsyncClient::new(options, REQUEST_QUEUE);
+        let (client, mut eventloop) = AsyncClient::new(options, REQUEST_QUEUE);
+        eventloop.set_network_options(network_options(&settings));
         let (tx, rx) = mpsc::unbounded_channel();
         let waiting = Arc::new(AtomicUsize::new(0));
         let (state_tx, state_rx) = watch::channel(ConnectionState::Connecting);
@@ -462,6 +463,17 @@ fn options(settings: &MqttSettings) -> Result<MqttOptions, LinkError> {
         options.set_transport(Transport::tls_with_config(TlsConfiguration::Rustls(Arc::new(config))));
     }
     Ok(options)
+}
+
+/// TCP and timeout options. Nagle's algorithm is off: a PUBACK or an ack is a few dozen bytes
+/// that must leave at once (with it on, a small write waiting behind an unacknowledged one
+/// can sit out the peer's delayed-ACK timer, 40 ms on Linux). The connect timeout also bounds
+/// how long a write may block.
+fn network_options(settings: &MqttSettings) -> NetworkOptions {
+    let mut network = NetworkOptions::new();
+    network.set_tcp_nodelay(true);
+    network.set_connection_timeout(settings.connect_timeout_s);
+    network
 }
 
 /// Largest packet rumqttc reads or writes: room for the event limit, a long topic and
