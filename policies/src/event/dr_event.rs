@@ -106,7 +106,7 @@ pub const DR_EVENT_JSON_SCHEMA: &str = r##"{
       "items": { "$ref": "#/$defs/interval" }
     },
     "cancel": { "type": ["boolean", "null"], "description": "This revision cancels the event. Default false." },
-    "sig": { "type": ["string", "null"], "description": "Detached signature over the document (verified by the transport, not by the codec)." }
+    "sig": { "type": ["string", "null"], "description": "Ed25519 signature (base64url, no padding) over the RFC 8785 canonical JSON of the document without its top-level sig member; checked by the MQTT transport against the configured trusted keys (adapters/mqtt/README.md, Signatures). Not checked by the HTTP API, which authenticates the caller instead." }
   },
   "anyOf": [
     { "required": ["target"], "properties": { "target": { "type": "object" } } },
