@@ -121,7 +121,7 @@ impl MqttBridge {
     /// Runs until `stop` turns true, then finishes the events in flight and says goodbye
     /// (retained offline status, no Will).
     ///
-    /// Up to [`MAX_IN_FLIGHT`] events are processed concurrently, so that their ledger records
+    /// Up to 1,024 events are processed concurrently, so that their ledger records
     /// share group commits; they are acknowledged strictly in arrival order (MQTT 3.1.1 §4.6
     /// asks for PUBACKs in the order of the PUBLISHes). Two revisions of one event are never
     /// processed at the same time: the second waits until the first is answered.
