@@ -120,7 +120,10 @@ async fn an_event_is_planned_capped_and_acknowledged() {
     // Before the event, uncapped jobs offer flexibility, less than the whole meter.
     let before = utility.next_on(&format!("dr/{SITE}/telemetry"), 10).await;
     let flex = before["flex_available_kw"].as_f64().expect("flexibility advertised");
-    assert!(flex > 0.0 && flex < before["meter_kw"].as_f64().unwrap_or(0.0), "{before}");
+    assert!(
+        flex > 0.0 && flex < before["meter_kw"].as_f64().unwrap_or(0.0),
+        "{before}"
+    );
     let ceiling = (0.8 * meter).round();
     utility.publish("ev-1", &event("ev-1", 1, ceiling, 0, false)).await;
     let ack = utility.next_on(&format!("dr/{SITE}/acks/ev-1"), 10).await;
