@@ -1,0 +1,317 @@
+//! One agent: GPUs, lease book, state file, clock and tokens, behind a cheap cloneable handle.
+//!
+//! The methods here are synchronous (they call the driver and `fsync`); the HTTP layer
+//! ([`crate::server`]) runs them on tokio's blocking pool. A process can hold many agents (the
+//! gateway's benchmark runs 1,000 on loopback): an agent owns no OS thread, its watchdog is a
+//! tokio task that sleeps while nothing is held.
+
+use crate::api::{
+    GpuStatus, Health, JobRequest, JobResponse, LeaseRequest, LeaseResponse, LeaseSummary, ReleaseResponse,
+    RenewRequest, mw_to_w,
+};
+use crate::auth::Auth;
+use crate::clock::{Clock, SystemClock};
+use crate::gpu::{self, GpuControl};
+use crate::lease::{Journal, LeaseBook, LeaseError, MemoryJournal, TickReport};
+use crate::metrics::{self, GpuRow};
+use crate::state::{FileJournal, StateError};
+use chrono::TimeDelta;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+/// How one agent behaves.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// Host name for metrics labels.
+    pub hostname: String,
+    /// Tokens.
+    pub auth: Auth,
+    /// Where to persist leases; `None` keeps them in memory only (benchmarks, tests): a restart
+    /// then forgets pre-event limits.
+    pub state_dir: Option<PathBuf>,
+    /// Serve `/metrics` without a token.
+    pub metrics_open: bool,
+    /// Longest lease accepted.
+    pub max_lease_ttl: TimeDelta,
+    /// Watchdog period (expiry, restore retries, drift correction); at most 1 s in production.
+    pub watchdog_period: Duration,
+    /// Most leases held at once.
+    pub max_leases: usize,
+}
+
+impl AgentConfig {
+    /// Defaults: no state directory, token-protected metrics, 24 h leases, 1 s watchdog.
+    #[must_use]
+    pub fn new(hostname: impl Into<String>, auth: Auth) -> Self {
+        Self {
+            hostname: hostname.into(),
+            auth,
+            state_dir: None,
+            metrics_open: false,
+            max_lease_ttl: crate::api::DEFAULT_MAX_LEASE_TTL,
+            watchdog_period: Duration::from_secs(1),
+            max_leases: crate::lease::DEFAULT_MAX_LEASES,
+        }
+    }
+}
+
+/// Why an agent could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The state directory or file is unusable (including a corrupt file).
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// The state file parsed but does not make sense.
+    #[error("state file {path} is inconsistent: {detail}; move it aside after restoring limits by hand")]
+    InconsistentState {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        detail: String,
+    },
+}
+
+struct Core {
+    book: LeaseBook,
+    journal: Box<dyn Journal>,
+}
+
+struct Inner {
+    config: AgentConfig,
+    gpus: Box<dyn GpuControl>,
+    clock: Arc<dyn Clock>,
+    ready: Result<(), String>,
+    core: Mutex<Core>,
+    idle: AtomicBool,
+}
+
+/// A node agent. Cloning is cheap and shares the agent.
+#[derive(Clone)]
+pub struct Agent {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent")
+            .field("hostname", &self.inner.config.hostname)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Agent {
+    /// An agent on the system clock. See [`Agent::with_clock`].
+    pub fn new(config: AgentConfig, gpus: Box<dyn GpuControl>) -> Result<Self, AgentError> {
+        Self::with_clock(config, gpus, Arc::new(SystemClock))
+    }
+
+    /// An agent reading time from `clock`. Blocking: self-tests the GPUs (writes each current
+    /// limit back), loads the state file if there is one, re-applies leases still valid and
+    /// restores GPUs whose leases expired while the agent was down.
+    pub fn with_clock(
+        config: AgentConfig,
+        gpus: Box<dyn GpuControl>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, AgentError> {
+        let ready = gpu::self_test(&*gpus);
+        if let Err(reason) = &ready {
+            tracing::error!(%reason, "GPU self-test failed; the agent reports not ready");
+        }
+        let (mut journal, loaded): (Box<dyn Journal>, _) = match &config.state_dir {
+            Some(dir) => {
+                let (j, state) = FileJournal::open(dir)?;
+                let path = j.path().to_owned();
+                (Box::new(j), state.map(|s| (s, path)))
+            }
+            None => (Box::new(MemoryJournal), None),
+        };
+        let mut book = match loaded {
+            Some((state, path)) => {
+                let leases = state.leases.len();
+                let book = LeaseBook::from_state(state, gpus.gpus(), config.max_lease_ttl).map_err(|detail| {
+                    AgentError::InconsistentState {
+                        path: path.clone(),
+                        detail,
+                    }
+                })?;
+                tracing::info!(path = %path.display(), leases, "state loaded");
+                book
+            }
+            None => LeaseBook::new(gpus.gpus(), config.max_lease_ttl),
+        };
+        book.set_max_leases(config.max_leases);
+        let report = book.reconcile_all(clock.now(), &*gpus, &mut *journal);
+        if !report.expired.is_empty() || !report.written.is_empty() || !report.failed.is_empty() {
+            tracing::info!(expired = ?report.expired, written = ?report.written, failed = ?report.failed,
+                "start-up reconcile: leases re-applied, expired ones restored");
+        }
+        let idle = AtomicBool::new(book.is_idle());
+        Ok(Self {
+            inner: Arc::new(Inner {
+                config,
+                gpus,
+                clock,
+                ready,
+                core: Mutex::new(Core { book, journal }),
+                idle,
+            }),
+        })
+    }
+
+    /// The configuration.
+    #[must_use]
+    pub fn config(&self) -> &AgentConfig {
+        &self.inner.config
+    }
+
+    /// The GPUs.
+    #[must_use]
+    pub fn gpus(&self) -> &dyn GpuControl {
+        &*self.inner.gpus
+    }
+
+    /// True when the start-up self-test passed.
+    #[must_use]
+    pub fn is_ready(&self) -> bool {
+        self.inner.ready.is_ok()
+    }
+
+    fn with_core<T>(&self, f: impl FnOnce(&mut LeaseBook, &mut dyn Journal, &dyn GpuControl) -> T) -> T {
+        let mut core: MutexGuard<'_, Core> = self.inner.core.lock().unwrap_or_else(PoisonError::into_inner);
+        let core = &mut *core;
+        let out = f(&mut core.book, &mut *core.journal, &*self.inner.gpus);
+        self.inner.idle.store(core.book.is_idle(), Ordering::Relaxed);
+        out
+    }
+
+    /// `PUT /v1/leases/{id}`.
+    pub fn put_lease(&self, id: &str, req: &LeaseRequest) -> Result<LeaseResponse, LeaseError> {
+        let now = self.inner.clock.now();
+        self.with_core(|book, journal, gpus| book.put(id, req, now, gpus, journal))
+    }
+
+    /// `POST /v1/leases/{id}/renew`.
+    pub fn renew_lease(&self, id: &str, req: &RenewRequest) -> Result<LeaseSummary, LeaseError> {
+        let now = self.inner.clock.now();
+        self.with_core(|book, journal, gpus| book.renew(id, req, now, gpus, journal))
+    }
+
+    /// `DELETE /v1/leases/{id}`.
+    pub fn delete_lease(&self, id: &str) -> Result<ReleaseResponse, LeaseError> {
+        let now = self.inner.clock.now();
+        self.with_core(|book, journal, gpus| book.delete(id, now, gpus, journal))
+    }
+
+    /// `POST /v1/jobs/{job_id}/start`.
+    pub fn job_start(&self, job_id: &str, req: &JobRequest) -> Result<JobResponse, LeaseError> {
+        let now = self.inner.clock.now();
+        self.with_core(|book, journal, gpus| book.job_start(job_id, req, now, gpus, journal))
+    }
+
+    /// `POST /v1/jobs/{job_id}/end`.
+    pub fn job_end(&self, job_id: &str, req: &JobRequest) -> Result<JobResponse, LeaseError> {
+        let now = self.inner.clock.now();
+        self.with_core(|book, journal, gpus| book.job_end(job_id, req, now, gpus, journal))
+    }
+
+    /// One watchdog pass: expire leases (restoring their GPUs), retry failed restores, correct
+    /// drift. The watchdog task calls this every period; tests call it with a manual clock.
+    pub fn tick(&self) -> TickReport {
+        let now = self.inner.clock.now();
+        self.with_core(|book, journal, gpus| book.reconcile_all(now, gpus, journal))
+    }
+
+    /// True when no lease is held and no restore is pending (the watchdog skips its pass).
+    #[must_use]
+    pub fn is_idle(&self) -> bool {
+        self.inner.idle.load(Ordering::Relaxed)
+    }
+
+    /// `GET /v1/gpus`.
+    #[must_use]
+    pub fn gpu_status(&self) -> Vec<GpuStatus> {
+        let held: Vec<(Vec<String>, Option<u32>)> = self.with_core(|book, _, gpus| {
+            gpus.gpus()
+                .iter()
+                .map(|g| (book.held_by(&g.uuid), book.baseline_mw(&g.uuid)))
+                .collect()
+        });
+        let gpus = self.gpus();
+        gpus.gpus()
+            .iter()
+            .zip(held)
+            .map(|(g, (held_by, baseline))| {
+                let limits = gpus.limits(g.index);
+                let readings = gpus.readings(g.index);
+                let error = match (&limits, &readings) {
+                    (Err(e), _) | (_, Err(e)) => Some(e.to_string()),
+                    _ => None,
+                };
+                let limits = limits.ok();
+                let readings = readings.ok();
+                GpuStatus {
+                    uuid: g.uuid.clone(),
+                    index: g.index,
+                    minor: g.minor,
+                    pci: g.pci.clone(),
+                    name: g.name.clone(),
+                    min_w: mw_to_w(g.min_mw),
+                    default_w: mw_to_w(g.default_mw),
+                    max_w: mw_to_w(g.max_mw),
+                    limit_w: limits.map(|l| mw_to_w(l.requested_mw)),
+                    enforced_w: limits.map(|l| mw_to_w(l.enforced_mw)),
+                    power_w: readings.map(|r| mw_to_w(r.power_mw)),
+                    energy_mj: readings.map(|r| r.energy_mj),
+                    held_by,
+                    pre_event_w: baseline.map(mw_to_w),
+                    error,
+                }
+            })
+            .collect()
+    }
+
+    /// `GET /v1/health`.
+    #[must_use]
+    pub fn health(&self) -> Health {
+        let (leases, pending_restore) = self.with_core(|book, _, _| (book.summaries(), book.pending_restore()));
+        Health {
+            gpu_backend: self.gpus().backend(),
+            ready: self.is_ready(),
+            not_ready_reason: self.inner.ready.clone().err(),
+            hostname: self.inner.config.hostname.clone(),
+            gpus: self.gpus().gpus().len(),
+            leases,
+            pending_restore,
+        }
+    }
+
+    /// `GET /metrics`: dcgm-exporter-style Prometheus text.
+    #[must_use]
+    pub fn metrics_text(&self) -> String {
+        let gpus = self.gpus();
+        let rows: Vec<GpuRow> = gpus
+            .gpus()
+            .iter()
+            .map(|g| {
+                let limits = gpus.limits(g.index).ok();
+                let readings = gpus.readings(g.index).ok();
+                GpuRow {
+                    index: g.index,
+                    minor: g.minor,
+                    uuid: g.uuid.clone(),
+                    pci: g.pci.clone(),
+                    model: g.name.clone(),
+                    power_w: readings.map(|r| mw_to_w(r.power_mw)),
+                    dram_active: readings.and_then(|r| r.dram_active),
+                    mem_copy_util_pct: readings.and_then(|r| r.mem_copy_util_pct),
+                    limit_w: limits.map(|l| mw_to_w(l.requested_mw)),
+                    enforced_w: limits.map(|l| mw_to_w(l.enforced_mw)),
+                    energy_mj: readings.map(|r| r.energy_mj),
+                }
+            })
+            .collect();
+        metrics::render(&self.inner.config.hostname, &rows)
+    }
+}

@@ -1,0 +1,212 @@
+//! Real GPUs through NVML (`nvml-wrapper` 0.13).
+//!
+//! `nvml-wrapper` loads `libnvidia-ml.so.1` at run time, so this module builds on machines
+//! without a driver; [`NvmlGpus::open`] then fails with [`NvmlOpenError::DriverNotFound`] and the
+//! binary tells the operator to use `--simulate`. Opening only reads: identity, the settable
+//! range (per GPU, never hard-coded) and the default limit. Writing is left to the lease logic
+//! and to [`super::self_test`].
+
+use super::{GpuControl, GpuError, GpuInfo, Limits, Readings};
+use crate::api::GpuBackend;
+use nvml_wrapper::Nvml;
+use nvml_wrapper::error::NvmlError;
+
+/// Why NVML could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum NvmlOpenError {
+    /// `libnvidia-ml.so.1` is not there: no driver on this machine.
+    #[error("no NVIDIA driver found (libnvidia-ml.so.1 could not be loaded): {0}; use --simulate for simulated GPUs")]
+    DriverNotFound(String),
+    /// The library loaded but the kernel driver is not running.
+    #[error(
+        "the NVIDIA driver is not loaded (libnvidia-ml.so.1 found, kernel module missing): {0}; load the driver, or use --simulate for simulated GPUs"
+    )]
+    DriverNotLoaded(String),
+    /// Any other initialisation failure.
+    #[error("NVML initialisation failed: {0}")]
+    Init(String),
+    /// A GPU could not be described at start.
+    #[error("reading GPU {index} failed ({call}): {source}")]
+    Device {
+        /// NVML index of the GPU.
+        index: u32,
+        /// The NVML call that failed.
+        call: &'static str,
+        /// The classified error.
+        source: GpuError,
+    },
+}
+
+/// Map an NVML error to the protocol's classes (BACKENDS.md §7).
+#[must_use]
+pub fn classify(e: &NvmlError) -> GpuError {
+    match e {
+        NvmlError::NoPermission => GpuError::NoPermission,
+        NvmlError::NotSupported => GpuError::NotSupported,
+        NvmlError::GpuLost | NvmlError::ResetRequired => GpuError::GpuLost,
+        NvmlError::InvalidArg => GpuError::InvalidArgument(e.to_string()),
+        NvmlError::NotFound => GpuError::Driver("GPU not found".to_owned()),
+        other => GpuError::Driver(other.to_string()),
+    }
+}
+
+/// Map an error of `Nvml::init` to why the agent cannot start.
+#[must_use]
+pub fn classify_init(e: &NvmlError) -> NvmlOpenError {
+    match e {
+        NvmlError::LibloadingError(_) | NvmlError::LibraryNotFound | NvmlError::FailedToLoadSymbol(_) => {
+            NvmlOpenError::DriverNotFound(e.to_string())
+        }
+        NvmlError::DriverNotLoaded => NvmlOpenError::DriverNotLoaded(e.to_string()),
+        other => NvmlOpenError::Init(other.to_string()),
+    }
+}
+
+/// The node's GPUs through NVML. NVML stays initialised while this lives, so limits are not
+/// lost to driver unload between calls.
+pub struct NvmlGpus {
+    nvml: Nvml,
+    gpus: Vec<GpuInfo>,
+}
+
+impl std::fmt::Debug for NvmlGpus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NvmlGpus")
+            .field("gpus", &self.gpus)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NvmlGpus {
+    /// Load NVML and describe every GPU (read-only).
+    pub fn open() -> Result<Self, NvmlOpenError> {
+        let nvml = Nvml::init().map_err(|e| classify_init(&e))?;
+        let count = nvml.device_count().map_err(|e| NvmlOpenError::Init(e.to_string()))?;
+        let mut gpus = Vec::new();
+        for index in 0..count {
+            gpus.push(describe(&nvml, index)?);
+        }
+        Ok(Self { nvml, gpus })
+    }
+
+    fn device(&self, index: u32) -> Result<nvml_wrapper::Device<'_>, GpuError> {
+        if self.gpus.iter().all(|g| g.index != index) {
+            return Err(GpuError::NoSuchGpu(index));
+        }
+        self.nvml.device_by_index(index).map_err(|e| classify(&e))
+    }
+}
+
+fn describe(nvml: &Nvml, index: u32) -> Result<GpuInfo, NvmlOpenError> {
+    let err = |call: &'static str| {
+        move |e: NvmlError| NvmlOpenError::Device {
+            index,
+            call,
+            source: classify(&e),
+        }
+    };
+    let dev = nvml.device_by_index(index).map_err(err("device_by_index"))?;
+    let constraints = dev
+        .power_management_limit_constraints()
+        .map_err(err("power_management_limit_constraints"))?;
+    Ok(GpuInfo {
+        uuid: dev.uuid().map_err(err("uuid"))?,
+        index,
+        minor: dev.minor_number().map_err(err("minor_number"))?,
+        pci: dev.pci_info().map(|p| p.bus_id).unwrap_or_default(),
+        name: dev.name().unwrap_or_else(|_| "NVIDIA GPU".to_owned()),
+        min_mw: constraints.min_limit,
+        default_mw: dev
+            .power_management_limit_default()
+            .map_err(err("power_management_limit_default"))?,
+        max_mw: constraints.max_limit,
+    })
+}
+
+impl GpuControl for NvmlGpus {
+    fn backend(&self) -> GpuBackend {
+        GpuBackend::Nvml
+    }
+
+    fn gpus(&self) -> &[GpuInfo] {
+        &self.gpus
+    }
+
+    fn limits(&self, index: u32) -> Result<Limits, GpuError> {
+        let dev = self.device(index)?;
+        Ok(Limits {
+            requested_mw: dev.power_management_limit().map_err(|e| classify(&e))?,
+            enforced_mw: dev.enforced_power_limit().map_err(|e| classify(&e))?,
+        })
+    }
+
+    fn set_limit(&self, index: u32, limit_mw: u32) -> Result<(), GpuError> {
+        let mut dev = self.device(index)?;
+        dev.set_power_management_limit(limit_mw).map_err(|e| classify(&e))
+    }
+
+    fn readings(&self, index: u32) -> Result<Readings, GpuError> {
+        let dev = self.device(index)?;
+        Ok(Readings {
+            power_mw: dev.power_usage().map_err(|e| classify(&e))?,
+            energy_mj: dev.total_energy_consumption().map_err(|e| classify(&e))?,
+            dram_active: None,
+            mem_copy_util_pct: dev.utilization_rates().ok().map(|u| f64::from(u.memory)),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nvml_errors_are_classified() {
+        assert_eq!(classify(&NvmlError::NoPermission), GpuError::NoPermission);
+        assert_eq!(classify(&NvmlError::NotSupported), GpuError::NotSupported);
+        assert_eq!(classify(&NvmlError::GpuLost), GpuError::GpuLost);
+        assert_eq!(classify(&NvmlError::ResetRequired), GpuError::GpuLost);
+        assert!(matches!(classify(&NvmlError::InvalidArg), GpuError::InvalidArgument(_)));
+        assert!(matches!(classify(&NvmlError::Unknown), GpuError::Driver(_)));
+        assert!(matches!(
+            classify_init(&NvmlError::LibraryNotFound),
+            NvmlOpenError::DriverNotFound(_)
+        ));
+        assert!(matches!(
+            classify_init(&NvmlError::DriverNotLoaded),
+            NvmlOpenError::DriverNotLoaded(_)
+        ));
+    }
+
+    /// Read-only: on a machine without a driver, opening fails with the message the binary
+    /// prints; on a machine with GPUs, every GPU is described with a sane range. Nothing is
+    /// written either way.
+    #[test]
+    fn open_fails_cleanly_without_a_driver_or_reads_sane_ranges() {
+        match NvmlGpus::open() {
+            Err(NvmlOpenError::DriverNotFound(detail)) => {
+                let msg = NvmlOpenError::DriverNotFound(detail).to_string();
+                assert!(msg.contains("libnvidia-ml.so.1"), "{msg}");
+                assert!(msg.contains("--simulate"), "{msg}");
+            }
+            Err(other) => {
+                let msg = other.to_string();
+                assert!(msg.contains("--simulate") || msg.contains("NVML"), "{msg}");
+            }
+            Ok(gpus) => {
+                assert!(!gpus.gpus().is_empty());
+                for g in gpus.gpus() {
+                    assert!(g.uuid.starts_with("GPU-"), "{g:?}");
+                    assert!(
+                        g.min_mw > 0 && g.min_mw <= g.default_mw && g.default_mw <= g.max_mw,
+                        "{g:?}"
+                    );
+                    let l = gpus.limits(g.index).expect("limits readable");
+                    assert!(l.enforced_mw <= l.requested_mw.max(g.max_mw), "{l:?}");
+                    let r = gpus.readings(g.index).expect("readings");
+                    assert!(r.power_mw > 0, "{r:?}");
+                }
+            }
+        }
+    }
+}

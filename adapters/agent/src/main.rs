@@ -1,0 +1,272 @@
+//! `flexgate-agent`: the per-node GPU power-cap agent.
+
+use anyhow::{Context, Result, bail};
+use chrono::TimeDelta;
+use clap::Parser;
+use flexgate_agent::auth::{Auth, Token};
+use flexgate_agent::config::{self, ConfigFile};
+use flexgate_agent::gpu::GpuControl;
+use flexgate_agent::gpu::nvml::NvmlGpus;
+use flexgate_agent::gpu::sim::SimGpus;
+use flexgate_agent::{Agent, AgentConfig, api, clock};
+use std::io::{IsTerminal, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+const ABOUT: &str = "Per-node GPU power-cap agent for the flexgate demand-response gateway.";
+
+const LONG_ABOUT: &str = "\
+Per-node GPU power-cap agent for the flexgate demand-response gateway.
+
+The gateway caps this node's GPUs through the agent's HTTP API (JSON, bearer token). Every cap
+belongs to a LEASE: an id, a generation and a deadline (expires_at). While a grid event lasts,
+the gateway renews its leases; the agent keeps the caps exactly that long.
+
+DEAD-MAN SWITCH: if the gateway dies or loses the network, nobody renews the lease. A watchdog
+checks every second and, once a lease expires, writes back each GPU's PRE-EVENT limit (the limit
+it had before any lease touched it, not the driver default). A GPU held by several leases gets
+the lowest cap and is restored only when no lease holds it.
+
+RESTARTS: leases and pre-event limits are saved in --state-dir on every change (atomically). On
+start the agent re-applies leases still valid and restores GPUs whose leases expired while it was
+down. SIGTERM/Ctrl-C stop the agent WITHOUT restoring caps: a restart must keep them, and only
+expiry or DELETE ends a cap. A corrupt state file stops the agent instead of forgetting limits.
+
+SECURITY: a control token is always required (--token-file, --token, FLEXGATE_AGENT_TOKEN or the
+config file); an optional read-only token may only GET. The API is plain HTTP: keep it on
+loopback or a private management network. Changing power limits needs root or CAP_SYS_ADMIN;
+the agent self-tests that at start (writing each current limit back) and reports not ready in
+GET /v1/health if it cannot.
+
+ENDPOINTS: GET /v1/gpus, PUT|DELETE /v1/leases/{id}, POST /v1/leases/{id}/renew, GET /v1/health,
+POST /v1/jobs/{job_id}/start|end (Slurm prolog/epilog), GET /metrics (dcgm-exporter names).";
+
+const EXAMPLES: &str = "\
+EXAMPLES:
+  # Eight simulated H200s, for a laptop or CI:
+  flexgate-agent --simulate --gpus 8 --token-file ./agent.token --state-dir ./agent-state
+
+  # On a GPU node, as root, from a config file:
+  flexgate-agent --config /etc/flexgate/agent.toml
+
+  # Cap GPU-x at 350 W for 10 minutes (lease evt-42, generation 1), then look:
+  curl -X PUT -H \"Authorization: Bearer $TOKEN\" -H 'Content-Type: application/json' \\
+    -d '{\"generation\":1,\"expires_at\":\"2026-07-01T12:10:00Z\",\"gpus\":[{\"uuid\":\"GPU-x\",\"cap_w\":350}],\"restore\":\"pre_event\"}' \\
+    http://127.0.0.1:9450/v1/leases/evt-42
+  curl -H \"Authorization: Bearer $TOKEN\" http://127.0.0.1:9450/v1/gpus
+
+  # Keep it alive, or end it now (restores pre-event limits):
+  curl -X POST -H \"Authorization: Bearer $TOKEN\" -d '{\"expires_at\":\"2026-07-01T12:20:00Z\"}' \\
+    http://127.0.0.1:9450/v1/leases/evt-42/renew
+  curl -X DELETE -H \"Authorization: Bearer $TOKEN\" http://127.0.0.1:9450/v1/leases/evt-42";
+
+#[derive(Parser)]
+#[command(name = "flexgate-agent", version, about = ABOUT, long_about = LONG_ABOUT, after_long_help = EXAMPLES)]
+struct Cli {
+    /// TOML configuration file (see adapters/agent/agent.example.toml); flags override it.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+
+    /// Address to listen on [default: 127.0.0.1:9450].
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<SocketAddr>,
+
+    /// Control token (may change caps). Visible in `ps`: prefer --token-file or the env variable.
+    #[arg(long, value_name = "TOKEN", env = "FLEXGATE_AGENT_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+
+    /// File holding the control token (mode 0600).
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "FLEXGATE_AGENT_TOKEN_FILE",
+        conflicts_with = "token"
+    )]
+    token_file: Option<PathBuf>,
+
+    /// Read-only token (GET only; 403 on changes).
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "FLEXGATE_AGENT_READ_TOKEN",
+        hide_env_values = true
+    )]
+    read_token: Option<String>,
+
+    /// File holding the read-only token.
+    #[arg(long, value_name = "FILE", conflicts_with = "read_token")]
+    read_token_file: Option<PathBuf>,
+
+    /// Directory for the lease state file [default: /var/lib/flexgate-agent].
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+
+    /// Simulated GPUs instead of NVML (no driver needed).
+    #[arg(long)]
+    simulate: bool,
+
+    /// Number of simulated GPUs [default: 8].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
+    gpus: Option<u32>,
+
+    /// Host name for metrics labels and simulated UUIDs [default: the system's].
+    #[arg(long, value_name = "NAME")]
+    hostname: Option<String>,
+
+    /// Serve /metrics without a token.
+    #[arg(long)]
+    metrics_open: bool,
+}
+
+fn control_token(cli: &Cli, file: &ConfigFile) -> Result<Token> {
+    let secret = if let Some(t) = &cli.token {
+        t.trim().to_owned()
+    } else if let Some(p) = &cli.token_file {
+        warn_if_open(p);
+        config::read_token_file(p)?
+    } else {
+        if let Some(p) = &file.token_file {
+            warn_if_open(p);
+        }
+        file.control_token()?.context(
+            "no control token: set --token-file FILE, FLEXGATE_AGENT_TOKEN, or token_file in the config \
+             (the agent never runs without one)",
+        )?
+    };
+    Ok(Token::new("control", &secret)?)
+}
+
+fn read_token(cli: &Cli, file: &ConfigFile) -> Result<Option<Token>> {
+    let secret = if let Some(t) = &cli.read_token {
+        Some(t.trim().to_owned())
+    } else if let Some(p) = &cli.read_token_file {
+        Some(config::read_token_file(p)?)
+    } else {
+        file.read_token()?
+    };
+    Ok(secret.map(|s| Token::new("read-only", &s)).transpose()?)
+}
+
+fn warn_if_open(path: &std::path::Path) {
+    if config::token_file_too_open(path) {
+        tracing::warn!(file = %path.display(), "token file is readable by group or others; chmod 600 it");
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let term = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut s) => {
+                    s.recv().await;
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot listen for SIGTERM");
+                    std::future::pending::<()>().await;
+                }
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            () = term => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+    tracing::info!("shutting down; caps stay in force until their leases expire or are deleted");
+}
+
+fn main() -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("flexgate-agent: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // `{:#}` prints the whole cause chain on one line, without a backtrace.
+            eprintln!("flexgate-agent: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let cli = Cli::parse();
+    let file = match &cli.config {
+        Some(p) => ConfigFile::load(p)?,
+        None => ConfigFile::default(),
+    };
+
+    let auth = Auth::new(control_token(&cli, &file)?, read_token(&cli, &file)?)?;
+    let hostname = cli
+        .hostname
+        .clone()
+        .or_else(|| file.hostname.clone())
+        .unwrap_or_else(config::system_hostname);
+    let listen = match cli.listen.or(file.listen) {
+        Some(a) => a,
+        None => api::DEFAULT_LISTEN.parse().context("default listen address")?,
+    };
+    let state_dir = cli
+        .state_dir
+        .clone()
+        .or_else(|| file.state_dir.clone())
+        .unwrap_or_else(|| config::DEFAULT_STATE_DIR.into());
+    let max_ttl_s = file.max_lease_ttl_s.unwrap_or(86_400);
+    if max_ttl_s == 0 || max_ttl_s > 7 * 86_400 {
+        bail!("max_lease_ttl_s must be 1 to 604800 s (a lease must end if the gateway dies)");
+    }
+
+    let clock: Arc<dyn clock::Clock> = Arc::new(clock::SystemClock);
+    let simulate = cli.simulate || file.simulate.enabled;
+    let gpus: Box<dyn GpuControl> = if simulate {
+        let opts = file.simulate.to_options(&hostname, cli.gpus)?;
+        tracing::info!(gpus = opts.gpus, model = %opts.name, "simulated GPUs");
+        Box::new(SimGpus::new(&opts, clock.clone())?)
+    } else {
+        if cli.gpus.is_some() {
+            bail!("--gpus only applies with --simulate");
+        }
+        let nvml = NvmlGpus::open()?;
+        tracing::info!(gpus = nvml.gpus().len(), "NVML opened");
+        Box::new(nvml)
+    };
+
+    let mut config = AgentConfig::new(hostname, auth);
+    config.state_dir = Some(state_dir);
+    config.metrics_open = cli.metrics_open || file.metrics_open;
+    config.max_lease_ttl = TimeDelta::seconds(i64::try_from(max_ttl_s)?);
+    let agent = Agent::with_clock(config, gpus, clock)?;
+
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    let local = listener.local_addr()?;
+    if !local.ip().is_loopback() {
+        tracing::warn!(%local, "listening beyond loopback: the API is plain HTTP, keep it on a private management network");
+    }
+    tracing::info!(%local, ready = agent.is_ready(), "flexgate-agent serving");
+    // A machine-readable line for scripts and tests that start the agent on port 0.
+    println!("flexgate-agent listening on http://{local}");
+    std::io::stdout().flush()?;
+    agent.serve(listener, shutdown_signal()).await?;
+    Ok(())
+}

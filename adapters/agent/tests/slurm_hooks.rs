@@ -1,0 +1,141 @@
+//! `deploy/slurm/prolog.sh` and `epilog.sh` run by `sh` (dash here) against the real agent
+//! binary, as slurmd would run them: job start caps, job end restores, and an agent that is down
+//! never fails the job.
+
+mod common;
+
+use chrono::{TimeDelta, Utc};
+use common::{CONTROL, Running, request, write_token};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../deploy/slurm")
+        .join(name)
+}
+
+fn run_hook(name: &str, env_file: &Path, job: &str, gpus: Option<&str>) -> Output {
+    let mut cmd = Command::new("sh");
+    cmd.arg(script(name))
+        .env("FLEXGATE_AGENT_ENV", env_file)
+        .env("SLURM_JOB_ID", job)
+        .env_remove("SLURM_JOB_GPUS");
+    if let Some(g) = gpus {
+        cmd.env("SLURM_JOB_GPUS", g);
+    }
+    cmd.output().expect("sh runs")
+}
+
+fn curl_available() -> bool {
+    Command::new("sh")
+        .args(["-c", "command -v curl"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn prolog_caps_new_jobs_and_epilog_restores_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token = write_token(dir.path());
+    let state = dir.path().join("state");
+    let agent = Running::start(&[
+        "--simulate",
+        "--gpus",
+        "4",
+        "--hostname",
+        "node-h",
+        "--listen",
+        "127.0.0.1:0",
+        "--token-file",
+        &token,
+        "--state-dir",
+        state.to_str().expect("utf-8"),
+    ]);
+    let env_file = dir.path().join("agent.env");
+    std::fs::write(
+        &env_file,
+        format!("# flexgate agent\nFLEXGATE_AGENT_URL=\"http://{}\"\nFLEXGATE_AGENT_TOKEN_FILE={token}\nFLEXGATE_HOOK_TIMEOUT=5\n", agent.addr),
+    )
+    .expect("env file");
+
+    let lease = json!({
+        "generation": 1,
+        "expires_at": (Utc::now() + TimeDelta::minutes(10)).to_rfc3339(),
+        "gpus": [{"uuid": "GPU-sim-node-h-0", "cap_w": 300}],
+        "new_job_cap_w": 350,
+    })
+    .to_string();
+    assert_eq!(
+        request(agent.addr, "PUT", "/v1/leases/evt", Some(CONTROL), Some(&lease)).status,
+        200
+    );
+
+    let out = run_hook("prolog.sh", &env_file, "9001", Some("1,2"));
+    if !curl_available() {
+        // The script must still let the job run, and say why nothing was sent.
+        assert!(out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("curl not found"));
+        return;
+    }
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(agent.limits(), vec![300.0, 350.0, 350.0, 700.0]);
+    let gpus = agent.gpus();
+    assert_eq!(gpus[1].held_by, vec!["evt".to_owned()]);
+
+    // A job without GPUs: nothing sent, success.
+    let out = run_hook("prolog.sh", &env_file, "9002", None);
+    assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
+
+    let out = run_hook("epilog.sh", &env_file, "9001", Some("1,2"));
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(agent.limits(), vec![300.0, 700.0, 700.0, 700.0]);
+
+    // Hostile input never reaches the agent, and never fails the job.
+    let out = run_hook("prolog.sh", &env_file, "9003", Some("1;rm -rf /"));
+    assert!(out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("unexpected SLURM_JOB_GPUS"),
+        "{out:?}"
+    );
+    assert_eq!(agent.limits(), vec![300.0, 700.0, 700.0, 700.0]);
+
+    // A wrong token: refused by the agent (401), logged, job still runs.
+    std::fs::write(&token, "not-the-right-token-at-all\n").expect("token");
+    let out = run_hook("prolog.sh", &env_file, "9004", Some("3"));
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("HTTP 401"), "{out:?}");
+    assert_eq!(agent.limits()[3], 700.0);
+
+    // The agent is down: the prolog logs and exits 0; the epilog too, unless strict.
+    let addr = agent.addr;
+    drop(agent);
+    let out = run_hook("prolog.sh", &env_file, "9005", Some("0"));
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("failed") && stderr.contains(&addr.to_string()),
+        "{stderr}"
+    );
+    let out = run_hook("epilog.sh", &env_file, "9005", Some("0"));
+    assert!(out.status.success(), "{out:?}");
+    let mut strict = std::fs::read_to_string(&env_file).expect("env");
+    strict.push_str("FLEXGATE_EPILOG_STRICT=1\n");
+    std::fs::write(&env_file, strict).expect("env");
+    let out = run_hook("epilog.sh", &env_file, "9005", Some("0"));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+}
+
+#[test]
+fn hooks_without_configuration_still_exit_zero() {
+    let missing = Path::new("/nonexistent/flexgate/agent.env");
+    for name in ["prolog.sh", "epilog.sh"] {
+        let out = run_hook(name, missing, "1", Some("0"));
+        assert!(out.status.success(), "{name}: {out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("cannot read"),
+            "{name}: {out:?}"
+        );
+    }
+}
