@@ -3,9 +3,11 @@
 #   - openleadr 0.5.36 (OpenADR 2.0b VTN, Python) in target/peers/oadr2b-venv
 #   - openadr 0.4.0 (hupe1980; OpenADR 3.1 VTN, Rust) in target/peers/openadr/bin/openadr
 #   - Mosquitto (MQTT broker, Debian package; the tests start their own instance on 127.0.0.1)
+#   - Slurm 22.05 (slurmctld, slurmd, slurmrestd, munge; Debian packages; the tests start a
+#     single-node cluster with 8 fake GPUs through tests/peers/slurm.sh)
 # Idempotent: each step is skipped when its result is already there. One line per step on
 # stdout; the tools' own output goes to target/peers/*.log and is shown only when a step fails.
-# Usage: tests/peers/setup.sh [--only oadr2b|oadr3|mosquitto]
+# Usage: tests/peers/setup.sh [--only oadr2b|oadr3|mosquitto|slurm]
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."   # workspace root
@@ -18,10 +20,10 @@ OADR3_ROOT=$PEERS/openadr
 OADR3_BIN=$OADR3_ROOT/bin/openadr
 ONLY=${2:-}
 if [[ ${1:-} == --only ]]; then
-    [[ $ONLY == oadr2b || $ONLY == oadr3 || $ONLY == mosquitto ]] ||
-        { echo "setup: --only takes oadr2b, oadr3 or mosquitto" >&2; exit 2; }
+    [[ $ONLY == oadr2b || $ONLY == oadr3 || $ONLY == mosquitto || $ONLY == slurm ]] ||
+        { echo "setup: --only takes oadr2b, oadr3, mosquitto or slurm" >&2; exit 2; }
 elif [[ $# -gt 0 ]]; then
-    echo "usage: $0 [--only oadr2b|oadr3|mosquitto]" >&2; exit 2
+    echo "usage: $0 [--only oadr2b|oadr3|mosquitto|slurm]" >&2; exit 2
 fi
 mkdir -p "$PEERS"
 
@@ -125,10 +127,21 @@ setup_mosquitto() {
         fail "mosquitto installed but not found on PATH or in /usr/sbin" "$log"
 }
 
+setup_slurm() {
+    if bash tests/peers/slurm.sh check >/dev/null 2>&1; then
+        step "$(bash tests/peers/slurm.sh check 2>&1 | sed 's/^slurm.sh: //')"
+        return
+    fi
+    local log=$PEERS/slurm-install.log
+    step "installing Slurm 22.05 (munge, slurmctld, slurmd, slurmrestd, JWT plugin) with apt-get"
+    bash tests/peers/slurm.sh install >"$log" 2>&1 || fail "Slurm install failed" "$log"
+}
+
 case $ONLY in
     oadr2b) setup_oadr2b ;;
     oadr3) setup_oadr3 ;;
     mosquitto) setup_mosquitto ;;
-    *) setup_oadr2b; setup_oadr3; setup_mosquitto ;;
+    slurm) setup_slurm ;;
+    *) setup_oadr2b; setup_oadr3; setup_mosquitto; setup_slurm ;;
 esac
 step "done"
