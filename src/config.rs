@@ -178,6 +178,8 @@ impl Default for ControlConfig {
 pub enum BackendConfig {
     /// The in-process simulated cluster (the default: works with no hardware).
     Sim(SimConfig),
+    /// Real node agents (`flexgate-agent`), jobs mapped to GPUs by Slurm or one job per node.
+    Agents(crate::cluster::agents::AgentsConfig),
 }
 
 impl Default for BackendConfig {

@@ -81,6 +81,19 @@ impl Server {
                         SimCluster::new(sim.clone()).map_err(|e| ServeError::Backend(e.to_string()))?;
                     sim
                 }
+                BackendConfig::Agents(agents) => {
+                    let facility = flexgate_policies::facility::FacilityModel::new(config.facility.clone())
+                        .map_err(|e| ServeError::Backend(format!("facility parameters: {e}")))?;
+                    let backend = crate::cluster::agents::AgentsBackend::new(agents, facility)
+                        .map_err(|e| ServeError::Backend(e.to_string()))?;
+                    tracing::warn!(
+                        "agents backend: no meter source; the meter is the facility model's estimate from measured GPU \
+                         power, so closed-loop trim acts on an estimate"
+                    );
+                    backend.spawn_renewal();
+                    let backend: Arc<dyn ClusterBackend> = backend;
+                    backend
+                }
             },
         };
         let openadr2b = config.openadr2b.clone();

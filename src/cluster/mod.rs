@@ -11,6 +11,7 @@
 //! Every type that crosses this boundary is `Serialize`, because the gateway writes what it
 //! asked for and what the cluster answered into the ledger.
 
+pub mod agents;
 pub mod sim;
 
 use chrono::{DateTime, Utc};
@@ -81,6 +82,11 @@ pub struct CapCommand {
     /// Monotone per job: a higher generation wins, an equal one is a harmless repeat, a lower
     /// one is stale. This is what makes retries and reordered deliveries safe.
     pub generation: u64,
+    /// When the cap must end at the latest (the event's end, recovery included); a backend
+    /// with leases never holds a cap past it, even if the gateway is gone. `None`: open-ended
+    /// (an event without an end), renewed for as long as the gateway wants it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<DateTime<Utc>>,
 }
 
 /// What became of one [`CapCommand`].

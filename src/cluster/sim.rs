@@ -771,6 +771,7 @@ mod tests {
             job: job.clone(),
             cap: WattsPerGpu(cap),
             generation,
+            until: None,
         }
     }
 

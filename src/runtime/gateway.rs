@@ -770,6 +770,7 @@ impl Gateway {
             return Ok(());
         };
         self.counters.plans.fetch_add(1, Ordering::Relaxed);
+        let until = caps_until(&state.book, &ceiling.events);
         let commands: Vec<CapCommand> = plan
             .entries
             .iter()
@@ -783,6 +784,7 @@ impl Gateway {
                 job: e.job.clone(),
                 cap: e.cap,
                 generation: record.seq,
+                until,
             })
             .collect();
         state.plan = Some(PlanInForce {
@@ -868,6 +870,7 @@ impl Gateway {
                         .map_or(WattsPerGpu(f64::MAX), |j| j.spec.cap_range.max)
                 }),
                 generation,
+                until: None,
             })
             .collect();
         let event = state.plan.as_ref().map(|p| p.binding_event.clone());
@@ -1234,4 +1237,19 @@ fn ack_record(ack: &DrAck, keyed: bool) -> NewRecord {
         dedup_key: keyed.then(|| format!("ack:{}:{}", ack.event_id, ack.revision)),
         body: serde_json::to_value(ack).unwrap_or_default(),
     }
+}
+
+/// When the caps of a plan must end at the latest: the last moment any of the events in force
+/// still constrains the site (its recovery included). `None` when one of them is open-ended.
+fn caps_until(book: &EventBook, events: &[String]) -> Option<DateTime<Utc>> {
+    let mut until: Option<DateTime<Utc>> = None;
+    for id in events {
+        let entry = book.get(id)?;
+        let (end, phase) = entry.phase_points().last().copied()?;
+        if !phase.is_terminal() {
+            return None;
+        }
+        until = Some(until.map_or(end, |u| u.max(end)));
+    }
+    until
 }

@@ -78,10 +78,13 @@ impl Gateway {
                         .filter_map(|row| {
                             let job: Arc<str> = Arc::from(row[0].as_str()?);
                             let cap = row[1].as_f64()?;
+                            // The plan's own end is not recorded with it; the next planning step
+                            // re-sends its caps with the end of the events then in force.
                             running.contains(&job).then_some(CapCommand {
                                 job,
                                 cap: WattsPerGpu(cap),
                                 generation: seq,
+                                until: None,
                             })
                         })
                         .collect()

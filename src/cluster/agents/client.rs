@@ -1,0 +1,196 @@
+//! HTTP calls to node agents: one request with a timeout, retried with backoff on transport
+//! errors and 5xx answers, never on a 4xx (the agent understood and said no).
+//!
+//! Every call is bounded twice: by the per-request timeout, and by the caller's deadline, so a
+//! retry never runs past the moment the answer stops being useful.
+
+use flexgate_agent::api::ErrorBody;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// How an agent call ended when it did not succeed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CallError {
+    /// No answer (connection refused, timeout, reset) within the deadline.
+    #[error("{node}: no answer ({detail})")]
+    Unreachable {
+        /// The node.
+        node: String,
+        /// The last transport error.
+        detail: String,
+    },
+    /// The agent answered with an error status.
+    #[error("{node}: HTTP {status}: {detail}")]
+    Refused {
+        /// The node.
+        node: String,
+        /// HTTP status.
+        status: u16,
+        /// The agent's `detail`, or the body.
+        detail: String,
+        /// For 409 on a lease: the generation the agent holds.
+        held_generation: Option<u64>,
+    },
+    /// The answer was not the JSON we expect (a version mismatch).
+    #[error("{node}: unexpected answer: {detail}")]
+    Protocol {
+        /// The node.
+        node: String,
+        /// What could not be read.
+        detail: String,
+    },
+}
+
+/// One agent: where it listens and how to authenticate.
+#[derive(Debug, Clone)]
+pub struct AgentEndpoint {
+    /// Node name (as the scheduler knows it).
+    pub node: String,
+    /// Base URL, e.g. `http://10.0.0.7:9450`.
+    pub url: String,
+}
+
+/// Retry and timeout policy for agent calls.
+#[derive(Debug, Clone, Copy)]
+pub struct CallPolicy {
+    /// Per-request timeout.
+    pub timeout: Duration,
+    /// Attempts after the first.
+    pub retries: u32,
+    /// First backoff; doubles per retry.
+    pub backoff: Duration,
+}
+
+/// A request to make, as data, so that fan-out code can hold many.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verb {
+    /// GET.
+    Get,
+    /// PUT with a JSON body.
+    Put,
+    /// POST with a JSON body.
+    Post,
+    /// DELETE.
+    Delete,
+}
+
+/// What every call shares: the connection pool, the token and the retry policy.
+#[derive(Clone)]
+pub struct Caller {
+    /// Connection pool.
+    pub http: reqwest::Client,
+    /// The agents' control token (never logged).
+    pub token: String,
+    /// Timeouts and retries.
+    pub policy: CallPolicy,
+}
+
+impl std::fmt::Debug for Caller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Caller")
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Caller {
+    /// Calls `path` on `agent` and reads a JSON answer, retrying as the module docs say,
+    /// giving up at `deadline`.
+    pub async fn call<B: Serialize + ?Sized, T: DeserializeOwned>(
+        &self,
+        agent: &AgentEndpoint,
+        verb: Verb,
+        path: &str,
+        body: Option<&B>,
+        deadline: Instant,
+    ) -> Result<T, CallError> {
+        call(&self.http, &self.token, agent, verb, path, body, self.policy, deadline).await
+    }
+}
+
+#[allow(clippy::too_many_arguments)] // the public face is `Caller::call`
+async fn call<B: Serialize + ?Sized, T: DeserializeOwned>(
+    http: &reqwest::Client,
+    token: &str,
+    agent: &AgentEndpoint,
+    verb: Verb,
+    path: &str,
+    body: Option<&B>,
+    policy: CallPolicy,
+    deadline: Instant,
+) -> Result<T, CallError> {
+    let url = format!("{}{}", agent.url.trim_end_matches('/'), path);
+    let mut attempt = 0u32;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let outcome = if left.is_zero() {
+            Err(CallError::Unreachable {
+                node: agent.node.clone(),
+                detail: "deadline passed".into(),
+            })
+        } else {
+            once(http, token, agent, verb, &url, body, policy.timeout.min(left)).await
+        };
+        let retryable = match &outcome {
+            Ok(_) => false,
+            Err(CallError::Unreachable { .. }) => true,
+            Err(CallError::Refused { status, .. }) => *status >= 500,
+            Err(CallError::Protocol { .. }) => false,
+        };
+        let backoff = policy.backoff.saturating_mul(2u32.saturating_pow(attempt));
+        if !retryable || attempt >= policy.retries || Instant::now() + backoff >= deadline {
+            return outcome;
+        }
+        tokio::time::sleep(backoff).await;
+        attempt += 1;
+    }
+}
+
+async fn once<B: Serialize + ?Sized, T: DeserializeOwned>(
+    http: &reqwest::Client,
+    token: &str,
+    agent: &AgentEndpoint,
+    verb: Verb,
+    url: &str,
+    body: Option<&B>,
+    timeout: Duration,
+) -> Result<T, CallError> {
+    let mut request = match verb {
+        Verb::Get => http.get(url),
+        Verb::Put => http.put(url),
+        Verb::Post => http.post(url),
+        Verb::Delete => http.delete(url),
+    }
+    .bearer_auth(token)
+    .timeout(timeout);
+    if let Some(body) = body {
+        request = request.json(body);
+    }
+    let response = request.send().await.map_err(|e| CallError::Unreachable {
+        node: agent.node.clone(),
+        detail: e.to_string(),
+    })?;
+    let status = response.status().as_u16();
+    let bytes = response.bytes().await.map_err(|e| CallError::Unreachable {
+        node: agent.node.clone(),
+        detail: e.to_string(),
+    })?;
+    if !(200..300).contains(&status) {
+        let (detail, held_generation) = match serde_json::from_slice::<ErrorBody>(&bytes) {
+            Ok(e) => (e.detail, e.held_generation),
+            Err(_) => (String::from_utf8_lossy(&bytes).chars().take(300).collect(), None),
+        };
+        return Err(CallError::Refused {
+            node: agent.node.clone(),
+            status,
+            detail,
+            held_generation,
+        });
+    }
+    serde_json::from_slice(&bytes).map_err(|e| CallError::Protocol {
+        node: agent.node.clone(),
+        detail: e.to_string(),
+    })
+}

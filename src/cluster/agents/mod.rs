@@ -1,0 +1,712 @@
+//! The cluster backend over real node agents (`flexgate-agent`, one per GPU node), with jobs
+//! mapped to GPUs by Slurm, or each node taken as one job where there is no scheduler.
+//!
+//! What it promises the dispatcher ([`ClusterBackend`]):
+//! - **caps land on the right GPUs**: a job's GPUs are Slurm's GRES indices per node, mapped to
+//!   device minors (gres.conf) and matched to the agent's GPUs by minor;
+//! - **caps end when the event does**: every cap is a lease on the agent, renewed while it is
+//!   wanted, never past the event's end, with a TTL of at least three renew periods; if the
+//!   gateway dies the agents restore the pre-event limits when the leases expire;
+//! - **no silent partial success**: a job counts as capped only when every node holding its
+//!   GPUs confirmed; otherwise it is [`CapOutcome::Failed`] and the gateway counts it at its
+//!   measured draw and re-plans the shortfall onto confirmed jobs (BACKENDS.md §7);
+//! - **bounded time**: calls fan out with bounded parallelism, each with a timeout, retried
+//!   with backoff only inside the dispatch deadline.
+//!
+//! What agents cannot know is said plainly in the inventory: training throughput is not
+//! visible to them, so a job's uncapped throughput is taken as proportional to its GPU count
+//! and its measured throughput is reported as 0; elasticity comes from the job's flex tags
+//! (`flexgate:pfi=…` in its Slurm comment), otherwise it is unknown and the planner falls
+//! back conservatively. Without a meter source the meter is the facility model's estimate
+//! from the measured GPU power, so closed-loop trim then acts on an estimate (logged at start).
+
+pub mod client;
+
+use super::{BackendError, CapCommand, CapOutcome, CapResult, ClusterBackend, JobState, JobTelemetry, Telemetry};
+use chrono::{DateTime, Utc};
+use client::{AgentEndpoint, CallError, CallPolicy, Caller, Verb};
+use flexgate_agent::api::{
+    CapStatus, GpuCap, GpuStatus, LeaseRequest, LeaseResponse, ReleaseResponse, RenewRequest, RestorePolicy, gpus_path,
+    lease_path, renew_path,
+};
+use flexgate_policies::alloc::{CapRange, Elasticity, JobSpec};
+use flexgate_policies::facility::{CoolingState, FacilityModel};
+use flexgate_policies::pfi::CapGrid;
+use flexgate_policies::units::{Fraction, Kilowatts, TokensPerSec, Watts, WattsPerGpu};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+
+/// `[backend] type = "agents"`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentsConfig {
+    /// Every GPU node's agent.
+    pub nodes: Vec<AgentNode>,
+    /// File holding the agents' control token (the same on every node); if absent, the
+    /// environment variable `FLEXGATE_AGENT_TOKEN`.
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
+    /// Per-request timeout, ms (default 2,000).
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u64,
+    /// Retries per call after the first attempt, inside the deadline (default 2).
+    #[serde(default = "default_retries")]
+    pub retries: u32,
+    /// How long a whole dispatch may take before unconfirmed jobs count as failed, ms
+    /// (default 5,000).
+    #[serde(default = "default_dispatch_deadline_ms")]
+    pub dispatch_deadline_ms: u64,
+    /// Calls in flight at once (default 256).
+    #[serde(default = "default_concurrency")]
+    pub concurrency: usize,
+    /// Lease renewal period, s (default 10); the lease TTL is three periods.
+    #[serde(default = "default_renew_every_s")]
+    pub renew_every_s: u64,
+    /// How jobs map to GPUs: Slurm (its config as in flexgate-slurm's `SlurmConfig`, plus
+    /// `gres_conf` for index → device minor), or, when absent, each node is one job.
+    #[serde(default)]
+    pub slurm: Option<SlurmMapping>,
+}
+
+/// Slurm as the job → GPU map.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlurmMapping {
+    /// flexgate-slurm's `SlurmConfig` (rest, cli, cli_fallback, suspendable_tiers).
+    #[serde(default)]
+    pub inventory: serde_json::Value,
+    /// The cluster's gres.conf, for GRES index → device minor; without it, index = minor.
+    #[serde(default)]
+    pub gres_conf: Option<PathBuf>,
+}
+
+/// One node's agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentNode {
+    /// The node name the scheduler uses.
+    pub name: String,
+    /// The agent's base URL.
+    pub url: String,
+}
+
+fn default_timeout_ms() -> u64 {
+    2_000
+}
+fn default_retries() -> u32 {
+    2
+}
+fn default_dispatch_deadline_ms() -> u64 {
+    5_000
+}
+fn default_concurrency() -> usize {
+    256
+}
+fn default_renew_every_s() -> u64 {
+    10
+}
+
+/// Why the backend could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentsError {
+    /// A setting is unusable.
+    #[error("agents backend: {0}")]
+    Config(String),
+    /// The token file.
+    #[error("agents backend: cannot read token_file {path}: {source}")]
+    Token {
+        /// Path.
+        path: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+}
+
+/// Where a job's GPUs are: (node index, GPU uuid).
+#[derive(Debug, Clone)]
+struct MappedJob {
+    id: Arc<str>,
+    gpus: Vec<(usize, String)>,
+    pfi: Option<f64>,
+    max_slowdown: Option<f64>,
+}
+
+/// A lease the gateway wants on one node.
+#[derive(Debug, Clone)]
+struct WantedLease {
+    generation: u64,
+    cap_w: f64,
+    uuids: Vec<String>,
+    until: Option<DateTime<Utc>>,
+}
+
+#[derive(Default)]
+struct Known {
+    /// Last GPU report per node; `None` when the node did not answer the last poll.
+    gpus: Vec<Option<Vec<GpuStatus>>>,
+    jobs: Vec<MappedJob>,
+    /// Latest generation confirmed or attempted per job.
+    generations: HashMap<Arc<str>, u64>,
+    /// Leases wanted, per (job, node index).
+    leases: HashMap<(Arc<str>, usize), WantedLease>,
+    /// Highest draw seen while a job was uncapped (its P_max estimate).
+    uncapped_seen: HashMap<Arc<str>, f64>,
+}
+
+/// The backend.
+pub struct AgentsBackend {
+    agents: Vec<AgentEndpoint>,
+    caller: Caller,
+    deadline: Duration,
+    limit: Arc<Semaphore>,
+    renew_every: Duration,
+    slurm: Option<(flexgate_slurm::SlurmInventory, flexgate_slurm::GresConf)>,
+    facility: FacilityModel,
+    known: Mutex<Known>,
+}
+
+impl std::fmt::Debug for AgentsBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentsBackend")
+            .field("agents", &self.agents.len())
+            .field("slurm", &self.slurm.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl AgentsBackend {
+    /// Builds the backend (contacts nothing). `facility` estimates the meter from GPU power.
+    pub fn new(config: &AgentsConfig, facility: FacilityModel) -> Result<Arc<Self>, AgentsError> {
+        let bad = |m: String| AgentsError::Config(m);
+        if config.nodes.is_empty() {
+            return Err(bad("nodes is empty: list every GPU node's agent ({ name, url })".into()));
+        }
+        if config.concurrency == 0 || config.renew_every_s == 0 || config.timeout_ms == 0 {
+            return Err(bad("concurrency, renew_every_s and timeout_ms must be positive".into()));
+        }
+        let token = match &config.token_file {
+            Some(path) => std::fs::read_to_string(path)
+                .map_err(|source| AgentsError::Token {
+                    path: path.display().to_string(),
+                    source,
+                })?
+                .trim()
+                .to_string(),
+            None => std::env::var("FLEXGATE_AGENT_TOKEN").unwrap_or_default(),
+        };
+        if token.len() < 16 {
+            return Err(bad(
+                "no agent token (at least 16 characters): set token_file or FLEXGATE_AGENT_TOKEN".into(),
+            ));
+        }
+        let slurm = match &config.slurm {
+            None => None,
+            Some(mapping) => {
+                let slurm_config: flexgate_slurm::SlurmConfig = serde_json::from_value(mapping.inventory.clone())
+                    .map_err(|e| bad(format!("slurm.inventory: {e}")))?;
+                let inventory = flexgate_slurm::SlurmInventory::new(slurm_config).map_err(|e| bad(e.to_string()))?;
+                let gres = match &mapping.gres_conf {
+                    Some(path) => {
+                        let text = std::fs::read_to_string(path)
+                            .map_err(|e| bad(format!("slurm.gres_conf {}: {e}", path.display())))?;
+                        flexgate_slurm::parse_gres_conf(&text).map_err(|e| bad(e.to_string()))?
+                    }
+                    None => flexgate_slurm::GresConf::default(),
+                };
+                Some((inventory, gres))
+            }
+        };
+        let timeout = Duration::from_millis(config.timeout_ms);
+        let http = flexgate_openadr::http::client(None, timeout).map_err(|e| bad(format!("HTTP client: {e}")))?;
+        let agents = config
+            .nodes
+            .iter()
+            .map(|n| AgentEndpoint {
+                node: n.name.clone(),
+                url: n.url.clone(),
+            })
+            .collect::<Vec<_>>();
+        let known = Known {
+            gpus: vec![None; agents.len()],
+            ..Known::default()
+        };
+        Ok(Arc::new(AgentsBackend {
+            agents,
+            caller: Caller {
+                http,
+                token,
+                policy: CallPolicy {
+                    timeout,
+                    retries: config.retries,
+                    backoff: Duration::from_millis(100),
+                },
+            },
+            deadline: Duration::from_millis(config.dispatch_deadline_ms),
+            limit: Arc::new(Semaphore::new(config.concurrency)),
+            renew_every: Duration::from_secs(config.renew_every_s),
+            slurm,
+            facility,
+            known: Mutex::new(known),
+        }))
+    }
+
+    fn known(&self) -> std::sync::MutexGuard<'_, Known> {
+        self.known.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The lease TTL: three renew periods (BACKENDS.md §6).
+    fn ttl(&self) -> chrono::Duration {
+        chrono::Duration::from_std(self.renew_every * 3).unwrap_or(chrono::Duration::seconds(30))
+    }
+
+    fn expiry(&self, until: Option<DateTime<Utc>>) -> DateTime<Utc> {
+        let by_ttl = Utc::now() + self.ttl();
+        until.map_or(by_ttl, |u| u.min(by_ttl))
+    }
+
+    /// One bounded, retried call.
+    async fn agent_call<B: Serialize + ?Sized + Sync, T: serde::de::DeserializeOwned>(
+        &self,
+        node: usize,
+        verb: Verb,
+        path: &str,
+        body: Option<&B>,
+        deadline: Instant,
+    ) -> Result<T, CallError> {
+        let _permit = self.limit.acquire().await.map_err(|_| CallError::Unreachable {
+            node: self.agents[node].node.clone(),
+            detail: "backend closed".into(),
+        })?;
+        self.caller.call(&self.agents[node], verb, path, body, deadline).await
+    }
+
+    /// Reads every agent's GPUs at once; a node that does not answer keeps `None`.
+    async fn poll_gpus(&self) -> Vec<Option<Vec<GpuStatus>>> {
+        let deadline = Instant::now() + self.caller.policy.timeout;
+        let path = gpus_path();
+        let calls = (0..self.agents.len()).map(|i| {
+            let path = path.clone();
+            async move {
+                self.agent_call::<(), Vec<GpuStatus>>(i, Verb::Get, &path, None, deadline)
+                    .await
+                    .map_err(|e| tracing::warn!("agent GPU poll: {e}"))
+                    .ok()
+            }
+        });
+        futures_util::future::join_all(calls).await
+    }
+
+    /// Jobs → GPUs, from Slurm or one job per node.
+    async fn map_jobs(&self, gpus: &[Option<Vec<GpuStatus>>]) -> Result<Vec<MappedJob>, BackendError> {
+        let node_index: HashMap<&str, usize> = self
+            .agents
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (a.node.as_str(), i))
+            .collect();
+        let Some((inventory, gres)) = &self.slurm else {
+            return Ok(gpus
+                .iter()
+                .enumerate()
+                .filter_map(|(i, g)| {
+                    let g = g.as_ref()?;
+                    Some(MappedJob {
+                        id: Arc::from(format!("node:{}", self.agents[i].node)),
+                        gpus: g.iter().map(|s| (i, s.uuid.clone())).collect(),
+                        pfi: None,
+                        max_slowdown: None,
+                    })
+                })
+                .collect());
+        };
+        let snapshot = inventory
+            .running_jobs()
+            .await
+            .map_err(|e| BackendError::Unreachable(format!("Slurm: {e}")))?;
+        if let Some(why) = &snapshot.rest_error {
+            tracing::warn!("slurmrestd failed, squeue answered: {why}");
+        }
+        let mut jobs = Vec::new();
+        for job in &snapshot.jobs {
+            let (job_gpus, errors) = gres.job_gpus(job);
+            for e in errors {
+                tracing::warn!(job = %job.id, "GPU mapping: {e}");
+            }
+            let mut mapped = Vec::new();
+            for g in job_gpus {
+                let Some(&node) = node_index.get(g.node.as_str()) else {
+                    tracing::warn!(job = %job.id, node = %g.node, "job runs on a node without a configured agent");
+                    continue;
+                };
+                // A node that did not answer keeps its GPUs unknown: the job is still listed
+                // (with what is known) so that the planner counts it conservatively.
+                let uuid = gpus[node]
+                    .as_ref()
+                    .and_then(|list| list.iter().find(|s| s.minor == g.minor))
+                    .map_or_else(|| format!("{}:minor{}", g.node, g.minor), |s| s.uuid.clone());
+                mapped.push((node, uuid));
+            }
+            if mapped.is_empty() {
+                continue;
+            }
+            jobs.push(MappedJob {
+                id: Arc::from(job.id.to_string()),
+                gpus: mapped,
+                pfi: job.flex.pfi.filter(|p| p.is_finite() && *p > 0.0),
+                max_slowdown: job.flex.max_slowdown,
+            });
+        }
+        Ok(jobs)
+    }
+
+    fn job_state(&self, job: &MappedJob, gpus: &[Option<Vec<GpuStatus>>], known: &mut Known) -> JobState {
+        let statuses: Vec<Option<&GpuStatus>> = job
+            .gpus
+            .iter()
+            .map(|(node, uuid)| gpus[*node].as_ref().and_then(|l| l.iter().find(|s| &s.uuid == uuid)))
+            .collect();
+        let (mut lo, mut hi) = (0.0f64, f64::INFINITY);
+        let mut measured = 0.0;
+        let mut applied = 0.0f64;
+        for s in statuses.iter().flatten() {
+            lo = lo.max(s.min_w);
+            hi = hi.min(s.max_w);
+            // Unknown draw counts at the GPU's maximum: never assume less than might be drawn.
+            measured += s.power_w.unwrap_or(s.max_w);
+            applied = applied.max(s.enforced_w.or(s.limit_w).unwrap_or(s.max_w));
+        }
+        let unknown = statuses.iter().filter(|s| s.is_none()).count();
+        if !hi.is_finite() || lo <= 0.0 || lo > hi {
+            (lo, hi) = (200.0, 700.0);
+        }
+        measured += unknown as f64 * hi;
+        if applied <= 0.0 {
+            applied = hi;
+        }
+        let n = job.gpus.len();
+        let capped = known.leases.keys().any(|(j, _)| *j == job.id);
+        let seen = known.uncapped_seen.entry(job.id.clone()).or_insert(0.0);
+        if !capped {
+            *seen = seen.max(measured);
+        }
+        let uncapped = seen.max(n as f64 * lo).max(1.0);
+        let elasticity = match job.pfi {
+            Some(value) => Elasticity::Pfi {
+                value,
+                grid: CapGrid::fine_h200(),
+            },
+            None => Elasticity::Unknown,
+        };
+        JobState {
+            spec: JobSpec {
+                id: job.id.clone(),
+                gpus: u32::try_from(n).unwrap_or(u32::MAX),
+                cap_range: CapRange {
+                    min: WattsPerGpu(lo),
+                    max: WattsPerGpu(hi),
+                },
+                uncapped_power: Watts(uncapped),
+                uncapped_tokens: TokensPerSec(n as f64),
+                elasticity,
+                max_slowdown: job.max_slowdown.and_then(|f| Fraction::new(f).ok()),
+            },
+            nodes: {
+                let mut nodes: Vec<String> = job.gpus.iter().map(|(i, _)| self.agents[*i].node.clone()).collect();
+                nodes.dedup();
+                nodes
+            },
+            applied_cap: WattsPerGpu(applied.min(hi)),
+            generation: known.generations.get(&job.id).copied().unwrap_or(0),
+            measured_power: Watts(measured),
+            measured_tokens: TokensPerSec(0.0),
+        }
+    }
+
+    /// Keeps every wanted lease alive; re-creates it where the agent lost it (restart without
+    /// state, or expiry while unreachable). Runs until the backend is dropped.
+    pub fn spawn_renewal(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let weak = Arc::downgrade(self);
+        let every = self.renew_every;
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(backend) = weak.upgrade() else { return };
+                backend.renew_all().await;
+            }
+        })
+    }
+
+    /// One renewal round (also the reconcile: a lease the agent no longer holds is re-sent).
+    pub async fn renew_all(&self) {
+        let now = Utc::now();
+        let wanted: Vec<((Arc<str>, usize), WantedLease)> = {
+            let mut known = self.known();
+            // A lease past the event's end is not renewed; the agent's expiry restores it.
+            known.leases.retain(|_, l| l.until.is_none_or(|u| u > now));
+            known.leases.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+        };
+        let deadline = Instant::now() + self.renew_every;
+        let calls = wanted.into_iter().map(|((job, node), lease)| async move {
+            let id = lease_id(&job);
+            let body = RenewRequest {
+                expires_at: self.expiry(lease.until),
+            };
+            match self
+                .agent_call::<_, serde_json::Value>(node, Verb::Post, &renew_path(&id), Some(&body), deadline)
+                .await
+            {
+                Ok(_) => {}
+                Err(CallError::Refused { status: 404, .. }) => {
+                    tracing::warn!(job = %job, node = %self.agents[node].node, "agent lost the lease; re-sending it");
+                    let _ = self.put_lease(node, &job, &lease, deadline).await;
+                }
+                Err(e) => tracing::warn!(job = %job, "lease renewal: {e}"),
+            }
+        });
+        futures_util::future::join_all(calls).await;
+    }
+
+    async fn put_lease(
+        &self,
+        node: usize,
+        job: &str,
+        lease: &WantedLease,
+        deadline: Instant,
+    ) -> Result<LeaseResponse, CallError> {
+        let body = LeaseRequest {
+            generation: lease.generation,
+            expires_at: self.expiry(lease.until),
+            gpus: lease
+                .uuids
+                .iter()
+                .map(|u| GpuCap {
+                    uuid: u.clone(),
+                    cap_w: lease.cap_w,
+                })
+                .collect(),
+            restore: RestorePolicy::PreEvent,
+            new_job_cap_w: None,
+        };
+        self.agent_call(node, Verb::Put, &lease_path(&lease_id(job)), Some(&body), deadline)
+            .await
+    }
+
+    /// Applies one job's command on every node holding its GPUs.
+    async fn apply_one(&self, command: &CapCommand, deadline: Instant) -> CapOutcome {
+        let (job, latest) = {
+            let known = self.known();
+            let job = known.jobs.iter().find(|j| j.id == command.job).cloned();
+            (job, known.generations.get(&command.job).copied().unwrap_or(0))
+        };
+        let Some(job) = job else {
+            return CapOutcome::UnknownJob;
+        };
+        if command.generation < latest {
+            return CapOutcome::Stale { latest };
+        }
+        let mut per_node: HashMap<usize, Vec<String>> = HashMap::new();
+        for (node, uuid) in &job.gpus {
+            per_node.entry(*node).or_default().push(uuid.clone());
+        }
+        let max_w = {
+            let known = self.known();
+            job.gpus
+                .iter()
+                .filter_map(|(n, u)| {
+                    known.gpus[*n]
+                        .as_ref()
+                        .and_then(|l| l.iter().find(|s| &s.uuid == u))
+                        .map(|s| s.max_w)
+                })
+                .fold(f64::INFINITY, f64::min)
+        };
+        // A cap at (or above) the GPUs' maximum is the end of the curtailment: release.
+        let release = max_w.is_finite() && command.cap.value() >= max_w - 0.5;
+        let calls = per_node.into_iter().map(|(node, uuids)| {
+            let job = &job;
+            async move {
+                let lease = WantedLease {
+                    generation: command.generation,
+                    cap_w: command.cap.value(),
+                    uuids,
+                    until: command.until,
+                };
+                let result = if release {
+                    self.agent_call::<(), ReleaseResponse>(
+                        node,
+                        Verb::Delete,
+                        &lease_path(&lease_id(&job.id)),
+                        None,
+                        deadline,
+                    )
+                    .await
+                    .map(|_| (max_w, false))
+                } else {
+                    self.put_lease(node, &job.id, &lease, deadline).await.and_then(|r| {
+                        let mut worst = 0.0f64;
+                        let mut clamped = false;
+                        for a in &r.applied {
+                            if !a.status.is_applied() {
+                                return Err(CallError::Refused {
+                                    node: self.agents[node].node.clone(),
+                                    status: 200,
+                                    detail: format!("GPU {}: {:?}", a.uuid, a.status),
+                                    held_generation: None,
+                                });
+                            }
+                            clamped |= a.status == CapStatus::Clamped;
+                            worst = worst.max(a.enforced_w.or(a.applied_w).unwrap_or(a.requested_w));
+                        }
+                        Ok((worst, clamped))
+                    })
+                };
+                (node, lease, result)
+            }
+        });
+        let results = futures_util::future::join_all(calls).await;
+        let mut known = self.known();
+        known.generations.insert(job.id.clone(), command.generation);
+        let mut applied = 0.0f64;
+        let mut clamped = false;
+        let mut failures = Vec::new();
+        for (node, lease, result) in results {
+            match result {
+                Ok((w, c)) => {
+                    applied = applied.max(w);
+                    clamped |= c;
+                    if release {
+                        known.leases.remove(&(job.id.clone(), node));
+                    } else {
+                        known.leases.insert((job.id.clone(), node), lease);
+                    }
+                }
+                Err(CallError::Refused {
+                    status: 409,
+                    held_generation: Some(held),
+                    ..
+                }) => return CapOutcome::Stale { latest: held },
+                Err(e) => {
+                    // Keep wanting the lease: the renewal round re-sends it when the node is back.
+                    if !release {
+                        known.leases.insert((job.id.clone(), node), lease);
+                    }
+                    failures.push(e.to_string());
+                }
+            }
+        }
+        if failures.is_empty() {
+            CapOutcome::Applied {
+                applied: WattsPerGpu(applied),
+                clamped,
+            }
+        } else {
+            CapOutcome::Failed {
+                reason: failures.join("; "),
+            }
+        }
+    }
+}
+
+/// The lease id of a job's caps (the same on every node of the job).
+fn lease_id(job: &str) -> String {
+    let clean: String = job
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || ".-_:+".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(100)
+        .collect();
+    format!("flexgate-{clean}")
+}
+
+#[async_trait::async_trait]
+impl ClusterBackend for AgentsBackend {
+    async fn inventory(&self) -> Result<Vec<JobState>, BackendError> {
+        let gpus = self.poll_gpus().await;
+        if gpus.iter().all(Option::is_none) {
+            return Err(BackendError::Unreachable("no agent answered".into()));
+        }
+        let jobs = self.map_jobs(&gpus).await?;
+        let mut known = self.known();
+        let states = jobs.iter().map(|j| self.job_state(j, &gpus, &mut known)).collect();
+        known.jobs = jobs;
+        known.gpus = gpus;
+        Ok(states)
+    }
+
+    async fn apply(&self, commands: &[CapCommand]) -> Vec<CapResult> {
+        let deadline = Instant::now() + self.deadline;
+        let calls = commands.iter().map(|c| async move {
+            CapResult {
+                job: c.job.clone(),
+                generation: c.generation,
+                outcome: self.apply_one(c, deadline).await,
+            }
+        });
+        futures_util::future::join_all(calls).await
+    }
+
+    async fn telemetry(&self) -> Result<Telemetry, BackendError> {
+        let gpus = self.poll_gpus().await;
+        if gpus.iter().all(Option::is_none) {
+            return Err(BackendError::TelemetryGap("no agent answered".into()));
+        }
+        let jobs = self.known().jobs.clone();
+        let mut per_job = Vec::new();
+        for job in &jobs {
+            // A job with any GPU unmeasured is left out: the gateway counts it conservatively.
+            let mut power = 0.0;
+            let mut complete = true;
+            for (node, uuid) in &job.gpus {
+                match gpus[*node]
+                    .as_ref()
+                    .and_then(|l| l.iter().find(|s| &s.uuid == uuid))
+                    .and_then(|s| s.power_w)
+                {
+                    Some(w) => power += w,
+                    None => complete = false,
+                }
+            }
+            if complete {
+                per_job.push(JobTelemetry {
+                    job: job.id.clone(),
+                    power: Watts(power),
+                    tokens: TokensPerSec(0.0),
+                });
+            }
+        }
+        let measured: f64 = gpus.iter().flatten().flatten().filter_map(|s| s.power_w).sum();
+        let nodes = u32::try_from(self.agents.len()).unwrap_or(u32::MAX);
+        let meter = self
+            .facility
+            .forward(Watts(measured), nodes, &CoolingState::Settled)
+            .map(|m| m.nominal)
+            .unwrap_or(Kilowatts(measured / 1000.0));
+        {
+            let mut known = self.known();
+            known.gpus = gpus;
+        }
+        Ok(Telemetry {
+            at: Utc::now(),
+            gpu_board_power: per_job.iter().map(|j| j.power).sum(),
+            jobs: per_job,
+            meter_kw: meter,
+            nodes,
+        })
+    }
+
+    fn name(&self) -> &str {
+        "agents"
+    }
+}

@@ -1,0 +1,238 @@
+//! The agents backend against real `flexgate-agent` HTTP servers (simulated GPUs, in this
+//! process, on 127.0.0.1), one job per node (no scheduler): caps land on exactly the job's
+//! GPUs, out-of-range caps are clamped and reported, a release restores the pre-event limits,
+//! stale generations are refused, a wrong token and a dead agent give `Failed` with nothing
+//! changed, and the renewal round re-creates a lease an agent lost.
+
+use flexgate::cluster::agents::{AgentNode, AgentsBackend, AgentsConfig};
+use flexgate::cluster::{CapCommand, CapOutcome, ClusterBackend};
+use flexgate::config::facility_for_nodes;
+use flexgate_agent::api::GpuStatus;
+use flexgate_agent::auth::Auth;
+use flexgate_agent::clock::SystemClock;
+use flexgate_agent::gpu::sim::{SimGpus, SimOptions};
+use flexgate_agent::{Agent, AgentConfig};
+use flexgate_policies::facility::FacilityModel;
+use flexgate_policies::units::WattsPerGpu;
+use std::sync::Arc;
+use tokio::sync::watch;
+
+const TOKEN: &str = "agents-backend-test-token-0123";
+
+struct Cluster {
+    urls: Vec<String>,
+    stops: Vec<watch::Sender<bool>>,
+    dir: tempfile::TempDir,
+}
+
+async fn start_agent(name: &str, stop: watch::Receiver<bool>) -> String {
+    start_agent_at(name, "127.0.0.1:0", stop).await
+}
+
+/// An agent without a state directory: a restart forgets its leases, as after a reboot.
+async fn start_agent_at(name: &str, addr: &str, stop: watch::Receiver<bool>) -> String {
+    let clock = Arc::new(SystemClock);
+    let auth = Auth::from_secrets(TOKEN, None).expect("token");
+    let gpus = SimGpus::new(&SimOptions::h200(name, 8), clock.clone()).expect("sim");
+    let agent = Agent::with_clock(AgentConfig::new(name, auth), Box::new(gpus), clock).expect("agent");
+    let listener = tokio::net::TcpListener::bind(addr).await.expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    let mut stop = stop;
+    tokio::spawn(agent.serve(listener, async move {
+        let _ = stop.wait_for(|s| *s).await;
+    }));
+    url
+}
+
+async fn cluster(n: usize) -> Cluster {
+    let mut urls = Vec::new();
+    let mut stops = Vec::new();
+    for i in 0..n {
+        let (tx, rx) = watch::channel(false);
+        urls.push(start_agent(&format!("n{i}"), rx).await);
+        stops.push(tx);
+    }
+    Cluster {
+        urls,
+        stops,
+        dir: tempfile::tempdir().expect("dir"),
+    }
+}
+
+fn backend(c: &Cluster, token: &str) -> Arc<AgentsBackend> {
+    let token_file = c.dir.path().join(format!("token-{}", token.len()));
+    std::fs::write(&token_file, token).expect("token file");
+    let config = AgentsConfig {
+        nodes: c
+            .urls
+            .iter()
+            .enumerate()
+            .map(|(i, url)| AgentNode {
+                name: format!("n{i}"),
+                url: url.clone(),
+            })
+            .collect(),
+        token_file: Some(token_file),
+        timeout_ms: 500,
+        retries: 1,
+        dispatch_deadline_ms: 2_000,
+        concurrency: 16,
+        renew_every_s: 1,
+        slurm: None,
+    };
+    AgentsBackend::new(&config, FacilityModel::new(facility_for_nodes(3)).expect("facility")).expect("backend")
+}
+
+/// reqwest with rustls' ring provider, as the gateway builds it.
+fn http() -> reqwest::Client {
+    flexgate_openadr::http::client(None, std::time::Duration::from_secs(5)).expect("HTTP client")
+}
+
+async fn gpus(url: &str) -> Vec<GpuStatus> {
+    let client = http();
+    client
+        .get(format!("{url}/v1/gpus"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("GET /v1/gpus")
+        .json()
+        .await
+        .expect("GPU list")
+}
+
+fn command(job: &str, cap: f64, generation: u64) -> CapCommand {
+    CapCommand {
+        job: Arc::from(job),
+        cap: WattsPerGpu(cap),
+        generation,
+        until: Some(chrono::Utc::now() + chrono::Duration::minutes(10)),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn caps_land_on_the_jobs_gpus_and_come_back_off() {
+    let c = cluster(3).await;
+    let b = backend(&c, TOKEN);
+    let jobs = b.inventory().await.expect("inventory");
+    assert_eq!(jobs.len(), 3);
+    let job0 = jobs.iter().find(|j| &*j.spec.id == "node:n0").expect("job of n0");
+    assert_eq!(job0.spec.gpus, 8);
+    assert_eq!(
+        (job0.spec.cap_range.min.value(), job0.spec.cap_range.max.value()),
+        (200.0, 700.0)
+    );
+    assert!(job0.measured_power.value() > 0.0);
+    let before: Vec<Vec<GpuStatus>> = futures(&c).await;
+
+    // Cap n0's job at 400 W: exactly its 8 GPUs, nothing else.
+    let r = b.apply(&[command("node:n0", 400.0, 1)]).await;
+    assert_eq!(
+        r[0].outcome,
+        CapOutcome::Applied {
+            applied: WattsPerGpu(400.0),
+            clamped: false
+        }
+    );
+    let after = futures(&c).await;
+    assert!(after[0].iter().all(|g| g.limit_w == Some(400.0)), "{:?}", after[0]);
+    assert_eq!(
+        after[1].iter().map(|g| g.limit_w).collect::<Vec<_>>(),
+        before[1].iter().map(|g| g.limit_w).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        after[2].iter().map(|g| g.limit_w).collect::<Vec<_>>(),
+        before[2].iter().map(|g| g.limit_w).collect::<Vec<_>>()
+    );
+
+    // Below the GPUs' minimum: clamped to 200 W and said so.
+    let r = b.apply(&[command("node:n1", 120.0, 2)]).await;
+    assert_eq!(
+        r[0].outcome,
+        CapOutcome::Applied {
+            applied: WattsPerGpu(200.0),
+            clamped: true
+        }
+    );
+    assert!(gpus(&c.urls[1]).await.iter().all(|g| g.limit_w == Some(200.0)));
+
+    // A stale generation for n0 is refused and changes nothing.
+    let r = b.apply(&[command("node:n0", 300.0, 0)]).await;
+    assert!(
+        matches!(r[0].outcome, CapOutcome::Stale { latest: 1 }),
+        "{:?}",
+        r[0].outcome
+    );
+    assert!(gpus(&c.urls[0]).await.iter().all(|g| g.limit_w == Some(400.0)));
+
+    // Unknown job.
+    let r = b.apply(&[command("node:n9", 300.0, 3)]).await;
+    assert_eq!(r[0].outcome, CapOutcome::UnknownJob);
+
+    // Release (cap at the maximum): the pre-event limits come back exactly.
+    let r = b.apply(&[command("node:n0", 700.0, 4)]).await;
+    assert!(matches!(r[0].outcome, CapOutcome::Applied { .. }), "{:?}", r[0].outcome);
+    let restored = gpus(&c.urls[0]).await;
+    for (now, was) in restored.iter().zip(&before[0]) {
+        assert_eq!(now.limit_w, was.limit_w, "{}", now.uuid);
+    }
+
+    // Telemetry: every job measured.
+    let t = b.telemetry().await.expect("telemetry");
+    assert_eq!(t.jobs.len(), 3);
+    assert!(t.meter_kw.value() > t.gpu_board_power.value() / 1000.0);
+}
+
+async fn futures(c: &Cluster) -> Vec<Vec<GpuStatus>> {
+    let mut out = Vec::new();
+    for url in &c.urls {
+        out.push(gpus(url).await);
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_token_or_a_dead_agent_fails_the_job_and_changes_nothing() {
+    let c = cluster(2).await;
+    let good = backend(&c, TOKEN);
+    good.inventory().await.expect("inventory");
+    let before = gpus(&c.urls[0]).await;
+
+    let bad = backend(&c, "not-the-agents-token-at-all");
+    // Inventory with a refused token: no agent answers usefully.
+    assert!(bad.inventory().await.is_err());
+
+    // A dead agent: its job fails (not assumed capped); the other one is applied.
+    c.stops[1].send_replace(true);
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let r = good
+        .apply(&[command("node:n0", 500.0, 1), command("node:n1", 500.0, 1)])
+        .await;
+    assert!(matches!(r[0].outcome, CapOutcome::Applied { .. }), "{:?}", r[0].outcome);
+    assert!(
+        matches!(&r[1].outcome, CapOutcome::Failed { reason } if reason.contains("n1")),
+        "{:?}",
+        r[1].outcome
+    );
+    let after = gpus(&c.urls[0]).await;
+    assert!(after.iter().all(|g| g.limit_w == Some(500.0)));
+    assert_eq!(before.len(), after.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_renewal_round_recreates_a_lease_the_agent_lost() {
+    let c = cluster(1).await;
+    let b = backend(&c, TOKEN);
+    b.inventory().await.expect("inventory");
+    let r = b.apply(&[command("node:n0", 450.0, 1)]).await;
+    assert!(matches!(r[0].outcome, CapOutcome::Applied { .. }));
+    // The agent restarts without its state (a reboot): the lease and the cap are gone.
+    c.stops[0].send_replace(true);
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let addr = c.urls[0].trim_start_matches("http://").to_string();
+    let (_tx, rx) = watch::channel(false);
+    start_agent_at("n0", &addr, rx).await;
+    assert!(gpus(&c.urls[0]).await.iter().all(|g| g.limit_w != Some(450.0)));
+    b.renew_all().await;
+    assert!(gpus(&c.urls[0]).await.iter().all(|g| g.limit_w == Some(450.0)));
+}
