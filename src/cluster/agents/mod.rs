@@ -614,6 +614,23 @@ impl AgentsBackend {
     }
 }
 
+impl AgentsBackend {
+    /// Deletes the leases of jobs that are gone, restoring their GPUs' pre-event limits.
+    async fn release_leases(&self, leases: &[(Arc<str>, usize)]) {
+        let deadline = Instant::now() + self.deadline;
+        let calls = leases.iter().map(|(job, node)| async move {
+            tracing::info!(job = %job, node = %self.agents[*node].node, "job ended: releasing its GPUs");
+            if let Err(e) = self
+                .agent_call::<(), ReleaseResponse>(*node, Verb::Delete, &lease_path(&lease_id(job)), None, deadline)
+                .await
+            {
+                tracing::warn!(job = %job, "releasing the GPUs of an ended job: {e}; the lease expires by itself");
+            }
+        });
+        futures_util::future::join_all(calls).await;
+    }
+}
+
 /// The lease id of a job's caps (the same on every node of the job).
 fn lease_id(job: &str) -> String {
     let clean: String = job
@@ -638,6 +655,24 @@ impl ClusterBackend for AgentsBackend {
             return Err(BackendError::Unreachable("no agent answered".into()));
         }
         let jobs = self.map_jobs(&gpus).await?;
+        let ended: Vec<(Arc<str>, usize)> = {
+            let mut known = self.known();
+            let ended: Vec<(Arc<str>, usize)> = known
+                .leases
+                .keys()
+                .filter(|(job, _)| !jobs.iter().any(|j| j.id == *job))
+                .cloned()
+                .collect();
+            for key in &ended {
+                known.leases.remove(key);
+                known.generations.remove(&key.0);
+                known.uncapped_seen.remove(&key.0);
+            }
+            ended
+        };
+        // A job that ended mid-event gives its GPUs back at once (the Slurm epilog does the
+        // same on the node; whichever comes first, the other is a no-op).
+        self.release_leases(&ended).await;
         let mut known = self.known();
         let states = jobs.iter().map(|j| self.job_state(j, &gpus, &mut known)).collect();
         known.jobs = jobs;
