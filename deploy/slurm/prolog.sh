@@ -30,14 +30,9 @@
 #
 # POSIX sh (dash); needs curl. Override the env file path with FLEXGATE_AGENT_ENV (for tests).
 
+# shellcheck disable=SC2034 # TAG and ACTION are read by flexgate-hook.sh
 TAG=flexgate-prolog
 ACTION=start
-
-log() {
-    # syslog if available (daemon facility), and stderr for slurmd's log.
-    logger -t "$TAG" -p daemon.warning -- "$*" 2>/dev/null || true
-    printf '%s: %s\n' "$TAG" "$*" >&2
-}
 
 # Leave quietly but successfully: the job must start whatever happens here.
 give_up() {
@@ -45,61 +40,6 @@ give_up() {
     exit 0
 }
 
-ENV_FILE=${FLEXGATE_AGENT_ENV:-/etc/flexgate/agent.env}
-URL=
-TOKEN_FILE=
-TIMEOUT=3
-
-# Parse KEY=VALUE lines (comments and unknown keys ignored, optional surrounding quotes).
-if [ -r "$ENV_FILE" ]; then
-    while IFS='=' read -r key value || [ -n "$key" ]; do
-        value=${value#\"}; value=${value%\"}
-        value=${value#\'}; value=${value%\'}
-        case $key in
-            FLEXGATE_AGENT_URL) URL=$value ;;
-            FLEXGATE_AGENT_TOKEN_FILE) TOKEN_FILE=$value ;;
-            FLEXGATE_HOOK_TIMEOUT) TIMEOUT=$value ;;
-        esac
-    done < "$ENV_FILE"
-else
-    give_up "cannot read $ENV_FILE"
-fi
-
-[ -n "${SLURM_JOB_ID:-}" ] || give_up "SLURM_JOB_ID is not set (not run by slurmd?)"
-# No GPUs in this job: nothing to tell the agent.
-[ -n "${SLURM_JOB_GPUS:-}" ] || exit 0
-
-# Validate inputs before they go into a URL or JSON.
-case $SLURM_JOB_ID in
-    *[!0-9A-Za-z_.+-]*) give_up "unexpected SLURM_JOB_ID '$SLURM_JOB_ID'" ;;
-esac
-case $SLURM_JOB_GPUS in
-    *[!0-9,]* | ,* | *, | *,,*) give_up "unexpected SLURM_JOB_GPUS '$SLURM_JOB_GPUS'" ;;
-esac
-case $TIMEOUT in
-    '' | *[!0-9]*) TIMEOUT=3 ;;
-esac
-[ -n "$URL" ] || give_up "FLEXGATE_AGENT_URL is not set in $ENV_FILE"
-[ -n "$TOKEN_FILE" ] || give_up "FLEXGATE_AGENT_TOKEN_FILE is not set in $ENV_FILE"
-[ -r "$TOKEN_FILE" ] || give_up "cannot read the token file $TOKEN_FILE"
-command -v curl >/dev/null 2>&1 || give_up "curl not found"
-
-# First non-empty line of the token file, without surrounding whitespace.
-TOKEN=$(sed -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$//' -e '/^$/d' "$TOKEN_FILE" | head -n 1)
-[ -n "$TOKEN" ] || give_up "the token file $TOKEN_FILE is empty"
-
-BODY="{\"gpus\":[$SLURM_JOB_GPUS]}"
-ENDPOINT="${URL%/}/v1/jobs/$SLURM_JOB_ID/$ACTION"
-
-# -sS: quiet but show errors; short connect timeout so a dead agent costs at most TIMEOUT s.
-# The last output line is the HTTP status; curl's own failure leaves it at 000.
-RESPONSE=$(printf 'Authorization: Bearer %s\n' "$TOKEN" |
-    curl -sS --connect-timeout 1 --max-time "$TIMEOUT" -X POST \
-        -H @- -H 'Content-Type: application/json' --data "$BODY" \
-        -w '\n%{http_code}' "$ENDPOINT" 2>&1)
-STATUS=$(printf '%s\n' "$RESPONSE" | tail -n 1)
-
-case $STATUS in
-    2??) exit 0 ;;
-    *) give_up "POST $ENDPOINT failed (HTTP $STATUS): $(printf '%s\n' "$RESPONSE" | sed '$d' | tr '\n' ' ' | cut -c1-500)" ;;
-esac
+# The rest is shared with the epilog.
+# shellcheck source=deploy/slurm/flexgate-hook.sh
+. "$(dirname "$0")/flexgate-hook.sh"
