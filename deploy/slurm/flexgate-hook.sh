@@ -7,6 +7,7 @@
 # it goes into a URL or JSON, and POSTs {gpus:[...]} to the local agent's
 # /v1/jobs/$SLURM_JOB_ID/$ACTION.
 
+# shellcheck disable=SC2034 # STRICT is read by the epilog's give_up
 STRICT=0
 
 log() {
@@ -29,7 +30,6 @@ if [ -r "$ENV_FILE" ]; then
             FLEXGATE_AGENT_URL) URL=$value ;;
             FLEXGATE_AGENT_TOKEN_FILE) TOKEN_FILE=$value ;;
             FLEXGATE_HOOK_TIMEOUT) TIMEOUT=$value ;;
-            # shellcheck disable=SC2034 # read by the epilog's give_up
             FLEXGATE_EPILOG_STRICT) STRICT=$value ;;
         esac
     done < "$ENV_FILE"
