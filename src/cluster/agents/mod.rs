@@ -18,7 +18,8 @@
 //! and its measured throughput is reported as 0; elasticity comes from the job's flex tags
 //! (`flexgate:pfi=…` in its Slurm comment), otherwise it is unknown and the planner falls
 //! back conservatively. Without a meter source the meter is the facility model's estimate
-//! from the measured GPU power, so closed-loop trim then acts on an estimate (logged at start).
+//! from the measured GPU power (a job's GPUs that did not report counted at their maximum), so
+//! closed-loop trim then acts on an estimate (logged at start).
 
 pub mod client;
 
@@ -156,6 +157,18 @@ struct Known {
     leases: HashMap<(Arc<str>, usize), WantedLease>,
     /// Highest draw seen while a job was uncapped (its P_max estimate).
     uncapped_seen: HashMap<Arc<str>, f64>,
+    /// Each GPU's maximum limit as last reported, to count it at that when it goes unmeasured.
+    gpu_max: HashMap<String, f64>,
+}
+
+impl Known {
+    /// Stores a poll's answers, remembering each GPU's maximum.
+    fn store_gpus(&mut self, gpus: Vec<Option<Vec<GpuStatus>>>) {
+        for s in gpus.iter().flatten().flatten() {
+            self.gpu_max.insert(s.uuid.clone(), s.max_w);
+        }
+        self.gpus = gpus;
+    }
 }
 
 /// The backend.
@@ -286,7 +299,9 @@ impl AgentsBackend {
     }
 
     /// Reads every agent's GPUs at once; a node that does not answer keeps `None`.
-    async fn poll_gpus(&self) -> Vec<Option<Vec<GpuStatus>>> {
+    /// Also returns, when no agent answered, why (the first few errors), so that a refused
+    /// token reads as such instead of as a network problem.
+    async fn poll_gpus(&self) -> (Vec<Option<Vec<GpuStatus>>>, Option<String>) {
         let deadline = Instant::now() + self.caller.policy.timeout;
         let path = gpus_path();
         let calls = (0..self.agents.len()).map(|i| {
@@ -294,11 +309,25 @@ impl AgentsBackend {
             async move {
                 self.agent_call::<(), Vec<GpuStatus>>(i, Verb::Get, &path, None, deadline)
                     .await
-                    .map_err(|e| tracing::warn!("agent GPU poll: {e}"))
-                    .ok()
+                    .map_err(|e| {
+                        tracing::warn!("agent GPU poll: {e}");
+                        e.to_string()
+                    })
             }
         });
-        futures_util::future::join_all(calls).await
+        let results = futures_util::future::join_all(calls).await;
+        let errors: Vec<&String> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+        let none_answered = (errors.len() == results.len()).then(|| {
+            let shown: Vec<&str> = errors.iter().take(3).map(|e| e.as_str()).collect();
+            let more = errors.len().saturating_sub(shown.len());
+            let more = if more > 0 {
+                format!(" (and {more} more)")
+            } else {
+                String::new()
+            };
+            format!("no agent answered: {}{more}", shown.join("; "))
+        });
+        (results.into_iter().map(Result::ok).collect(), none_answered)
     }
 
     /// Jobs → GPUs, from Slurm or one job per node.
@@ -310,17 +339,24 @@ impl AgentsBackend {
             .map(|(i, a)| (a.node.as_str(), i))
             .collect();
         let Some((inventory, gres)) = &self.slurm else {
+            let previous = self.known().jobs.clone();
             return Ok(gpus
                 .iter()
                 .enumerate()
                 .filter_map(|(i, g)| {
-                    let g = g.as_ref()?;
-                    Some(MappedJob {
-                        id: Arc::from(format!("node:{}", self.agents[i].node)),
-                        gpus: g.iter().map(|s| (i, s.uuid.clone())).collect(),
-                        pfi: None,
-                        max_slowdown: None,
-                    })
+                    let id = format!("node:{}", self.agents[i].node);
+                    match g {
+                        Some(g) => Some(MappedJob {
+                            id: Arc::from(id),
+                            gpus: g.iter().map(|s| (i, s.uuid.clone())).collect(),
+                            pfi: None,
+                            max_slowdown: None,
+                        }),
+                        // A node that did not answer keeps its job, with its GPUs unknown, as
+                        // under Slurm: its draw counts at the maximum and its caps stay wanted,
+                        // instead of the job vanishing from the plan while its GPUs still draw.
+                        None => previous.iter().find(|j| *j.id == *id).cloned(),
+                    }
                 })
                 .collect());
         };
@@ -650,9 +686,9 @@ fn lease_id(job: &str) -> String {
 #[async_trait::async_trait]
 impl ClusterBackend for AgentsBackend {
     async fn inventory(&self) -> Result<Vec<JobState>, BackendError> {
-        let gpus = self.poll_gpus().await;
-        if gpus.iter().all(Option::is_none) {
-            return Err(BackendError::Unreachable("no agent answered".into()));
+        let (gpus, none_answered) = self.poll_gpus().await;
+        if let Some(why) = none_answered {
+            return Err(BackendError::Unreachable(why));
         }
         let jobs = self.map_jobs(&gpus).await?;
         let ended: Vec<(Arc<str>, usize)> = {
@@ -676,7 +712,7 @@ impl ClusterBackend for AgentsBackend {
         let mut known = self.known();
         let states = jobs.iter().map(|j| self.job_state(j, &gpus, &mut known)).collect();
         known.jobs = jobs;
-        known.gpus = gpus;
+        known.store_gpus(gpus);
         Ok(states)
     }
 
@@ -693,9 +729,9 @@ impl ClusterBackend for AgentsBackend {
     }
 
     async fn telemetry(&self) -> Result<Telemetry, BackendError> {
-        let gpus = self.poll_gpus().await;
-        if gpus.iter().all(Option::is_none) {
-            return Err(BackendError::TelemetryGap("no agent answered".into()));
+        let (gpus, none_answered) = self.poll_gpus().await;
+        if let Some(why) = none_answered {
+            return Err(BackendError::TelemetryGap(why));
         }
         let jobs = self.known().jobs.clone();
         let mut per_job = Vec::new();
@@ -722,16 +758,31 @@ impl ClusterBackend for AgentsBackend {
             }
         }
         let measured: f64 = gpus.iter().flatten().flatten().filter_map(|s| s.power_w).sum();
+        let mut known = self.known();
+        // The meter sees every GPU, measured or not: a job's GPU that did not report (its node
+        // unreachable) counts at its maximum (BACKENDS.md §7), so that losing an agent never
+        // lowers the estimate and the closed loop never gives budget back for it.
+        let unmeasured: f64 = jobs
+            .iter()
+            .flat_map(|j| &j.gpus)
+            .filter(|(node, uuid)| {
+                gpus[*node]
+                    .as_ref()
+                    .and_then(|l| l.iter().find(|s| &s.uuid == uuid))
+                    .and_then(|s| s.power_w)
+                    .is_none()
+            })
+            .map(|(_, uuid)| known.gpu_max.get(uuid).copied().unwrap_or(700.0))
+            .sum();
+        known.store_gpus(gpus);
+        drop(known);
+        let estimated = measured + unmeasured;
         let nodes = u32::try_from(self.agents.len()).unwrap_or(u32::MAX);
         let meter = self
             .facility
-            .forward(Watts(measured), nodes, &CoolingState::Settled)
+            .forward(Watts(estimated), nodes, &CoolingState::Settled)
             .map(|m| m.nominal)
-            .unwrap_or(Kilowatts(measured / 1000.0));
-        {
-            let mut known = self.known();
-            known.gpus = gpus;
-        }
+            .unwrap_or(Kilowatts(estimated / 1000.0));
         Ok(Telemetry {
             at: Utc::now(),
             gpu_board_power: per_job.iter().map(|j| j.power).sum(),
