@@ -135,6 +135,31 @@ impl Gateway {
                         }),
                     })
                     .await?;
+                // A capped job the backend could not measure (its node stopped answering) is no
+                // longer known to hold its cap: count it at its measured draw from now on and
+                // re-plan the rest around it (BACKENDS.md §7), at this tick, not at the trim's.
+                let lost: Vec<Arc<str>> = state
+                    .caps
+                    .iter()
+                    .filter(|(job, cap)| cap.confirmed && !t.jobs.iter().any(|m| m.job == **job))
+                    .map(|(job, _)| job.clone())
+                    .collect();
+                for job in &lost {
+                    tracing::warn!(job = %job, "capped job not measured (node unreachable?); counting it at its measured draw");
+                    if let Some(cap) = state.caps.get_mut(job) {
+                        cap.confirmed = false;
+                    }
+                }
+                if !lost.is_empty() {
+                    self.ledger
+                        .append(NewRecord {
+                            kind: RecordKind::Confirmation,
+                            event: ceiling.as_ref().map(|c| c.binding_event.clone()),
+                            dedup_key: None,
+                            body: json!({"at": now, "unmeasured_capped_jobs": lost}),
+                        })
+                        .await?;
+                }
                 state.telemetry = Some(t);
             }
             Err(e) => tracing::warn!("telemetry missing: {e}; keeping the last reading"),
