@@ -1,4 +1,8 @@
 //! Helpers shared by the integration tests.
 
+#[allow(dead_code)]
+pub mod agent;
 #[allow(dead_code)] // each test binary uses a part
 pub mod mosquitto;
+#[allow(dead_code)]
+pub mod slurm;

@@ -1,0 +1,920 @@
+//! The gateway on real processes (issue 6): a real single-node Slurm (8 fake GPUs, node
+//! `localhost`), real `flexgate-agent` processes with simulated GPUs, and the gateway either
+//! in-process or as the real `flexgate run` binary, all on 127.0.0.1.
+//!
+//! - an event caps exactly the GPUs of the chosen Slurm jobs (GRES index → device minor) at the
+//!   planned values, and no other GPU;
+//! - a job that ends mid-event gets its GPUs' pre-event limits back and the budget re-planned;
+//! - the gateway SIGKILLed mid-event: the agent restores every pre-event limit once the lease
+//!   TTL (three renew periods) has passed, not at once and not much later;
+//! - an agent SIGKILLed mid-event: its job counts at its maximum draw, unconfirmed, and the
+//!   confirmed job is capped deeper (no Slurm: it has one node, this needs two);
+//! - out-of-range caps are clamped and reported; a refused token changes nothing;
+//! - the commented `type = "agents"` example of deploy/flexgate.toml loads.
+//!
+//! Slurm is started by tests/peers/slurm.sh; only one can run on the machine, so everything
+//! that needs it is one test function. Missing Slurm or agent binary fails, never skips.
+
+mod common;
+
+use common::agent::{AgentOptions, AgentProcess, READ_TOKEN, TOKEN, wait_for};
+use common::slurm::Slurm;
+use flexgate::cluster::agents::{AgentNode, AgentsBackend, AgentsConfig, SlurmMapping};
+use flexgate::cluster::{CapCommand, CapOutcome, ClusterBackend};
+use flexgate::config::{BackendConfig, Config, facility_for_nodes};
+use flexgate::http_client::request;
+use flexgate::ledger::RecordKind;
+use flexgate::runtime::{Clock, JobView, PlanView, Transport};
+use flexgate::serve::Server;
+use flexgate_agent::api::GpuStatus;
+use flexgate_policies::facility::FacilityModel;
+use flexgate_policies::units::WattsPerGpu;
+use serde_json::{Value, json};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const SITE: &str = "site-1";
+const API_TOKEN: &str = "cluster-test-api-token-0123";
+/// Lease renewal period; the TTL is three of them.
+const RENEW_S: u64 = 1;
+const TTL: Duration = Duration::from_secs(3 * RENEW_S);
+/// The gateway's telemetry and inventory period (its control tick).
+const TICK: Duration = Duration::from_secs(1);
+
+// ---------------------------------------------------------------------------------------------
+// helpers
+// ---------------------------------------------------------------------------------------------
+
+fn event(id: &str, revision: u64, ceiling_kw: f64) -> Vec<u8> {
+    let start = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    serde_json::to_vec(&json!({
+        "schema": "dr.event/1", "event_id": id, "revision": revision, "site": SITE,
+        "target": {"form": "ceiling", "point": "meter", "kw": ceiling_kw},
+        "window": {"start": start, "ramp_s": 0, "duration_s": 600, "recovery_s": 0}
+    }))
+    .expect("event JSON")
+}
+
+fn agents_config(agents: &[&AgentProcess], token_file: PathBuf, slurm: Option<SlurmMapping>) -> AgentsConfig {
+    AgentsConfig {
+        nodes: agents
+            .iter()
+            .map(|a| AgentNode {
+                name: a.name.clone(),
+                url: a.url.clone(),
+            })
+            .collect(),
+        token_file: Some(token_file),
+        timeout_ms: 1_000,
+        retries: 1,
+        dispatch_deadline_ms: 3_000,
+        concurrency: 16,
+        renew_every_s: RENEW_S,
+        slurm,
+    }
+}
+
+/// A gateway config over `backend`: 1 s ticks, the facility model sized to `nodes`, and no
+/// closed-loop trim (settle time of an hour) so that plans change only for the reasons tested.
+fn gateway_config(data: &Path, backend: AgentsConfig, nodes: u32) -> Config {
+    let mut config = Config::default();
+    config.gateway.data_dir = data.to_path_buf();
+    config.gateway.api_token = API_TOKEN.into();
+    config.gateway.site = SITE.into();
+    config.gateway.telemetry_interval_s = TICK.as_secs();
+    config.facility = facility_for_nodes(nodes);
+    config.control.settle_s = 3600;
+    config.backend = BackendConfig::Agents(backend);
+    config
+}
+
+fn token_file(dir: &Path, name: &str, token: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, token).expect("token file");
+    path
+}
+
+async fn start_gateway(config: Config) -> Server {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    Server::start(config, Clock::real(), None, listener)
+        .await
+        .unwrap_or_else(|e| panic!("the gateway did not start: {e}"))
+}
+
+async fn submit(server: &Server, id: &str, ceiling_kw: f64) {
+    let outcome = server
+        .gateway
+        .submit_event(&event(id, 1, ceiling_kw), Transport::Http { peer: None })
+        .await
+        .unwrap_or_else(|e| panic!("event {id} refused: {e}"));
+    let ack = serde_json::to_value(&outcome.ack).expect("ack JSON");
+    assert_eq!(ack["opt"], "in", "{ack}");
+}
+
+/// Waits for a meter reading and the jobs `want` (id, GPUs) in the gateway's inventory.
+async fn wait_inventory(server: &Server, want: &[(String, u32)]) -> f64 {
+    wait_for("the gateway's inventory and meter", Duration::from_secs(20), || async {
+        let jobs = server.gateway.jobs().await;
+        let meter = server.gateway.status().await.measured_meter_kw;
+        let found = want
+            .iter()
+            .all(|(id, n)| jobs.iter().any(|j| &j.id == id && j.gpus == *n));
+        match meter {
+            Some(kw) if found && jobs.len() == want.len() => Ok(kw),
+            _ => Err(format!("jobs {}, meter {meter:?}", brief_jobs(&jobs))),
+        }
+    })
+    .await
+}
+
+fn brief_jobs(jobs: &[JobView]) -> String {
+    let rows: Vec<String> = jobs
+        .iter()
+        .map(|j| {
+            format!(
+                "{}: {} GPUs on {:?}, cap {:.1} W{}, measured {:.0} W, gen {}",
+                j.id,
+                j.gpus,
+                j.nodes,
+                j.cap_w,
+                if j.confirmed { "" } else { " UNCONFIRMED" },
+                j.measured_power_w,
+                j.generation
+            )
+        })
+        .collect();
+    format!("[{}]", rows.join("; "))
+}
+
+fn brief_plan(plan: Option<&PlanView>) -> String {
+    plan.map_or("none".into(), |p| {
+        let caps: Vec<String> = p
+            .entries
+            .iter()
+            .map(|e| format!("{} {:.1} W", e.job, e.cap.value()))
+            .collect();
+        format!(
+            "seq {} budget {:.0} W shortfall {:.0} W caps [{}]",
+            p.seq,
+            p.gpu_budget_w,
+            p.shortfall_w,
+            caps.join(", ")
+        )
+    })
+}
+
+fn brief_gpus(gpus: &[GpuStatus]) -> String {
+    let rows: Vec<String> = gpus
+        .iter()
+        .map(|g| {
+            format!(
+                "{}:{:.1}{}",
+                g.minor,
+                g.limit_w.unwrap_or(f64::NAN),
+                if g.held_by.is_empty() {
+                    String::new()
+                } else {
+                    format!("({})", g.held_by.join("+"))
+                }
+            )
+        })
+        .collect();
+    rows.join(" ")
+}
+
+fn cap_of(plan: &PlanView, job: &str) -> Option<f64> {
+    plan.entries.iter().find(|e| &*e.job == job).map(|e| e.cap.value())
+}
+
+/// What a GPU's limit must be under a planned per-GPU cap: the cap, or (at the range maximum,
+/// which the backend sends as a release) the pre-event limit.
+fn expected_limit(cap: f64, pre_event: f64) -> f64 {
+    if cap >= 700.0 - 0.5 { pre_event } else { cap }
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 0.01
+}
+
+/// Device minors of a Slurm job's GPUs, from `scontrol -d show job` (`IDX:0-1` or `IDX:0,2`),
+/// mapped through gres.conf (here `File=…/nvidia[0-7]`: index i is minor i).
+fn slurm_minors(slurm: &Slurm, job: u32) -> Vec<u32> {
+    let out = Command::new("scontrol")
+        .env("SLURM_CONF", slurm.conf())
+        .args(["-d", "show", "job", &job.to_string()])
+        .output()
+        .expect("scontrol runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let idx = text
+        .split("IDX:")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .unwrap_or_else(|| panic!("no IDX in `scontrol -d show job {job}`:\n{text}"));
+    let mut minors = Vec::new();
+    for part in idx.split(',') {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (u32, u32) = (
+                    a.trim().parse().expect("IDX range start"),
+                    b.trim().parse().expect("IDX range end"),
+                );
+                minors.extend(a..=b);
+            }
+            None => minors.push(part.trim().parse().expect("IDX")),
+        }
+    }
+    let gres = std::fs::read_to_string(slurm.gres_conf()).expect("gres.conf");
+    let conf = flexgate_slurm::parse_gres_conf(&gres).expect("gres.conf parses");
+    let listed = conf.node_minors("localhost").expect("gres.conf lists localhost");
+    minors.iter().map(|&i| listed[i as usize]).collect()
+}
+
+/// Records of `kind` in the in-process gateway's ledger.
+fn records(server: &Server, kind: RecordKind) -> Vec<(u64, Value)> {
+    server
+        .gateway
+        .ledger()
+        .iter_from(1)
+        .filter_map(Result::ok)
+        .filter(|r| r.kind == kind)
+        .map(|r| (r.seq, r.body))
+        .collect()
+}
+
+/// Dispatch rows (job, cap_w, generation, status, applied_w, detail) from the ledger.
+fn dispatch_rows(server: &Server) -> Vec<Value> {
+    records(server, RecordKind::Dispatch)
+        .into_iter()
+        .flat_map(|(_, body)| body["rows"].as_array().cloned().unwrap_or_default())
+        .collect()
+}
+
+/// The real `flexgate run` binary, SIGKILLed on drop.
+struct GatewayProcess {
+    child: Option<Child>,
+    addr: SocketAddr,
+}
+
+impl GatewayProcess {
+    fn start(config: &Config, data: &Path) -> GatewayProcess {
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port");
+        let file = data.with_extension("toml");
+        let mut config = config.clone();
+        config.gateway.api_token = String::new();
+        std::fs::write(&file, toml::to_string(&config).expect("config as TOML")).expect("config file");
+        // What the binary will read is what was meant.
+        let loaded = Config::load(Some(&file)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(loaded.backend, config.backend);
+        let child = Command::new(env!("CARGO_BIN_EXE_flexgate"))
+            .args(["run", "--config", file.to_str().expect("utf-8")])
+            .args(["--data", data.to_str().expect("utf-8"), "--listen", &addr.to_string()])
+            .env("FLEXGATE_API_TOKEN", API_TOKEN)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("flexgate run starts");
+        GatewayProcess {
+            child: Some(child),
+            addr,
+        }
+    }
+
+    async fn get(&self, path: &str) -> Value {
+        match request(self.addr, "GET", path, None, None).await {
+            Ok(r) if r.status == 200 => r.json().unwrap_or(Value::Null),
+            _ => Value::Null,
+        }
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().expect("SIGKILL the gateway");
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for GatewayProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Slurm: caps on the right GPUs, job end, gateway killed
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slurm_jobs_are_capped_on_their_gpus_released_when_they_end_and_when_the_gateway_dies() {
+    let t_all = Instant::now();
+    let slurm = Slurm::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Pre-event limits that are not the default, so that "restored" means the limit the GPU had.
+    let agent = AgentProcess::start(
+        &dir.path().join("agent"),
+        "localhost",
+        &AgentOptions {
+            initial_limit_w: vec![(0, 650.0), (3, 600.0), (6, 500.0)],
+            ..AgentOptions::default()
+        },
+    );
+    let pre_event = agent.limits().await;
+    assert_eq!(pre_event, vec![650.0, 700.0, 700.0, 600.0, 700.0, 700.0, 500.0, 700.0]);
+
+    let j1 = slurm.sbatch(&["--gres=gpu:2", "--comment", "flexgate:pfi=2.5", "--wrap", "sleep 600"]);
+    let j2 = slurm.sbatch(&["--gres=gpu:3", "--comment", "flexgate:pfi=1.2", "--wrap", "sleep 600"]);
+    slurm.wait_running(&[j1, j2]);
+    let (m1, m2) = (slurm_minors(&slurm, j1), slurm_minors(&slurm, j2));
+    assert_eq!((m1.as_slice(), m2.as_slice()), (&[0, 1][..], &[2, 3, 4][..]));
+    let (id1, id2) = (j1.to_string(), j2.to_string());
+    let mapping = SlurmMapping {
+        inventory: slurm.inventory_json(),
+        gres_conf: Some(slurm.gres_conf()),
+    };
+    let backend = agents_config(&[&agent], token_file(dir.path(), "agent.token", TOKEN), Some(mapping));
+
+    // 1. An event caps exactly the jobs' GPUs at the planned values.
+    let t0 = Instant::now();
+    let server = start_gateway(gateway_config(&dir.path().join("gw"), backend.clone(), 1)).await;
+    let meter = wait_inventory(&server, &[(id1.clone(), 2), (id2.clone(), 3)]).await;
+    let jobs = server.gateway.jobs().await;
+    for (id, pfi) in [(&id1, "PFI 2.50"), (&id2, "PFI 1.20")] {
+        let job = jobs.iter().find(|j| &j.id == id).expect("job listed");
+        assert_eq!(job.nodes, vec!["localhost".to_string()], "{}", brief_jobs(&jobs));
+        assert_eq!(
+            job.elasticity,
+            pfi,
+            "flex tag from the Slurm comment: {}",
+            brief_jobs(&jobs)
+        );
+    }
+    let ceiling = (meter - 2.0).max(0.5);
+    submit(&server, "ev-slurm", ceiling).await;
+    let lease = |id: &str| format!("flexgate-{id}");
+    let (plan1, gpus1) = wait_for(
+        "a plan in force, confirmed, with the agent's GPUs at its caps",
+        Duration::from_secs(15),
+        || async {
+            let plan = server.gateway.plan().await;
+            let jobs = server.gateway.jobs().await;
+            let gpus = agent.gpus().await;
+            let seen = || {
+                format!(
+                    "plan {}; jobs {}; GPUs {}",
+                    brief_plan(plan.as_ref()),
+                    brief_jobs(&jobs),
+                    brief_gpus(&gpus)
+                )
+            };
+            let Some(p) = plan.as_ref() else { return Err(seen()) };
+            let (Some(c1), Some(c2)) = (cap_of(p, &id1), cap_of(p, &id2)) else {
+                return Err(seen());
+            };
+            let confirmed = jobs.iter().all(|j| j.confirmed);
+            let on_gpus = gpus.iter().all(|g| {
+                let m = g.minor as usize;
+                let (want, holder) = if m1.contains(&g.minor) {
+                    (expected_limit(c1, pre_event[m]), (c1 < 699.5).then(|| lease(&id1)))
+                } else if m2.contains(&g.minor) {
+                    (expected_limit(c2, pre_event[m]), (c2 < 699.5).then(|| lease(&id2)))
+                } else {
+                    (pre_event[m], None)
+                };
+                g.limit_w.is_some_and(|l| close(l, want)) && g.held_by == holder.into_iter().collect::<Vec<_>>()
+            });
+            // The plan must not have moved while the GPUs were read.
+            let still = server.gateway.plan().await.is_some_and(|q| q.seq == p.seq);
+            if confirmed && on_gpus && still {
+                Ok((p.clone(), gpus))
+            } else {
+                Err(seen())
+            }
+        },
+    )
+    .await;
+    let (c1, c2) = (cap_of(&plan1, &id1).unwrap_or(0.0), cap_of(&plan1, &id2).unwrap_or(0.0));
+    assert!(
+        c1 < 699.5 && c2 < 699.5,
+        "the ceiling {ceiling:.2} kW (meter {meter:.2} kW) should cap both jobs: {}",
+        brief_plan(Some(&plan1))
+    );
+    eprintln!(
+        "1. caps on the jobs' GPUs in {:.1} s: ceiling {ceiling:.2} kW (meter {meter:.2} kW), {}; GPUs {}",
+        t0.elapsed().as_secs_f64(),
+        brief_plan(Some(&plan1)),
+        brief_gpus(&gpus1)
+    );
+
+    // 2. Job 1 ends mid-event: its GPUs get their pre-event limits back, the budget is re-planned.
+    let t0 = Instant::now();
+    slurm.scancel(j1);
+    let plan2 = wait_for(
+        "job 1's GPUs restored and a new plan for job 2 alone",
+        Duration::from_secs(10),
+        || async {
+            let plan = server.gateway.plan().await;
+            let jobs = server.gateway.jobs().await;
+            let gpus = agent.gpus().await;
+            let seen = || {
+                format!(
+                    "plan {}; jobs {}; GPUs {}",
+                    brief_plan(plan.as_ref()),
+                    brief_jobs(&jobs),
+                    brief_gpus(&gpus)
+                )
+            };
+            let Some(p) = plan.as_ref() else { return Err(seen()) };
+            let Some(c2) = cap_of(p, &id2) else { return Err(seen()) };
+            let ok = p.seq != plan1.seq
+                && p.entries.len() == 1
+                && jobs.len() == 1
+                && jobs.iter().all(|j| j.confirmed)
+                && gpus.iter().all(|g| {
+                    let m = g.minor as usize;
+                    let want = if m2.contains(&g.minor) {
+                        expected_limit(c2, pre_event[m])
+                    } else {
+                        pre_event[m]
+                    };
+                    g.limit_w.is_some_and(|l| close(l, want)) && (m2.contains(&g.minor) || g.held_by.is_empty())
+                });
+            if ok { Ok(p.clone()) } else { Err(seen()) }
+        },
+    )
+    .await;
+    let c2_after = cap_of(&plan2, &id2).unwrap_or(0.0);
+    assert!(
+        c2_after >= c2 - 0.5,
+        "the budget job 1 freed goes to job 2: cap {c2:.1} W before, {c2_after:.1} W after"
+    );
+    eprintln!(
+        "2. job {j1} ended: GPUs {m1:?} restored and re-planned in {:.1} s: {}",
+        t0.elapsed().as_secs_f64(),
+        brief_plan(Some(&plan2))
+    );
+    // The in-process gateway goes; nobody renews its leases, so they expire and the GPUs come back.
+    server.shutdown().await;
+    wait_for(
+        "every GPU back at its pre-event limit",
+        TTL + Duration::from_secs(5),
+        || async {
+            let gpus = agent.gpus().await;
+            let limits: Vec<f64> = gpus.iter().map(|g| g.limit_w.unwrap_or(f64::NAN)).collect();
+            if limits == pre_event && gpus.iter().all(|g| g.held_by.is_empty()) {
+                Ok(())
+            } else {
+                Err(brief_gpus(&gpus))
+            }
+        },
+    )
+    .await;
+
+    // 3. The real gateway binary, SIGKILLed mid-event: the agent restores every pre-event limit
+    // when the lease expires, after about the TTL.
+    let t0 = Instant::now();
+    let data = dir.path().join("gw-binary");
+    let mut gateway = GatewayProcess::start(&gateway_config(&data, backend, 1), &data);
+    let meter = wait_for(
+        "the gateway binary's inventory and meter",
+        Duration::from_secs(30),
+        || async {
+            let status = gateway.get("/v1/status").await;
+            let jobs = gateway.get("/v1/jobs").await;
+            let listed = jobs
+                .as_array()
+                .is_some_and(|j| j.iter().any(|j| j["id"] == id2.as_str() && j["gpus"] == 3));
+            match status["measured_meter_kw"].as_f64() {
+                Some(kw) if listed => Ok(kw),
+                _ => Err(format!("status {status}; jobs {jobs}")),
+            }
+        },
+    )
+    .await;
+    let ceiling = (meter - 2.0).max(0.5);
+    let r = request(
+        gateway.addr,
+        "POST",
+        "/v1/events",
+        Some(API_TOKEN),
+        Some(&event("ev-kill", 1, ceiling)),
+    )
+    .await
+    .expect("POST /v1/events");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let cap = wait_for("the binary's caps on job 2's GPUs", Duration::from_secs(15), || async {
+        let plan = gateway.get("/v1/plan").await;
+        let jobs = gateway.get("/v1/jobs").await;
+        let gpus = agent.gpus().await;
+        let seen = || format!("plan {plan}; jobs {jobs}; GPUs {}", brief_gpus(&gpus));
+        let cap = plan["entries"]
+            .as_array()
+            .and_then(|e| e.iter().find(|e| e["job"] == id2.as_str()))
+            .and_then(|e| e["cap"].as_f64());
+        let Some(cap) = cap.filter(|c| *c < 699.5) else {
+            return Err(seen());
+        };
+        let confirmed = jobs
+            .as_array()
+            .is_some_and(|j| j.iter().all(|j| j["confirmed"] == true));
+        let capped = gpus.iter().all(|g| {
+            let want = if m2.contains(&g.minor) {
+                cap
+            } else {
+                pre_event[g.minor as usize]
+            };
+            g.limit_w.is_some_and(|l| close(l, want))
+        });
+        if confirmed && capped { Ok(cap) } else { Err(seen()) }
+    })
+    .await;
+    eprintln!(
+        "3. the gateway binary capped job {j2} at {cap:.1} W in {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+    // The binary renews its lease (its expiry moves on), then dies without a word.
+    let lease2 = lease(&id2);
+    let first = agent.lease_expiry(&lease2).await;
+    wait_for(
+        "a renewal of the binary's lease",
+        Duration::from_secs(RENEW_S) * 3,
+        || async {
+            match agent.lease_expiry(&lease2).await {
+                Some(t) if first.is_some_and(|f| t > f) => Ok(()),
+                other => Err(format!("lease {lease2} expires at {other:?} (first seen {first:?})")),
+            }
+        },
+    )
+    .await;
+    let killed = Instant::now();
+    gateway.kill();
+    // A renewal the agent was still reading may land after the kill: the last expiry seen counts.
+    let expiry = std::sync::Mutex::new(None);
+    let held_until = std::sync::Mutex::new(Duration::ZERO);
+    let (restored, restored_at) = wait_for(
+        "pre-event limits back after the gateway's SIGKILL",
+        TTL + Duration::from_secs(5),
+        || async {
+            let gpus = agent.gpus().await;
+            let now = chrono::Utc::now();
+            let limits: Vec<f64> = gpus.iter().map(|g| g.limit_w.unwrap_or(f64::NAN)).collect();
+            if limits == pre_event && gpus.iter().all(|g| g.held_by.is_empty()) {
+                return Ok((killed.elapsed(), now));
+            }
+            if let Some(t) = agent.lease_expiry(&lease2).await {
+                *expiry.lock().expect("lock") = Some(t);
+            }
+            let still_capped = gpus.iter().all(|g| {
+                let want = if m2.contains(&g.minor) {
+                    cap
+                } else {
+                    pre_event[g.minor as usize]
+                };
+                g.limit_w.is_some_and(|l| close(l, want))
+            });
+            assert!(
+                still_capped,
+                "caps changed before the lease ended: {}",
+                brief_gpus(&gpus)
+            );
+            *held_until.lock().expect("lock") = killed.elapsed();
+            Err(brief_gpus(&gpus))
+        },
+    )
+    .await;
+    let expiry = expiry.lock().expect("lock").expect("the lease was seen after the kill");
+    eprintln!(
+        "3. gateway SIGKILLed: caps held for {:.2} s, pre-event limits back after {:.2} s (TTL {} s), {:.2} s after the lease's expiry",
+        held_until.lock().expect("lock").as_secs_f64(),
+        restored.as_secs_f64(),
+        TTL.as_secs(),
+        (restored_at - expiry).num_milliseconds() as f64 / 1000.0
+    );
+    assert!(
+        restored_at >= expiry,
+        "limits restored at {restored_at}, before the lease expired at {expiry}"
+    );
+    assert!(
+        restored >= TTL / 2,
+        "the lease ended {:.2} s after the kill, before half its TTL: the caps did not outlive the gateway",
+        restored.as_secs_f64()
+    );
+    assert!(
+        restored <= TTL + Duration::from_secs(2),
+        "pre-event limits came back {:.2} s after the kill, later than TTL + 2 s",
+        restored.as_secs_f64()
+    );
+    assert!(
+        agent.stderr().contains("dead-man switch"),
+        "the agent says why it restored"
+    );
+    eprintln!(
+        "Slurm scenarios in {:.1} s (Slurm stops next)",
+        t_all.elapsed().as_secs_f64()
+    );
+    drop(agent);
+    drop(slurm);
+}
+
+// ---------------------------------------------------------------------------------------------
+// No Slurm (one job per node): an agent killed mid-event
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_killed_mid_event_moves_its_shortfall_onto_the_confirmed_job() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let n1 = AgentProcess::start(&dir.path().join("n1"), "n1", &AgentOptions::default());
+    let mut n2 = AgentProcess::start(&dir.path().join("n2"), "n2", &AgentOptions::default());
+    let backend = agents_config(&[&n1, &n2], token_file(dir.path(), "agent.token", TOKEN), None);
+    // No closed-loop trim (gateway_config): the re-plan must come from the gateway noticing
+    // at its next tick that a capped job is no longer measured (src/runtime/control.rs).
+    let config = gateway_config(&dir.path().join("gw"), backend, 2);
+    let server = start_gateway(config).await;
+    let (job1, job2) = ("node:n1".to_string(), "node:n2".to_string());
+    let meter = wait_inventory(&server, &[(job1.clone(), 8), (job2.clone(), 8)]).await;
+    let ceiling = meter - 3.5;
+    submit(&server, "ev-agents", ceiling).await;
+    let (before, n1_before) = wait_for("both nodes capped and confirmed", Duration::from_secs(15), || async {
+        let plan = server.gateway.plan().await;
+        let jobs = server.gateway.jobs().await;
+        let seen = || format!("plan {}; jobs {}", brief_plan(plan.as_ref()), brief_jobs(&jobs));
+        let Some(p) = plan.as_ref() else { return Err(seen()) };
+        let (Some(c1), Some(c2)) = (cap_of(p, &job1), cap_of(p, &job2)) else {
+            return Err(seen());
+        };
+        let limits1 = n1.limits().await;
+        let limits2 = n2.limits().await;
+        let on = limits1.iter().all(|l| close(*l, c1)) && limits2.iter().all(|l| close(*l, c2));
+        if c1 < 699.5 && c2 < 699.5 && c1 > 200.5 && jobs.iter().all(|j| j.confirmed) && on {
+            Ok((p.clone(), c1))
+        } else {
+            Err(format!("{}; n1 {limits1:?}; n2 {limits2:?}", seen()))
+        }
+    })
+    .await;
+    eprintln!(
+        "4. ceiling {ceiling:.2} kW (meter {meter:.2} kW): {}",
+        brief_plan(Some(&before))
+    );
+    // The plan in force just before the kill (the closed loop may have lowered it a little).
+    let n1_before = server
+        .gateway
+        .plan()
+        .await
+        .and_then(|p| cap_of(&p, &job1))
+        .unwrap_or(n1_before);
+
+    let killed = Instant::now();
+    n2.kill();
+    let (after, fixed_w) = wait_for(
+        "node:n2 unconfirmed, counted as fixed load, node:n1 capped deeper",
+        TICK * 2 + Duration::from_secs(RENEW_S) + Duration::from_secs(8),
+        || async {
+            let plan = server.gateway.plan().await;
+            let jobs = server.gateway.jobs().await;
+            let limits1 = n1.limits().await;
+            let seen = || {
+                format!(
+                    "plan {}; jobs {}; n1 {limits1:?}",
+                    brief_plan(plan.as_ref()),
+                    brief_jobs(&jobs)
+                )
+            };
+            let Some(p) = plan.as_ref() else { return Err(seen()) };
+            let unconfirmed = jobs.iter().any(|j| j.id == job2 && !j.confirmed);
+            let Some(c1) = cap_of(p, &job1) else { return Err(seen()) };
+            let fixed = records(&server, RecordKind::Plan)
+                .into_iter()
+                .find(|(seq, _)| *seq == p.seq)
+                .and_then(|(_, body)| body["unconfirmed_fixed_w"].as_f64())
+                .unwrap_or(0.0);
+            let ok = unconfirmed
+                && cap_of(p, &job2).is_none()
+                && fixed > 0.0
+                && c1 < n1_before - 0.5
+                && limits1.iter().all(|l| close(*l, c1));
+            if ok { Ok((p.clone(), fixed)) } else { Err(seen()) }
+        },
+    )
+    .await;
+    let took = killed.elapsed();
+    let jobs = server.gateway.jobs().await;
+    let n2_measured = jobs.iter().find(|j| j.id == job2).map_or(0.0, |j| j.measured_power_w);
+    assert!(
+        close(fixed_w, n2_measured) && n2_measured >= 8.0 * 700.0 - 0.5,
+        "the unreachable node counts at its maximum draw as fixed load: fixed {fixed_w:.0} W, node:n2 measured {n2_measured:.0} W"
+    );
+    eprintln!(
+        "4. agent n2 SIGKILLed: re-planned in {:.2} s: node:n2 fixed at {fixed_w:.0} W, node:n1 {n1_before:.1} W -> {:.1} W; {}",
+        took.as_secs_f64(),
+        cap_of(&after, &job1).unwrap_or(f64::NAN),
+        brief_plan(Some(&after))
+    );
+    assert!(
+        took <= TICK * 2 + Duration::from_secs(RENEW_S) + Duration::from_secs(3),
+        "re-planned {:.2} s after the kill: more than two control ticks + a renew period + 3 s",
+        took.as_secs_f64()
+    );
+    server.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Refused tokens change nothing; out-of-range caps are clamped and reported
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_tokens_change_nothing_and_out_of_range_caps_are_clamped_and_reported() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // GPU 0 sits under an out-of-band (BMC) limit of 300 W: a cap above it is clamped to it.
+    let agent = AgentProcess::start(
+        &dir.path().join("n3"),
+        "n3",
+        &AgentOptions {
+            initial_limit_w: vec![(5, 600.0)],
+            oob_limit_w: vec![(0, 300.0)],
+        },
+    );
+    let pre_event = agent.limits().await;
+    let job = "node:n3".to_string();
+    let unchanged = || async {
+        let gpus = agent.gpus().await;
+        let limits: Vec<f64> = gpus.iter().map(|g| g.limit_w.unwrap_or(f64::NAN)).collect();
+        assert_eq!(limits, pre_event, "GPU limits changed: {}", brief_gpus(&gpus));
+        assert!(
+            gpus.iter().all(|g| g.held_by.is_empty()),
+            "a lease holds a GPU: {}",
+            brief_gpus(&gpus)
+        );
+    };
+
+    // A token the agent does not know: the gateway refuses to start and says why.
+    let wrong = agents_config(
+        &[&agent],
+        token_file(dir.path(), "wrong.token", "not-the-agents-token-at-all"),
+        None,
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let refused = Server::start(
+        gateway_config(&dir.path().join("gw-wrong"), wrong, 1),
+        Clock::real(),
+        None,
+        listener,
+    )
+    .await;
+    let error = refused.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(error.contains("401"), "start with a wrong agent token: {error:?}");
+    unchanged().await;
+
+    // The read-only token: the gateway reads the GPUs, but every cap is refused (403): the job is
+    // unconfirmed, the refusal recorded, and nothing changed on the agent.
+    let read_only = agents_config(&[&agent], token_file(dir.path(), "read.token", READ_TOKEN), None);
+    let server = start_gateway(gateway_config(&dir.path().join("gw-read"), read_only, 1)).await;
+    let meter = wait_inventory(&server, &[(job.clone(), 8)]).await;
+    submit(&server, "ev-refused", meter - 2.0).await;
+    let row = wait_for("a refused dispatch in the ledger", Duration::from_secs(10), || async {
+        let rows = dispatch_rows(&server);
+        let jobs = server.gateway.jobs().await;
+        rows.iter()
+            .find(|r| r[0] == job.as_str() && r[3] == "failed")
+            .cloned()
+            .ok_or_else(|| format!("dispatch rows {rows:?}; jobs {}", brief_jobs(&jobs)))
+    })
+    .await;
+    assert!(row[5].as_str().is_some_and(|d| d.contains("403")), "{row}");
+    let jobs = server.gateway.jobs().await;
+    assert!(jobs.iter().all(|j| !j.confirmed), "{}", brief_jobs(&jobs));
+    assert!(server.gateway.status().await.unconfirmed_jobs == 1);
+    assert!(dispatch_rows(&server).iter().all(|r| r[3] != "applied"));
+    unchanged().await;
+    server.shutdown().await;
+
+    // Directly on the backend: below the GPUs' 200 W minimum → 200 W, clamped, and said so.
+    let backend = AgentsBackend::new(
+        &agents_config(&[&agent], token_file(dir.path(), "agent.token", TOKEN), None),
+        FacilityModel::new(facility_for_nodes(1)).expect("facility"),
+    )
+    .expect("backend");
+    backend.inventory().await.expect("inventory");
+    let until = Some(chrono::Utc::now() + chrono::Duration::minutes(10));
+    let command = |cap: f64, generation: u64| CapCommand {
+        job: Arc::from(job.as_str()),
+        cap: WattsPerGpu(cap),
+        generation,
+        until,
+    };
+    let r = backend.apply(&[command(120.0, 1)]).await;
+    assert_eq!(
+        r[0].outcome,
+        CapOutcome::Applied {
+            applied: WattsPerGpu(200.0),
+            clamped: true
+        }
+    );
+    assert!(
+        agent.limits().await.iter().all(|l| close(*l, 200.0)),
+        "{:?}",
+        agent.limits().await
+    );
+    // At the maximum: the end of the curtailment, the pre-event limits come back.
+    let r = backend.apply(&[command(700.0, 2)]).await;
+    assert!(matches!(r[0].outcome, CapOutcome::Applied { .. }), "{:?}", r[0].outcome);
+    unchanged().await;
+    drop(backend);
+
+    // Through a plan: GPU 0's out-of-band limit clamps the planned cap; the ledger says so.
+    let full = agents_config(&[&agent], dir.path().join("agent.token"), None);
+    let server = start_gateway(gateway_config(&dir.path().join("gw-clamp"), full, 1)).await;
+    let meter = wait_inventory(&server, &[(job.clone(), 8)]).await;
+    submit(&server, "ev-clamp", meter - 1.0).await;
+    let (row, gpus) = wait_for("a clamped dispatch in the ledger", Duration::from_secs(10), || async {
+        let rows = dispatch_rows(&server);
+        let gpus = agent.gpus().await;
+        match rows.iter().find(|r| r[0] == job.as_str() && r[3] == "applied") {
+            Some(row) => Ok((row.clone(), gpus)),
+            None => Err(format!(
+                "dispatch rows {rows:?}; plan {}",
+                brief_plan(server.gateway.plan().await.as_ref())
+            )),
+        }
+    })
+    .await;
+    let cap = row[1].as_f64().unwrap_or(f64::NAN);
+    assert!(
+        cap > 300.0 && cap < 699.5,
+        "the plan should cap above GPU 0's 300 W: {row}"
+    );
+    assert_eq!(row[5], "clamped", "{row}; GPUs {}", brief_gpus(&gpus));
+    assert!(close(gpus[0].limit_w.unwrap_or(0.0), 300.0), "{}", brief_gpus(&gpus));
+    // (The ledger rounds caps to 0.1 W.)
+    assert!(
+        gpus[1..]
+            .iter()
+            .all(|g| g.limit_w.is_some_and(|l| (l - cap).abs() <= 0.05 + 1e-9)),
+        "{}",
+        brief_gpus(&gpus)
+    );
+    eprintln!("5. clamped through a plan: {row}; GPUs {}", brief_gpus(&gpus));
+    server.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// deploy/flexgate.toml's agents example
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn the_commented_agents_backend_example_loads() {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/flexgate.toml"))
+        .expect("deploy/flexgate.toml");
+    // The block: from `# [backend]` followed by `# type = "agents"`, every `#` line after it.
+    let lines: Vec<&str> = text.lines().collect();
+    let start = lines
+        .windows(2)
+        .position(|w| w[0].trim_end() == "# [backend]" && w[1].starts_with("# type = \"agents\""))
+        .expect("deploy/flexgate.toml has a commented [backend] type = \"agents\" block");
+    let block: Vec<String> = lines[start..]
+        .iter()
+        .take_while(|l| l.starts_with('#'))
+        .map(|l| {
+            l.strip_prefix("# ")
+                .or_else(|| l.strip_prefix('#'))
+                .unwrap_or(l)
+                .to_string()
+        })
+        .collect();
+    assert!(block.len() > 10, "{block:?}");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("flexgate.toml");
+    std::fs::write(&file, block.join("\n") + "\n").expect("config");
+    let config = Config::load(Some(&file)).unwrap_or_else(|e| panic!("{e}\n{}", block.join("\n")));
+    let BackendConfig::Agents(agents) = &config.backend else {
+        panic!("the example is not an agents backend: {:?}", config.backend)
+    };
+    assert_eq!(agents.nodes.len(), 2);
+    assert_eq!(agents.renew_every_s, 10);
+    let slurm = agents.slurm.as_ref().expect("the example maps jobs with Slurm");
+    assert_eq!(slurm.gres_conf.as_deref(), Some(Path::new("/etc/slurm/gres.conf")));
+    assert_eq!(slurm.inventory["rest"]["user_name"], "slurmrest", "{}", slurm.inventory);
+    // It builds (contacts nothing) once its files exist: the Slurm part is a valid
+    // flexgate-slurm config too.
+    let mut agents = agents.clone();
+    agents.token_file = Some(token_file(dir.path(), "agent-token", TOKEN));
+    let gres = token_file(
+        dir.path(),
+        "gres.conf",
+        "NodeName=gpu-node-0[1-2] Name=gpu File=/dev/nvidia[0-7]\n",
+    );
+    if let Some(slurm) = agents.slurm.as_mut() {
+        slurm.gres_conf = Some(gres);
+    }
+    AgentsBackend::new(&agents, FacilityModel::new(facility_for_nodes(2)).expect("facility"))
+        .unwrap_or_else(|e| panic!("the example does not build a backend: {e}"));
+    // Unknown fields are refused, so a typo in the example would have failed above.
+    let typo = block.join("\n").replace("renew_every_s", "renew_every");
+    std::fs::write(&file, typo).expect("config");
+    assert!(Config::load(Some(&file)).is_err());
+}
