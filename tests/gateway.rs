@@ -440,3 +440,101 @@ async fn an_event_whose_window_is_over_is_refused_and_does_not_shadow_a_correcti
     assert_eq!(status, StatusCode::OK, "the corrected event is taken: {ack}");
     assert_eq!(ack["opt"], "in");
 }
+
+/// When caps at every job's floor still leave the site over its ceiling, the gateway suspends
+/// jobs whose flex tier allows it (largest expected draw first), records why, re-plans with
+/// them as fixed load, and resumes them when the event ends; jobs that may not be suspended
+/// never are.
+#[tokio::test(start_paused = true)]
+async fn caps_alone_short_of_the_target_suspend_the_jobs_whose_tier_allows_it() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (gw, sim) = gateway(dir.path(), 16, SimFaults::default()).await;
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        gw.tick(true).await.expect("tick");
+    }
+    let jobs: Vec<JobState> = sim.inventory().await.expect("inventory");
+    let (first, second) = (jobs[0].spec.id.clone(), jobs[1].spec.id.clone());
+    sim.set_suspendable(&first, true).expect("job");
+    let baseline = gw.status().await.measured_meter_kw.expect("meter");
+    // A ceiling whose GPU budget (≈ 12 kW over 128 GPUs) is below what caps at the 200 W
+    // minimum draw (25.6 kW): only suspension can close the gap.
+    let facility = flexgate_policies::facility::FacilityModel::new(facility_for_nodes(16)).expect("facility");
+    let ceiling = facility
+        .forward(
+            flexgate_policies::units::Watts(12_000.0),
+            16,
+            &flexgate_policies::facility::CoolingState::Settled,
+        )
+        .expect("meter estimate")
+        .hi
+        .value()
+        .round();
+    assert!(ceiling < baseline, "{ceiling} < {baseline}");
+    let (status, ack) = post(&gw, &event("ev-deep", 1, ceiling, 0, Some(1800)), Some(TOKEN)).await;
+    assert_eq!(status, StatusCode::OK, "{ack}");
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let loop_stop = stop.clone();
+    let control = tokio::spawn(gw.clone().control_loop(async move { loop_stop.notified().await }));
+    // The ledger's writer is a real thread: let real time pass while the paused clock waits.
+    let settle = || async {
+        tokio::task::spawn_blocking(|| std::thread::sleep(Duration::from_millis(5)))
+            .await
+            .expect("sleep");
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    };
+    for _ in 0..120 {
+        if sim.is_suspended(&first) == Some(true)
+            && gw
+                .plan()
+                .await
+                .is_some_and(|p| p.entries.iter().all(|e| e.job != first))
+        {
+            break;
+        }
+        settle().await;
+    }
+    assert_eq!(sim.is_suspended(&first), Some(true), "the suspendable job is suspended");
+    assert_eq!(
+        sim.is_suspended(&second),
+        Some(false),
+        "a job whose tier does not allow it never is"
+    );
+    let ledger = gw.ledger();
+    let suspensions: Vec<Value> = ledger
+        .iter_from(1)
+        .filter_map(Result::ok)
+        .filter(|r| r.body["action"] == "suspend")
+        .map(|r| r.body)
+        .collect();
+    assert!(!suspensions.is_empty(), "a suspension record");
+    let record = &suspensions[0];
+    assert!(record["shortfall_w"].as_f64().is_some_and(|w| w > 0.0), "{record}");
+    assert_eq!(record["jobs"][0]["job"], json!(&*first), "{record}");
+    assert_eq!(record["jobs"][0]["outcome"], "suspended", "{record}");
+    // The plan after it counts the suspended job as fixed load and plans the others only.
+    let plan = gw.plan().await.expect("plan in force");
+    assert!(
+        plan.entries.iter().all(|e| e.job != first),
+        "the suspended job is not planned"
+    );
+
+    // After the window and its recovery, the job is resumed and the resume recorded.
+    tokio::time::sleep(Duration::from_secs(1800 + 300)).await;
+    let resumed = || {
+        ledger
+            .iter_from(1)
+            .filter_map(Result::ok)
+            .any(|r| r.body["action"] == "resume" && r.body["jobs"][0]["outcome"] == "resumed")
+    };
+    for _ in 0..120 {
+        if sim.is_suspended(&first) == Some(false) && resumed() {
+            break;
+        }
+        settle().await;
+    }
+    assert_eq!(sim.is_suspended(&first), Some(false), "resumed at the end");
+    assert!(resumed(), "a resume record");
+    stop.notify_one();
+    control.await.expect("control loop");
+}

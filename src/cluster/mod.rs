@@ -51,6 +51,24 @@ pub trait ClusterBackend: Send + Sync {
     /// A short name for logs ("sim", "agents"), so every ledger record says which backend
     /// produced it.
     fn name(&self) -> &str;
+
+    /// Suspend a running job (its GPUs drop to idle draw) because caps alone cannot meet the
+    /// target. Only for jobs the inventory marks [`JobState::suspendable`]: the job's flex tier
+    /// says it may be paused. Backends that cannot suspend say so.
+    async fn suspend(&self, job: &str) -> Result<(), BackendError> {
+        Err(BackendError::Protocol(format!(
+            "the {} backend cannot suspend jobs (job {job})",
+            self.name()
+        )))
+    }
+
+    /// Resume a job suspended by [`ClusterBackend::suspend`] (at the end of the curtailment).
+    async fn resume(&self, job: &str) -> Result<(), BackendError> {
+        Err(BackendError::Protocol(format!(
+            "the {} backend cannot resume jobs (job {job})",
+            self.name()
+        )))
+    }
 }
 
 /// One running job as the cluster reports it: the planner's input plus the cap state.
@@ -70,6 +88,8 @@ pub struct JobState {
     pub measured_power: Watts,
     /// The job's throughput now, as measured.
     pub measured_tokens: TokensPerSec,
+    /// Whether the job's flex tier allows suspending it when caps alone cannot meet a target.
+    pub suspendable: bool,
 }
 
 /// One per-job cap to apply to each of the job's GPUs.

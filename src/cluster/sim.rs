@@ -297,7 +297,14 @@ struct SimJob {
     last_outcome: Option<CapOutcome>,
     /// Where its power is heading.
     ramp: Ramp,
+    /// Its flex tier allows suspension (see [`SimCluster::set_suspendable`]).
+    suspendable: bool,
+    /// Suspended by the gateway: its GPUs draw [`SUSPENDED_W_PER_GPU`] and it makes no progress.
+    suspended: bool,
 }
+
+/// Draw of a suspended job's GPU (memory held, no compute), W.
+pub const SUSPENDED_W_PER_GPU: f64 = 75.0;
 
 impl SimJob {
     fn target(&self, cap: WattsPerGpu) -> (Watts, TokensPerSec) {
@@ -486,6 +493,8 @@ impl SimCluster {
             generation: 0,
             last_outcome: None,
             ramp: Ramp::settled(point, now),
+            suspendable: false,
+            suspended: false,
         }
     }
 
@@ -657,9 +666,15 @@ impl SimCluster {
             clamped: applied != cmd.cap,
         };
         let current = job.ramp.at(now, self.settle());
+        // A suspended job takes the cap (for when it resumes) but stays idle.
+        let to = if job.suspended {
+            (Watts(SUSPENDED_W_PER_GPU * f64::from(job.spec.gpus)), TokensPerSec(0.0))
+        } else {
+            job.target(applied)
+        };
         job.ramp = Ramp {
             from: current,
-            to: job.target(applied),
+            to,
             since: now,
         };
         job.cap = applied;
@@ -694,6 +709,7 @@ impl ClusterBackend for SimCluster {
                     generation: j.generation,
                     measured_power: power,
                     measured_tokens: tokens,
+                    suspendable: j.suspendable,
                 }
             })
             .collect())
@@ -753,6 +769,66 @@ impl ClusterBackend for SimCluster {
 
     fn name(&self) -> &str {
         "sim"
+    }
+
+    async fn suspend(&self, job: &str) -> Result<(), BackendError> {
+        self.set_suspended(job, true)
+    }
+
+    async fn resume(&self, job: &str) -> Result<(), BackendError> {
+        self.set_suspended(job, false)
+    }
+}
+
+impl SimCluster {
+    /// Let (or stop letting) the gateway suspend `job`, as its flex tier would.
+    pub fn set_suspendable(&self, job: &str, suspendable: bool) -> Result<(), SimError> {
+        let mut state = self.lock();
+        let j = state
+            .jobs
+            .iter_mut()
+            .find(|j| &*j.spec.id == job)
+            .ok_or_else(|| SimError::UnknownJob(job.to_string()))?;
+        j.suspendable = suspendable;
+        Ok(())
+    }
+
+    /// Whether `job` is suspended now.
+    #[must_use]
+    pub fn is_suspended(&self, job: &str) -> Option<bool> {
+        self.lock()
+            .jobs
+            .iter()
+            .find(|j| &*j.spec.id == job)
+            .map(|j| j.suspended)
+    }
+
+    fn set_suspended(&self, job: &str, suspended: bool) -> Result<(), BackendError> {
+        let now = Instant::now();
+        let settle = self.settle();
+        let mut state = self.lock();
+        let j = state
+            .jobs
+            .iter_mut()
+            .find(|j| &*j.spec.id == job)
+            .ok_or_else(|| BackendError::Protocol(format!("no running job {job}")))?;
+        if suspended && !j.suspendable {
+            return Err(BackendError::Protocol(format!(
+                "job {job}: its flex tier does not allow suspension"
+            )));
+        }
+        j.suspended = suspended;
+        let to = if suspended {
+            (Watts(SUSPENDED_W_PER_GPU * f64::from(j.spec.gpus)), TokensPerSec(0.0))
+        } else {
+            j.target(j.cap)
+        };
+        j.ramp = Ramp {
+            from: j.ramp.at(now, settle),
+            to,
+            since: now,
+        };
+        Ok(())
     }
 }
 

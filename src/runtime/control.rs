@@ -107,6 +107,8 @@ impl Gateway {
                         })
                         .await?;
                 }
+                // A suspended job that ended (cancelled by its owner) needs no resume.
+                state.suspended.retain(|id| jobs.iter().any(|j| j.spec.id == *id));
                 state.jobs = jobs;
             }
             Err(e) => tracing::warn!("inventory failed: {e}"),

@@ -172,6 +172,9 @@ pub(crate) struct State {
     pub meter_history: VecDeque<(DateTime<Utc>, f64)>,
     /// Phase changes recorded by the last planning step, to broadcast once it succeeded.
     pub announce: Vec<Transition>,
+    /// Jobs the gateway suspended because caps alone could not meet the target; resumed when
+    /// the curtailment ends.
+    pub suspended: std::collections::BTreeSet<Arc<str>>,
     pub trim_w: f64,
     pub last_dispatch: Option<DateTime<Utc>>,
     pub planned_ceiling: Option<f64>,
@@ -240,6 +243,9 @@ pub struct Gateway {
     pub(crate) transitions: tokio::sync::broadcast::Sender<Transition>,
 }
 
+/// A plan's shortfall above this is acted on (suspension) rather than left to rounding, W.
+const SHORTFALL_TOLERANCE_W: f64 = 1.0;
+
 /// An event's delivery, for reports: see [`Gateway::event_delivery`].
 #[derive(Debug, Clone)]
 pub struct EventDelivery {
@@ -303,6 +309,7 @@ impl Gateway {
             telemetry: None,
             meter_history: VecDeque::new(),
             announce: Vec::new(),
+            suspended: std::collections::BTreeSet::new(),
             trim_w: 0.0,
             last_dispatch: None,
             planned_ceiling: None,
@@ -708,10 +715,12 @@ impl Gateway {
             Some(((pre_gpu - shed.gpu_shed.value()).max(0.0), shed))
         });
 
-        // Jobs whose last cap was not confirmed are fixed load at their measured power.
+        // Jobs whose last cap was not confirmed, and suspended jobs, are fixed load at their
+        // measured power.
         let (mut plannable, mut fixed_w) = (Vec::with_capacity(state.jobs.len()), 0.0);
         for job in &state.jobs {
             match state.caps.get(&job.spec.id) {
+                _ if state.suspended.contains(&job.spec.id) => fixed_w += job.measured_power.value(),
                 Some(applied) if !applied.confirmed => fixed_w += job.measured_power.value(),
                 _ => plannable.push(job.spec.clone()),
             }
@@ -758,6 +767,7 @@ impl Gateway {
                 "base_budget_w": base_w,
                 "trim_w": state.trim_w,
                 "unconfirmed_fixed_w": fixed_w,
+                "suspended": state.suspended,
                 "gpu_budget_w": gpu_budget,
                 "plan": compact_plan(&plan),
                 "pre_event_caps": state.pre_event_caps,
@@ -799,8 +809,116 @@ impl Gateway {
             plan,
         });
         state.planned_ceiling = Some(ceiling.ceiling_kw);
-        self.dispatch(state, commands, RecordKind::Dispatch, Some(ceiling.binding_event))
-            .await
+        let shortfall_w = state.plan.as_ref().map_or(0.0, |p| p.plan.shortfall.value());
+        self.dispatch(
+            state,
+            commands,
+            RecordKind::Dispatch,
+            Some(ceiling.binding_event.clone()),
+        )
+        .await?;
+        if shortfall_w > SHORTFALL_TOLERANCE_W {
+            self.suspend_for_shortfall(state, shortfall_w, &ceiling.binding_event)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Caps alone leave `shortfall_w` unmet: suspend jobs whose flex tier allows it, largest
+    /// expected draw first, until their draw covers the shortfall; the next planning step
+    /// counts them at their measured (idle) draw and re-plans the rest, suspending more if it
+    /// must. When nothing may be suspended the shortfall stays in the plan record, and is
+    /// logged and reported in the event's delivery reports: never silent.
+    async fn suspend_for_shortfall(&self, state: &mut State, shortfall_w: f64, event: &str) -> Result<(), LedgerError> {
+        let expected = |job: &str| {
+            state
+                .plan
+                .as_ref()
+                .and_then(|p| p.plan.entries.iter().find(|e| &*e.job == job))
+                .map_or(0.0, |e| e.expected_power.value())
+        };
+        let mut candidates: Vec<(Arc<str>, f64)> = state
+            .jobs
+            .iter()
+            .filter(|j| j.suspendable && !state.suspended.contains(&j.spec.id))
+            .map(|j| (j.spec.id.clone(), expected(&j.spec.id)))
+            .collect();
+        candidates.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let mut covered = 0.0;
+        let mut done = Vec::new();
+        for (job, draw) in candidates {
+            if covered >= shortfall_w {
+                break;
+            }
+            match self.backend.suspend(&job).await {
+                Ok(()) => {
+                    covered += draw;
+                    state.suspended.insert(job.clone());
+                    done.push(json!({"job": job, "expected_w": draw, "outcome": "suspended"}));
+                }
+                Err(e) => {
+                    done.push(json!({"job": job, "expected_w": draw, "outcome": "failed", "reason": e.to_string()}))
+                }
+            }
+        }
+        if done.is_empty() {
+            tracing::warn!(
+                event,
+                shortfall_w,
+                "caps alone cannot meet the target and no job may be suspended; the shortfall stands"
+            );
+            return Ok(());
+        }
+        tracing::warn!(
+            event,
+            shortfall_w,
+            covered,
+            "caps alone cannot meet the target: suspended jobs"
+        );
+        self.ledger
+            .append(NewRecord {
+                kind: RecordKind::Dispatch,
+                event: Some(event.to_string()),
+                dedup_key: None,
+                body: json!({
+                    "action": "suspend",
+                    "at": self.clock.now(),
+                    "reason": format!("caps at every job's floor leave {shortfall_w:.0} W over the GPU budget"),
+                    "shortfall_w": shortfall_w,
+                    "jobs": done,
+                }),
+            })
+            .await?;
+        // Re-plan with the suspended jobs as fixed load.
+        self.wake.notify_one();
+        Ok(())
+    }
+
+    /// Resume every job the gateway suspended (the curtailment is over).
+    async fn resume_suspended(&self, state: &mut State, event: Option<String>) -> Result<(), LedgerError> {
+        if state.suspended.is_empty() {
+            return Ok(());
+        }
+        let mut done = Vec::new();
+        for job in std::mem::take(&mut state.suspended) {
+            let outcome = match self.backend.resume(&job).await {
+                Ok(()) => json!({"job": job, "outcome": "resumed"}),
+                Err(e) => {
+                    tracing::error!(job = %job, "could not resume a suspended job: {e}");
+                    json!({"job": job, "outcome": "failed", "reason": e.to_string()})
+                }
+            };
+            done.push(outcome);
+        }
+        self.ledger
+            .append(NewRecord {
+                kind: RecordKind::Restore,
+                event,
+                dedup_key: None,
+                body: json!({"action": "resume", "at": self.clock.now(), "jobs": done}),
+            })
+            .await?;
+        Ok(())
     }
 
     /// Send commands, record the confirmations, and remember what each job's cap is now.
@@ -853,7 +971,7 @@ impl Gateway {
 
     /// No event constrains the site: put every curtailed job back at its pre-event cap.
     async fn restore(&self, state: &mut State, now: DateTime<Utc>) -> Result<(), LedgerError> {
-        if state.plan.is_none() && state.caps.is_empty() {
+        if state.plan.is_none() && state.caps.is_empty() && state.suspended.is_empty() {
             return Ok(());
         }
         let generation = self.ledger.head().0 + 1;
@@ -874,7 +992,9 @@ impl Gateway {
             })
             .collect();
         let event = state.plan.as_ref().map(|p| p.binding_event.clone());
-        self.dispatch(state, commands, RecordKind::Restore, event).await?;
+        self.dispatch(state, commands, RecordKind::Restore, event.clone())
+            .await?;
+        self.resume_suspended(state, event).await?;
         state.caps.clear();
         state.pre_event_caps.clear();
         state.plan = None;

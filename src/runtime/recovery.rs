@@ -36,6 +36,22 @@ impl Gateway {
                     }
                 }
                 RecordKind::Plan => last_plan = Some((record.seq, record.event.clone(), record.body)),
+                // Jobs the gateway suspended stay suspended across its restart, and are resumed
+                // when the curtailment ends.
+                RecordKind::Dispatch if record.body["action"] == "suspend" => {
+                    for job in record.body["jobs"].as_array().into_iter().flatten() {
+                        if let (Some(id), "suspended") = (job["job"].as_str(), job["outcome"].as_str().unwrap_or("")) {
+                            state.suspended.insert(Arc::from(id));
+                        }
+                    }
+                }
+                RecordKind::Restore if record.body["action"] == "resume" => {
+                    for job in record.body["jobs"].as_array().into_iter().flatten() {
+                        if let Some(id) = job["job"].as_str() {
+                            state.suspended.remove(id);
+                        }
+                    }
+                }
                 RecordKind::Restore => last_plan = None,
                 RecordKind::Operator if record.body["action"] == "opt_out" => {
                     if let Some(id) = record.event.clone() {

@@ -132,6 +132,10 @@ pub enum AgentsError {
 #[derive(Debug, Clone)]
 struct MappedJob {
     id: Arc<str>,
+    /// Slurm's job id (for suspension); `None` without Slurm.
+    slurm_id: Option<u32>,
+    /// Its flex tier allows suspension (Slurm's `suspendable_tiers`).
+    suspendable: bool,
     gpus: Vec<(usize, String)>,
     pfi: Option<f64>,
     max_slowdown: Option<f64>,
@@ -348,6 +352,8 @@ impl AgentsBackend {
                     match g {
                         Some(g) => Some(MappedJob {
                             id: Arc::from(id),
+                            slurm_id: None,
+                            suspendable: false,
                             gpus: g.iter().map(|s| (i, s.uuid.clone())).collect(),
                             pfi: None,
                             max_slowdown: None,
@@ -392,6 +398,8 @@ impl AgentsBackend {
             }
             jobs.push(MappedJob {
                 id: Arc::from(job.id.to_string()),
+                slurm_id: Some(job.id),
+                suspendable: inventory.may_suspend(job),
                 gpus: mapped,
                 pfi: job.flex.pfi.filter(|p| p.is_finite() && *p > 0.0),
                 max_slowdown: job.flex.max_slowdown,
@@ -460,6 +468,7 @@ impl AgentsBackend {
             generation: known.generations.get(&job.id).copied().unwrap_or(0),
             measured_power: Watts(measured),
             measured_tokens: TokensPerSec(0.0),
+            suspendable: job.suspendable,
         }
     }
 
@@ -794,5 +803,44 @@ impl ClusterBackend for AgentsBackend {
 
     fn name(&self) -> &str {
         "agents"
+    }
+
+    async fn suspend(&self, job: &str) -> Result<(), BackendError> {
+        let (inventory, id) = self.suspension_target(job)?;
+        inventory
+            .suspend(id)
+            .await
+            .map_err(|e| BackendError::Unreachable(format!("Slurm: suspending job {id}: {e}")))
+    }
+
+    async fn resume(&self, job: &str) -> Result<(), BackendError> {
+        let (inventory, id) = self.suspension_target(job)?;
+        inventory
+            .resume(id)
+            .await
+            .map_err(|e| BackendError::Unreachable(format!("Slurm: resuming job {id}: {e}")))
+    }
+}
+
+impl AgentsBackend {
+    /// Slurm and the job's id, if Slurm may suspend it (its tier is in `suspendable_tiers`).
+    fn suspension_target(&self, job: &str) -> Result<(&flexgate_slurm::SlurmInventory, u32), BackendError> {
+        let Some((inventory, _)) = &self.slurm else {
+            return Err(BackendError::Protocol(format!(
+                "job {job}: suspension needs Slurm ([backend.slurm])"
+            )));
+        };
+        let known = self.known();
+        let mapped = known
+            .jobs
+            .iter()
+            .find(|j| &*j.id == job)
+            .ok_or_else(|| BackendError::Protocol(format!("no running job {job}")))?;
+        match (mapped.slurm_id, mapped.suspendable) {
+            (Some(id), true) => Ok((inventory, id)),
+            _ => Err(BackendError::Protocol(format!(
+                "job {job}: its flex tier is not in suspendable_tiers"
+            ))),
+        }
     }
 }
