@@ -613,6 +613,104 @@ async fn slurm_jobs_are_capped_on_their_gpus_released_when_they_end_and_when_the
         agent.stderr().contains("dead-man switch"),
         "the agent says why it restored"
     );
+
+    // 4. Caps alone cannot meet a deep ceiling: the job whose tier allows it is suspended
+    //    through Slurm, the other is not, and both run again when the event ends.
+    let t0 = Instant::now();
+    let j3 = slurm.sbatch(&[
+        "--gres=gpu:3",
+        "--comment",
+        "flexgate:tier=batch",
+        "--wrap",
+        "sleep 600",
+    ]);
+    slurm.wait_running(&[j3]);
+    let id3 = j3.to_string();
+    let mut inventory = slurm.inventory_json();
+    inventory["suspendable_tiers"] = json!(["batch"]);
+    let backend = agents_config(
+        &[&agent],
+        token_file(dir.path(), "agent.token", TOKEN),
+        Some(SlurmMapping {
+            inventory,
+            gres_conf: Some(slurm.gres_conf()),
+        }),
+    );
+    let server = start_gateway(gateway_config(&dir.path().join("gw4"), backend, 1)).await;
+    wait_inventory(&server, &[(id2.clone(), 3), (id3.clone(), 3)]).await;
+    // A GPU budget of 300 W for 6 GPUs whose minimum is 200 W each: caps leave a shortfall.
+    let facility = flexgate_policies::facility::FacilityModel::new(facility_for_nodes(1)).expect("facility");
+    let deep = facility
+        .forward(
+            flexgate_policies::units::Watts(300.0),
+            1,
+            &flexgate_policies::facility::CoolingState::Settled,
+        )
+        .expect("meter estimate")
+        .hi
+        .value();
+    let start = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let short = serde_json::to_vec(&json!({
+        "schema": "dr.event/1", "event_id": "ev-deep", "revision": 1, "site": SITE,
+        "target": {"form": "ceiling", "point": "meter", "kw": deep},
+        "window": {"start": start, "ramp_s": 0, "duration_s": 8, "recovery_s": 0}
+    }))
+    .expect("event JSON");
+    server
+        .gateway
+        .submit_event(&short, Transport::Http { peer: None })
+        .await
+        .expect("deep event accepted");
+    let state_of = |id: u32| {
+        slurm
+            .states()
+            .into_iter()
+            .find(|(j, _)| *j == id)
+            .map(|(_, s)| s)
+            .unwrap_or_default()
+    };
+    wait_for(
+        "the batch-tier job suspended by Slurm",
+        Duration::from_secs(10),
+        || async {
+            let (s2, s3) = (state_of(j2), state_of(j3));
+            if s3 == "SUSPENDED" {
+                Ok(())
+            } else {
+                Err(format!(
+                    "job {j2} {s2}, job {j3} {s3}; plan {}",
+                    brief_plan(server.gateway.plan().await.as_ref())
+                ))
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        state_of(j2),
+        "RUNNING",
+        "a job without a suspendable tier is never suspended"
+    );
+    let suspended_at = t0.elapsed();
+    wait_for(
+        "the suspended job resumed after the event",
+        Duration::from_secs(20),
+        || async {
+            let s3 = state_of(j3);
+            if s3 == "RUNNING" {
+                Ok(())
+            } else {
+                Err(format!("job {j3} {s3}"))
+            }
+        },
+    )
+    .await;
+    eprintln!(
+        "4. deep ceiling {deep:.2} kW: job {j3} (tier batch) SUSPENDED after {:.1} s, job {j2} kept running; resumed after the event, {:.1} s in all",
+        suspended_at.as_secs_f64(),
+        t0.elapsed().as_secs_f64()
+    );
+    server.shutdown().await;
+
     eprintln!(
         "Slurm scenarios in {:.1} s (Slurm stops next)",
         t_all.elapsed().as_secs_f64()
