@@ -538,3 +538,95 @@ async fn caps_alone_short_of_the_target_suspend_the_jobs_whose_tier_allows_it() 
     stop.notify_one();
     control.await.expect("control loop");
 }
+
+#[tokio::test(start_paused = true)]
+async fn reconcile_notices_drift_and_re_sends_unconfirmed_caps_once_the_node_answers() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (gw, sim) = gateway(dir.path(), 16, SimFaults::default()).await;
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        gw.tick(true).await.expect("tick");
+    }
+    let baseline = gw.status().await.measured_meter_kw.expect("meter");
+    let (status, ack) = post(&gw, &event("ev-drift", 1, baseline * 0.85, 0, Some(3600)), Some(TOKEN)).await;
+    assert_eq!(status, StatusCode::OK, "{ack}");
+    for _ in 0..80 {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        gw.tick(true).await.expect("tick");
+    }
+    let plan = gw.plan().await.expect("plan in force");
+    let capped = plan
+        .entries
+        .iter()
+        .find(|e| e.cap.value() < 650.0)
+        .expect("a deeply capped job")
+        .clone();
+    let job = capped.job.clone();
+    assert_eq!(sim.cap_of(&job), Some(capped.cap), "the planned cap is in force");
+    let records_with = |pred: &dyn Fn(&Value) -> bool| -> Vec<Value> {
+        gw.ledger()
+            .iter_from(1)
+            .filter_map(Result::ok)
+            .map(|r| r.body)
+            .filter(|b| pred(b))
+            .collect()
+    };
+
+    // A GPU reset behind the gateway's back: the next reconcile sees the limit above the cap,
+    // records the drift, counts the job at its measured draw and re-sends its cap.
+    sim.revert_cap(&job).expect("job");
+    assert_eq!(sim.cap_of(&job).map(|c| c.value()), Some(700.0));
+    gw.tick(true).await.expect("tick");
+    let drift = records_with(&|b| b["action"] == "drift");
+    assert_eq!(drift.len(), 1, "one drift record: {drift:?}");
+    assert_eq!(drift[0]["drifted"][0]["job"], json!(&*job), "{}", drift[0]);
+    assert_eq!(drift[0]["drifted"][0]["applied_w_per_gpu"].as_f64(), Some(700.0));
+    let retries = records_with(&|b| b["purpose"] == "retry_unconfirmed");
+    assert_eq!(retries.len(), 1, "{retries:?}");
+    assert_eq!(retries[0]["rows"][0][0], json!(&*job));
+    assert_eq!(retries[0]["rows"][0][3], "applied", "{}", retries[0]);
+    assert!(
+        sim.cap_of(&job).is_some_and(|c| c.value() < 699.0),
+        "the cap is back in force"
+    );
+    assert_eq!(gw.status().await.unconfirmed_jobs, 0);
+
+    // The job's node stops answering: the job is unconfirmed and not retried while unreachable
+    // (that would hold every tick for a timeout); once it answers, its cap is re-sent.
+    let node = sim
+        .inventory()
+        .await
+        .expect("inventory")
+        .into_iter()
+        .find(|j| j.spec.id == job)
+        .expect("job")
+        .nodes[0]
+        .clone();
+    sim.set_faults(SimFaults {
+        unreachable_nodes: vec![node],
+        ..SimFaults::default()
+    })
+    .expect("faults");
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        gw.tick(true).await.expect("tick");
+    }
+    assert!(gw.status().await.unconfirmed_jobs >= 1);
+    assert_eq!(
+        records_with(&|b| b["purpose"] == "retry_unconfirmed").len(),
+        1,
+        "no retry while unreachable"
+    );
+    sim.set_faults(SimFaults::default()).expect("faults");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    gw.tick(true).await.expect("tick");
+    let retries = records_with(&|b| b["purpose"] == "retry_unconfirmed");
+    assert_eq!(retries.len(), 2, "{retries:?}");
+    assert_eq!(gw.status().await.unconfirmed_jobs, 0);
+    // Confirmed again, the job is planned as flexible again at the next pass.
+    gw.tick(true).await.expect("tick");
+    assert!(gw.plan().await.expect("plan").entries.iter().any(|e| e.job == job));
+    let metrics = String::from_utf8(get(&gw, "/metrics").await.1).expect("utf-8");
+    assert!(metrics.contains("flexgate_cap_drifts_total 1"), "{metrics}");
+    assert!(metrics.contains("flexgate_cap_retries_total 2"), "{metrics}");
+}

@@ -592,6 +592,31 @@ impl SimCluster {
         Ok(())
     }
 
+    /// A GPU reset or driver reload under `job`: its GPUs fall back to their maximum limit
+    /// behind the gateway's back, while the backend still remembers the generation it applied.
+    /// This is the drift the gateway's reconcile must notice (BACKENDS.md §7).
+    pub fn revert_cap(&self, job: &str) -> Result<(), SimError> {
+        let now = Instant::now();
+        let settle = self.settle();
+        let mut state = self.lock();
+        let sim_job = state
+            .jobs
+            .iter_mut()
+            .find(|j| &*j.spec.id == job)
+            .ok_or_else(|| SimError::UnknownJob(job.to_string()))?;
+        let max = sim_job.spec.cap_range.max;
+        let current = sim_job.ramp.at(now, settle);
+        if !sim_job.suspended {
+            sim_job.ramp = Ramp {
+                from: current,
+                to: sim_job.target(max),
+                since: now,
+            };
+        }
+        sim_job.cap = max;
+        Ok(())
+    }
+
     /// Replace the faults in force (validated like the configuration's).
     pub fn set_faults(&self, faults: SimFaults) -> Result<(), SimError> {
         validate_faults(&faults, self.config.nodes)?;

@@ -1,7 +1,7 @@
 //! The control loop: wake at the next event-book change, telemetry tick or submission; measure,
 //! trim, re-plan, dispatch.
 
-use super::gateway::{Gateway, State};
+use super::gateway::{DRIFT_TOLERANCE_W, Gateway, State};
 use crate::ledger::{LedgerError, NewRecord, RecordKind};
 use chrono::Duration as ChronoDuration;
 use serde_json::json;
@@ -65,9 +65,13 @@ impl Gateway {
         }
         let unconfirmed = state.caps.values().any(|c| !c.confirmed);
         let ceiling_now = state.effective_ceiling(self.clock.now()).map(|c| c.ceiling_kw);
+        if state.replan && reason == "event book" {
+            reason = "unconfirmed caps confirmed again";
+        }
         let changed =
             ceiling_now != state.planned_ceiling || unconfirmed || reason != "event book" || state.plan.is_none();
         if changed {
+            state.replan = false;
             self.plan_and_dispatch(&mut state, reason).await?;
             for transition in state.announce.drain(..) {
                 let _ = self.transitions.send(transition);
@@ -109,6 +113,7 @@ impl Gateway {
                 }
                 // A suspended job that ended (cancelled by its owner) needs no resume.
                 state.suspended.retain(|id| jobs.iter().any(|j| j.spec.id == *id));
+                self.detect_drift(state, &jobs).await?;
                 state.jobs = jobs;
             }
             Err(e) => tracing::warn!("inventory failed: {e}"),
@@ -167,6 +172,45 @@ impl Gateway {
             Err(e) => tracing::warn!("telemetry missing: {e}; keeping the last reading"),
         }
         Ok(jobs_changed)
+    }
+
+    /// Reconcile: a confirmed cap the cluster no longer shows (a GPU reset, a driver reload, an
+    /// agent restarted without its state, someone raising the limit by hand) is drift. The job
+    /// is no longer known to hold its cap, so it counts at its measured draw from now on, the
+    /// rest is re-planned around it and its cap is re-sent (BACKENDS.md §7). Only drift
+    /// *upwards* matters: a limit lower than wanted (an out-of-band cap) only draws less, and the
+    /// planner already counts what is measured.
+    async fn detect_drift(&self, state: &mut State, jobs: &[crate::cluster::JobState]) -> Result<(), LedgerError> {
+        let mut drifted = Vec::new();
+        for job in jobs {
+            if state.suspended.contains(&job.spec.id) {
+                continue;
+            }
+            let Some(cap) = state.caps.get_mut(&job.spec.id) else {
+                continue;
+            };
+            if cap.confirmed && job.applied_cap.value() > cap.cap.value() + DRIFT_TOLERANCE_W {
+                cap.confirmed = false;
+                tracing::warn!(job = %job.spec.id, wanted_w = cap.cap.value(), applied_w = job.applied_cap.value(),
+                    "cap drift: the job's GPUs are above the cap the gateway set; counting it at its measured draw and re-sending the cap");
+                drifted.push(json!({"job": job.spec.id, "wanted_w_per_gpu": cap.cap.value(),
+                                    "applied_w_per_gpu": job.applied_cap.value(), "generation": cap.generation}));
+            }
+        }
+        if drifted.is_empty() {
+            return Ok(());
+        }
+        self.counters.drifts.fetch_add(drifted.len() as u64, Ordering::Relaxed);
+        let event = state.plan.as_ref().map(|p| p.binding_event.clone());
+        self.ledger
+            .append(NewRecord {
+                kind: RecordKind::Confirmation,
+                event,
+                dedup_key: None,
+                body: json!({"at": self.clock.now(), "action": "drift", "drifted": drifted}),
+            })
+            .await?;
+        Ok(())
     }
 
     /// Closed loop, both ways, after the settle time since the last dispatch:

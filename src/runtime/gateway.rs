@@ -178,6 +178,9 @@ pub(crate) struct State {
     pub trim_w: f64,
     pub last_dispatch: Option<DateTime<Utc>>,
     pub planned_ceiling: Option<f64>,
+    /// A job came back (its re-sent cap was confirmed): plan again at the next pass even if
+    /// nothing else changed, so that it is flexible again instead of fixed load.
+    pub replan: bool,
     planner: Planner,
 }
 
@@ -220,6 +223,10 @@ pub(crate) struct Counters {
     pub plans: AtomicU64,
     pub dispatch_failures: AtomicU64,
     pub trims: AtomicU64,
+    /// Confirmed caps later found not in force (reconcile).
+    pub drifts: AtomicU64,
+    /// Unconfirmed caps re-sent to jobs whose nodes answer again.
+    pub cap_retries: AtomicU64,
 }
 
 /// The running gateway.
@@ -245,6 +252,10 @@ pub struct Gateway {
 
 /// A plan's shortfall above this is acted on (suspension) rather than left to rounding, W.
 const SHORTFALL_TOLERANCE_W: f64 = 1.0;
+
+/// A job's GPUs reported above its confirmed cap by more than this are drift, W per GPU
+/// (NVML sets limits in mW and agents round; a real reset moves the limit by hundreds of W).
+pub(crate) const DRIFT_TOLERANCE_W: f64 = 2.0;
 
 /// An event's delivery, for reports: see [`Gateway::event_delivery`].
 #[derive(Debug, Clone)]
@@ -313,6 +324,7 @@ impl Gateway {
             trim_w: 0.0,
             last_dispatch: None,
             planned_ceiling: None,
+            replan: false,
             planner,
         };
         let gateway = Arc::new(Self {
@@ -815,8 +827,11 @@ impl Gateway {
             commands,
             RecordKind::Dispatch,
             Some(ceiling.binding_event.clone()),
+            "plan",
         )
         .await?;
+        self.retry_unconfirmed(state, record.seq, until, &ceiling.binding_event)
+            .await?;
         if shortfall_w > SHORTFALL_TOLERANCE_W {
             self.suspend_for_shortfall(state, shortfall_w, &ceiling.binding_event)
                 .await?;
@@ -921,13 +936,76 @@ impl Gateway {
         Ok(())
     }
 
+    /// Re-send the caps that were not confirmed to jobs whose nodes answer again (they are
+    /// measured in the latest telemetry), under a fresh generation so that an agent re-applies
+    /// them even where it kept the old one. Until confirmed these jobs stay fixed load at their
+    /// measured draw, so a retry can only over-deliver; once one is confirmed the planner is
+    /// woken to plan the job again. Jobs on nodes that do not answer are not retried here: that
+    /// would hold every tick for the call timeout; the backend keeps their leases wanted and
+    /// re-sends them when the node is back.
+    async fn retry_unconfirmed(
+        &self,
+        state: &mut State,
+        generation: u64,
+        until: Option<DateTime<Utc>>,
+        event: &str,
+    ) -> Result<(), LedgerError> {
+        let measured = |job: &Arc<str>| {
+            state
+                .telemetry
+                .as_ref()
+                .is_some_and(|t| t.jobs.iter().any(|m| m.job == *job))
+        };
+        let retries: Vec<CapCommand> = state
+            .caps
+            .iter()
+            .filter(|(job, cap)| {
+                !cap.confirmed
+                    && cap.generation < generation
+                    && !state.suspended.contains(*job)
+                    && state.jobs.iter().any(|j| j.spec.id == **job)
+                    && measured(job)
+            })
+            .map(|(job, cap)| CapCommand {
+                job: job.clone(),
+                cap: cap.cap,
+                generation,
+                until,
+            })
+            .collect();
+        if retries.is_empty() {
+            return Ok(());
+        }
+        self.counters
+            .cap_retries
+            .fetch_add(retries.len() as u64, Ordering::Relaxed);
+        let jobs: Vec<Arc<str>> = retries.iter().map(|c| c.job.clone()).collect();
+        tracing::info!(jobs = ?jobs, "re-sending unconfirmed caps to jobs whose nodes answer again");
+        self.dispatch(
+            state,
+            retries,
+            RecordKind::Dispatch,
+            Some(event.to_string()),
+            "retry_unconfirmed",
+        )
+        .await?;
+        if jobs.iter().any(|j| state.caps.get(j).is_some_and(|c| c.confirmed)) {
+            // Confirmed again: plan these jobs as flexible instead of as fixed load.
+            state.replan = true;
+            self.wake.notify_one();
+        }
+        Ok(())
+    }
+
     /// Send commands, record the confirmations, and remember what each job's cap is now.
+    /// `purpose` says in the record why these commands went out ("plan", "restore", "retry…").
     pub(crate) async fn dispatch(
         &self,
         state: &mut State,
         commands: Vec<CapCommand>,
         kind: RecordKind,
         event: Option<String>,
+        purpose: &str,
     ) -> Result<(), LedgerError> {
         if commands.is_empty() {
             return Ok(());
@@ -963,7 +1041,7 @@ impl Gateway {
                 kind,
                 event,
                 dedup_key: None,
-                body: dispatch_record(now, &commands, &results),
+                body: dispatch_record(now, &commands, &results, purpose),
             })
             .await?;
         Ok(())
@@ -992,7 +1070,7 @@ impl Gateway {
             })
             .collect();
         let event = state.plan.as_ref().map(|p| p.binding_event.clone());
-        self.dispatch(state, commands, RecordKind::Restore, event.clone())
+        self.dispatch(state, commands, RecordKind::Restore, event.clone(), "restore")
             .await?;
         self.resume_suspended(state, event).await?;
         state.caps.clear();
@@ -1193,6 +1271,18 @@ impl Gateway {
                 counted(&c.dispatch_failures),
             ),
             (
+                "flexgate_cap_drifts_total",
+                "counter",
+                "Confirmed caps the reconcile later found not in force (GPU reset, limit raised by hand).",
+                counted(&c.drifts),
+            ),
+            (
+                "flexgate_cap_retries_total",
+                "counter",
+                "Unconfirmed caps re-sent to jobs whose nodes answer again.",
+                counted(&c.cap_retries),
+            ),
+            (
                 "flexgate_trims_total",
                 "counter",
                 "Closed-loop trim adjustments.",
@@ -1307,6 +1397,7 @@ fn dispatch_record(
     at: DateTime<Utc>,
     commands: &[CapCommand],
     results: &[crate::cluster::CapResult],
+    purpose: &str,
 ) -> serde_json::Value {
     let mut confirmed = 0usize;
     let rows: Vec<serde_json::Value> = commands
@@ -1341,6 +1432,7 @@ fn dispatch_record(
         .collect();
     json!({
         "at": at,
+        "purpose": purpose,
         "columns": ["job", "cap_w", "generation", "status", "applied_w", "detail"],
         "rows": rows,
         "confirmed": confirmed,

@@ -107,7 +107,8 @@ impl Gateway {
                 })
                 .unwrap_or_default();
             reapplied = commands.len();
-            self.dispatch(&mut state, commands, RecordKind::Dispatch, event).await?;
+            self.dispatch(&mut state, commands, RecordKind::Dispatch, event, "reapply_at_start")
+                .await?;
         }
         let now = self.clock.now();
         self.ledger
