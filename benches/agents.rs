@@ -74,6 +74,7 @@ fn main() {
             AgentNode {
                 name,
                 url: format!("http://{addr}"),
+                metrics_url: None,
             }
         })
         .collect();
@@ -95,6 +96,7 @@ fn main() {
         concurrency: 256,
         renew_every_s: 10,
         slurm: None,
+        pfi_predictor: None,
     };
     let mut samples = Vec::new();
     rt.block_on(async {

@@ -4,7 +4,7 @@
 //! stale generations are refused, a wrong token and a dead agent give `Failed` with nothing
 //! changed, and the renewal round re-creates a lease an agent lost.
 
-use flexgate::cluster::agents::{AgentNode, AgentsBackend, AgentsConfig};
+use flexgate::cluster::agents::{AgentNode, AgentsBackend, AgentsConfig, PredictorSource};
 use flexgate::cluster::{CapCommand, CapOutcome, ClusterBackend};
 use flexgate::config::facility_for_nodes;
 use flexgate_agent::api::GpuStatus;
@@ -12,7 +12,9 @@ use flexgate_agent::auth::Auth;
 use flexgate_agent::clock::SystemClock;
 use flexgate_agent::gpu::sim::{SimGpus, SimOptions};
 use flexgate_agent::{Agent, AgentConfig};
+use flexgate_policies::alloc::Elasticity;
 use flexgate_policies::facility::FacilityModel;
+use flexgate_policies::predictor::{PfiPredictor, TelemetrySample};
 use flexgate_policies::units::WattsPerGpu;
 use std::sync::Arc;
 use tokio::sync::watch;
@@ -60,6 +62,16 @@ async fn cluster(n: usize) -> Cluster {
 }
 
 fn backend(c: &Cluster, token: &str) -> Arc<AgentsBackend> {
+    backend_with(c, token, &[], None)
+}
+
+/// A backend whose node `i` reads its telemetry from `metrics_urls[i]` when given.
+fn backend_with(
+    c: &Cluster,
+    token: &str,
+    metrics_urls: &[Option<String>],
+    pfi_predictor: Option<PredictorSource>,
+) -> Arc<AgentsBackend> {
     let token_file = c.dir.path().join(format!("token-{}", token.len()));
     std::fs::write(&token_file, token).expect("token file");
     let config = AgentsConfig {
@@ -70,6 +82,7 @@ fn backend(c: &Cluster, token: &str) -> Arc<AgentsBackend> {
             .map(|(i, url)| AgentNode {
                 name: format!("n{i}"),
                 url: url.clone(),
+                metrics_url: metrics_urls.get(i).cloned().flatten(),
             })
             .collect(),
         token_file: Some(token_file),
@@ -79,6 +92,7 @@ fn backend(c: &Cluster, token: &str) -> Arc<AgentsBackend> {
         concurrency: 16,
         renew_every_s: 1,
         slurm: None,
+        pfi_predictor,
     };
     AgentsBackend::new(&config, FacilityModel::new(facility_for_nodes(3)).expect("facility")).expect("backend")
 }
@@ -235,4 +249,183 @@ async fn the_renewal_round_recreates_a_lease_the_agent_lost() {
     assert!(gpus(&c.urls[0]).await.iter().all(|g| g.limit_w != Some(450.0)));
     b.renew_all().await;
     assert!(gpus(&c.urls[0]).await.iter().all(|g| g.limit_w == Some(450.0)));
+}
+
+/// Reads an agent's own `/metrics` and gathers its GPUs' samples.
+async fn metrics_of(url: &str) -> Vec<flexgate_agent::metrics::GpuSample> {
+    let text = http()
+        .get(format!("{url}/metrics"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .expect("text");
+    flexgate_agent::metrics::gpu_samples(&flexgate_agent::metrics::parse(&text).expect("parse"))
+}
+
+/// Site samples for the predictor: PFI rising with the memory feature, with some scatter.
+fn predictor_samples(dir: &std::path::Path) -> (PredictorSource, PfiPredictor) {
+    let samples: Vec<TelemetrySample> = [
+        (0.20, 20.0, 1.25, "dense_pt"),
+        (0.30, 25.0, 1.40, "dense_pt"),
+        (0.40, 30.0, 1.62, "dense_ft"),
+        (0.45, 35.0, 1.80, "dense_ft"),
+        (0.55, 40.0, 2.10, "moe_pt"),
+        (0.60, 45.0, 2.35, "moe_ft"),
+    ]
+    .into_iter()
+    .map(|(dram, copy, pfi, cluster)| TelemetrySample {
+        pfi,
+        dram_active: dram,
+        mem_copy_util_pct: copy,
+        cluster: cluster.into(),
+    })
+    .collect();
+    let path = dir.join("pfi-samples.json");
+    std::fs::write(&path, serde_json::to_string(&samples).expect("json")).expect("samples file");
+    (
+        PredictorSource {
+            samples: path,
+            min_readings: 3,
+        },
+        PfiPredictor::fit(&samples).expect("fit"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telemetry_comes_from_metrics_and_predicts_the_pfi_of_uncapped_untagged_jobs() {
+    let c = cluster(2).await;
+    let (source, model) = predictor_samples(c.dir.path());
+    let b = backend_with(&c, TOKEN, &[], Some(source));
+    let jobs = b.inventory().await.expect("inventory");
+    assert!(
+        jobs.iter().all(|j| j.spec.elasticity == Elasticity::Unknown),
+        "nothing known yet"
+    );
+    // n1's job is capped before any reading: a capped run says nothing about memory-boundedness.
+    let r = b.apply(&[command("node:n1", 450.0, 1)]).await;
+    assert!(matches!(r[0].outcome, CapOutcome::Applied { .. }), "{:?}", r[0].outcome);
+
+    let mut dram = Vec::new();
+    let mut copy = Vec::new();
+    for round in 0..3 {
+        let t = b.telemetry().await.expect("telemetry");
+        let page = metrics_of(&c.urls[0]).await;
+        assert_eq!(page.len(), 8);
+        let page_power: f64 = page.iter().filter_map(|g| g.power_w).sum();
+        let job_power = t
+            .jobs
+            .iter()
+            .find(|j| &*j.job == "node:n0")
+            .expect("n0 measured")
+            .power
+            .value();
+        // Both read the same simulated GPUs a moment apart.
+        assert!(
+            (job_power - page_power).abs() < 0.03 * page_power,
+            "round {round}: job power {job_power} W vs /metrics {page_power} W"
+        );
+        dram.push(page.iter().filter_map(|g| g.dram_active).sum::<f64>() / 8.0);
+        copy.push(page.iter().filter_map(|g| g.mem_copy_util_pct).sum::<f64>() / 8.0);
+        if round < 2 {
+            let jobs = b.inventory().await.expect("inventory");
+            assert_eq!(jobs[0].spec.elasticity, Elasticity::Unknown, "not before 3 readings");
+        }
+    }
+    let jobs = b.inventory().await.expect("inventory");
+    let n0 = jobs.iter().find(|j| &*j.spec.id == "node:n0").expect("n0");
+    let expected = model
+        .predict(dram.iter().sum::<f64>() / 3.0, copy.iter().sum::<f64>() / 3.0)
+        .expect("prediction");
+    match &n0.spec.elasticity {
+        Elasticity::PredictedPfi { mean, sd, grid } => {
+            assert!((mean - expected.mean).abs() < 0.05, "{mean} vs {}", expected.mean);
+            assert!((sd - expected.sd).abs() < 0.02, "{sd} vs {}", expected.sd);
+            assert!(grid.is_none());
+        }
+        other => panic!("n0 should have a predicted PFI, has {other:?}"),
+    }
+    let n1 = jobs.iter().find(|j| &*j.spec.id == "node:n1").expect("n1");
+    assert_eq!(n1.spec.elasticity, Elasticity::Unknown, "a capped job is not sampled");
+}
+
+/// A stand-in dcgm-exporter page server: serves `page`, remembers whether any request carried
+/// an Authorization header.
+async fn exporter(page: Arc<std::sync::Mutex<String>>, saw_auth: Arc<std::sync::atomic::AtomicBool>) -> String {
+    use axum::routing::get;
+    let app = axum::Router::new().route(
+        "/metrics",
+        get(move |headers: axum::http::HeaderMap| {
+            let page = page.clone();
+            let saw_auth = saw_auth.clone();
+            async move {
+                if headers.contains_key("authorization") {
+                    saw_auth.store(true, std::sync::atomic::Ordering::SeqCst);
+                }
+                page.lock().expect("page").clone()
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}/metrics", listener.local_addr().expect("addr"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
+fn dcgm_page(host: &str, power: &str) -> String {
+    let mut page =
+        String::from("# HELP DCGM_FI_DEV_POWER_USAGE Power draw (in W).\n# TYPE DCGM_FI_DEV_POWER_USAGE gauge\n");
+    for i in 0..8 {
+        page.push_str(&format!(
+            "DCGM_FI_DEV_POWER_USAGE{{gpu=\"{i}\",UUID=\"GPU-sim-{host}-{i}\",device=\"nvidia{i}\",modelName=\"NVIDIA H200\",Hostname=\"{host}\"}} {power}\n"
+        ));
+    }
+    page
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dcgm_exporter_page_is_read_without_the_token_and_broken_pages_count_as_unmeasured() {
+    let c = cluster(2).await;
+    let page = Arc::new(std::sync::Mutex::new(dcgm_page("n0", "123.5")));
+    let saw_auth = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let url = exporter(page.clone(), saw_auth.clone()).await;
+    let b = backend_with(&c, TOKEN, &[Some(url)], None);
+    b.inventory().await.expect("inventory");
+    let t = b.telemetry().await.expect("telemetry");
+    let n0 = t.jobs.iter().find(|j| &*j.job == "node:n0").expect("n0 measured");
+    assert!((n0.power.value() - 8.0 * 123.5).abs() < 1e-9, "{}", n0.power.value());
+    assert!(t.jobs.iter().any(|j| &*j.job == "node:n1"), "n1 read from its agent");
+    assert!(
+        !saw_auth.load(std::sync::atomic::Ordering::SeqCst),
+        "the agents' token never goes to an exporter"
+    );
+    let healthy_meter = t.meter_kw.value();
+
+    // Broken pages: NaN or absurd power, garbage, a page over the size limit. The node's GPUs
+    // are then unmeasured: its job leaves the per-job telemetry and the meter estimate counts
+    // its GPUs at their maximum, never at less.
+    let huge = "# padding\n".repeat(600_000);
+    for broken in [
+        dcgm_page("n0", "NaN"),
+        dcgm_page("n0", "-5"),
+        dcgm_page("n0", "1e9"),
+        "<html>not metrics</html>\n{{{".to_string(),
+        huge,
+    ] {
+        *page.lock().expect("page") = broken.clone();
+        let t = b.telemetry().await.expect("n1 still answers");
+        assert!(
+            !t.jobs.iter().any(|j| &*j.job == "node:n0"),
+            "n0 unmeasured with page {:.60}",
+            broken
+        );
+        assert!(t.jobs.iter().any(|j| &*j.job == "node:n1"));
+        assert!(
+            t.meter_kw.value() > healthy_meter,
+            "unmeasured GPUs count at their maximum: {} vs {healthy_meter}",
+            t.meter_kw.value()
+        );
+    }
 }

@@ -65,6 +65,7 @@ fn agents_config(agents: &[&AgentProcess], token_file: PathBuf, slurm: Option<Sl
             .map(|a| AgentNode {
                 name: a.name.clone(),
                 url: a.url.clone(),
+                metrics_url: None,
             })
             .collect(),
         token_file: Some(token_file),
@@ -74,6 +75,7 @@ fn agents_config(agents: &[&AgentProcess], token_file: PathBuf, slurm: Option<Sl
         concurrency: 16,
         renew_every_s: RENEW_S,
         slurm,
+        pfi_predictor: None,
     }
 }
 
@@ -1009,8 +1011,24 @@ fn the_commented_agents_backend_example_loads() {
     if let Some(slurm) = agents.slurm.as_mut() {
         slurm.gres_conf = Some(gres);
     }
-    AgentsBackend::new(&agents, FacilityModel::new(facility_for_nodes(2)).expect("facility"))
-        .unwrap_or_else(|e| panic!("the example does not build a backend: {e}"));
+    assert_eq!(
+        agents.nodes[1].metrics_url.as_deref(),
+        Some("http://10.0.0.12:9400/metrics")
+    );
+    let predictor = agents.pfi_predictor.as_mut().expect("the example predicts PFI");
+    assert_eq!(predictor.min_readings, 30);
+    // An unusable samples file is refused with its path and the reason.
+    predictor.samples = token_file(dir.path(), "pfi-samples.json", r#"[{"pfi": 1.2}]"#);
+    let facility = || FacilityModel::new(facility_for_nodes(2)).expect("facility");
+    let refused = AgentsBackend::new(&agents, facility()).expect_err("bad samples");
+    assert!(refused.to_string().contains("pfi-samples.json"), "{refused}");
+    let samples = r#"[{"pfi": 1.2, "dram_active": 0.2, "mem_copy_util_pct": 20, "cluster": "a"},
+                      {"pfi": 1.6, "dram_active": 0.4, "mem_copy_util_pct": 30, "cluster": "b"},
+                      {"pfi": 2.1, "dram_active": 0.6, "mem_copy_util_pct": 45, "cluster": "c"}]"#;
+    if let Some(p) = agents.pfi_predictor.as_mut() {
+        p.samples = token_file(dir.path(), "pfi-samples.json", samples);
+    }
+    AgentsBackend::new(&agents, facility()).unwrap_or_else(|e| panic!("the example does not build a backend: {e}"));
     // Unknown fields are refused, so a typo in the example would have failed above.
     let typo = block.join("\n").replace("renew_every_s", "renew_every");
     std::fs::write(&file, typo).expect("config");

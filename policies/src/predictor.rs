@@ -318,6 +318,61 @@ impl PfiPredictor {
     }
 }
 
+/// The running means of a job's telemetry over its *uncapped* run, the predictor's input.
+///
+/// The paper's feature is the product of the two means over the uncapped run, so a gateway
+/// collects them sample by sample while the job is not capped and stops once it is (a capped
+/// job's memory activity says how the cap throttles it, not how memory-bound it is). Readings
+/// outside the metrics' physical ranges (a broken exporter) are refused and change nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct UncappedRunMeans {
+    dram_sum: f64,
+    copy_sum: f64,
+    samples: u64,
+}
+
+impl UncappedRunMeans {
+    /// Add one reading (the job's mean over its GPUs at one instant).
+    ///
+    /// # Errors
+    /// [`PredictorError::NonFinite`], [`PredictorError::DramActiveOutOfRange`] or
+    /// [`PredictorError::MemCopyOutOfRange`] (reported against [`InputRef::Query`]); the means
+    /// are unchanged.
+    pub fn observe(&mut self, dram_active: f64, mem_copy_util_pct: f64) -> Result<(), PredictorError> {
+        validate_telemetry(InputRef::Query, dram_active, mem_copy_util_pct)?;
+        self.dram_sum += dram_active;
+        self.copy_sum += mem_copy_util_pct;
+        self.samples += 1;
+        Ok(())
+    }
+
+    /// Readings taken so far.
+    #[must_use]
+    pub fn samples(&self) -> u64 {
+        self.samples
+    }
+
+    /// Mean DRAM activity (0–1) and mean memory-copy utilisation (%), once there is a reading.
+    #[must_use]
+    #[allow(clippy::cast_precision_loss)] // sample counts far below 2^52
+    pub fn means(&self) -> Option<(f64, f64)> {
+        (self.samples > 0).then(|| {
+            let n = self.samples as f64;
+            (self.dram_sum / n, self.copy_sum / n)
+        })
+    }
+
+    /// The prediction from these means, once at least `min_samples` readings were taken.
+    #[must_use]
+    pub fn predict(&self, predictor: &PfiPredictor, min_samples: u64) -> Option<PfiPrediction> {
+        if self.samples < min_samples.max(1) {
+            return None;
+        }
+        let (dram, copy) = self.means()?;
+        predictor.predict(dram, copy).ok()
+    }
+}
+
 /// A predicted PFI with its uncertainty.
 ///
 /// A scheduler that ranks jobs by a point estimate will confidently curtail the wrong job about as
@@ -973,6 +1028,24 @@ fn ln_complement_aware(x: f64, y: f64) -> f64 {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn uncapped_run_means_average_refuse_bad_readings_and_wait_for_enough_samples() {
+        let model = PfiPredictor::fit(&hand_data()).unwrap();
+        let mut run = UncappedRunMeans::default();
+        assert_eq!(run.means(), None);
+        run.observe(0.4, 30.0).unwrap();
+        run.observe(0.6, 50.0).unwrap();
+        for (dram, copy) in [(f64::NAN, 10.0), (1.5, 10.0), (0.5, -1.0), (0.5, f64::INFINITY)] {
+            assert!(run.observe(dram, copy).is_err(), "({dram}, {copy}) refused");
+        }
+        assert_eq!(run.samples(), 2, "refused readings change nothing");
+        let (dram, copy) = run.means().unwrap();
+        assert!((dram - 0.5).abs() < 1e-12 && (copy - 40.0).abs() < 1e-12);
+        assert_eq!(run.predict(&model, 3), None, "too few readings");
+        let p = run.predict(&model, 2).unwrap();
+        assert_eq!(p, model.predict(0.5, 40.0).unwrap());
+    }
 
     fn sample(pfi: f64, dram_active: f64, mem_copy_util_pct: f64, cluster: &str) -> TelemetrySample {
         TelemetrySample {

@@ -110,6 +110,60 @@ impl Caller {
     }
 }
 
+/// Largest metrics page read, bytes: dcgm-exporter's full field set for 8 GPUs is about
+/// 100 kB; anything far beyond is a misconfigured or hostile endpoint, not telemetry.
+pub const MAX_METRICS_BYTES: usize = 4 << 20;
+
+impl Caller {
+    /// Reads a Prometheus text page once (telemetry runs every second; the next round is the
+    /// retry). The control token goes only to the node's own agent (`authenticated`), never to
+    /// a separate exporter. Pages over [`MAX_METRICS_BYTES`] are refused unread.
+    pub async fn scrape(
+        &self,
+        node: &str,
+        url: &str,
+        authenticated: bool,
+        deadline: Instant,
+    ) -> Result<String, CallError> {
+        let unreachable = |detail: String| CallError::Unreachable {
+            node: node.to_string(),
+            detail,
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(unreachable("deadline passed".into()));
+        }
+        let mut request = self.http.get(url).timeout(self.policy.timeout.min(left));
+        if authenticated {
+            request = request.bearer_auth(&self.token);
+        }
+        let mut response = request.send().await.map_err(|e| unreachable(e.to_string()))?;
+        let status = response.status().as_u16();
+        if !(200..300).contains(&status) {
+            return Err(CallError::Refused {
+                node: node.to_string(),
+                status,
+                detail: format!("metrics page {url}"),
+                held_generation: None,
+            });
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| unreachable(e.to_string()))? {
+            if body.len() + chunk.len() > MAX_METRICS_BYTES {
+                return Err(CallError::Protocol {
+                    node: node.to_string(),
+                    detail: format!("metrics page {url} is over {MAX_METRICS_BYTES} bytes"),
+                });
+            }
+            body.extend_from_slice(&chunk);
+        }
+        String::from_utf8(body).map_err(|_| CallError::Protocol {
+            node: node.to_string(),
+            detail: format!("metrics page {url} is not UTF-8"),
+        })
+    }
+}
+
 #[allow(clippy::too_many_arguments)] // the public face is `Caller::call`
 async fn call<B: Serialize + ?Sized, T: DeserializeOwned>(
     http: &reqwest::Client,

@@ -13,13 +13,20 @@
 //! - **bounded time**: calls fan out with bounded parallelism, each with a timeout, retried
 //!   with backoff only inside the dispatch deadline.
 //!
+//! - **telemetry like a DCGM shop**: GPU power, DRAM activity and memory-copy utilisation come
+//!   from each node's Prometheus page (the agent's `/metrics`, or a dcgm-exporter named by
+//!   `metrics_url`); the closed loop trims on that power, and a page that is missing, broken,
+//!   oversized or absurd leaves its GPUs unmeasured (counted at their maximum), never at less.
+//!
 //! What agents cannot know is said plainly in the inventory: training throughput is not
 //! visible to them, so a job's uncapped throughput is taken as proportional to its GPU count
-//! and its measured throughput is reported as 0; elasticity comes from the job's flex tags
-//! (`flexgate:pfi=…` in its Slurm comment), otherwise it is unknown and the planner falls
-//! back conservatively. Without a meter source the meter is the facility model's estimate
-//! from the measured GPU power (a job's GPUs that did not report counted at their maximum), so
-//! closed-loop trim then acts on an estimate (logged at start).
+//! and its measured throughput is reported as 0. Elasticity comes from the job's flex tags
+//! (`flexgate:pfi=…` in its Slurm comment); otherwise, with `[backend.pfi_predictor]`, from the
+//! telemetry predictor (design/PFI.md) on the means of the job's *uncapped* run, carried with
+//! its prediction error so the planner can treat it as uncertain; otherwise it is unknown and
+//! the planner falls back conservatively. Without a meter source the meter is the facility
+//! model's estimate from the measured GPU power (a job's GPUs that did not report counted at
+//! their maximum), so closed-loop trim then acts on an estimate (logged at start).
 
 pub mod client;
 
@@ -30,9 +37,11 @@ use flexgate_agent::api::{
     CapStatus, GpuCap, GpuStatus, LeaseRequest, LeaseResponse, ReleaseResponse, RenewRequest, RestorePolicy, gpus_path,
     lease_path, renew_path,
 };
+use flexgate_agent::metrics::GpuSample;
 use flexgate_policies::alloc::{CapRange, Elasticity, JobSpec};
 use flexgate_policies::facility::{CoolingState, FacilityModel};
 use flexgate_policies::pfi::CapGrid;
+use flexgate_policies::predictor::{PfiPredictor, TelemetrySample, UncappedRunMeans};
 use flexgate_policies::units::{Fraction, Kilowatts, TokensPerSec, Watts, WattsPerGpu};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -72,6 +81,30 @@ pub struct AgentsConfig {
     /// `gres_conf` for index → device minor), or, when absent, each node is one job.
     #[serde(default)]
     pub slurm: Option<SlurmMapping>,
+    /// Predict the PFI of jobs without a `pfi=` flex tag from their uncapped run's telemetry
+    /// (design/PFI.md, "Telemetry predictor"); without it such jobs count as inflexible.
+    #[serde(default)]
+    pub pfi_predictor: Option<PredictorSource>,
+}
+
+/// Where the telemetry predictor learns from: jobs of this site whose PFI was measured.
+///
+/// The paper's own training telemetry was not published, so there is no built-in fit; the
+/// samples are the same JSON array `flexgate predictor` validates (fit it there first and look
+/// at its leave-one-cluster-out score before trusting it here).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PredictorSource {
+    /// JSON array of `{pfi, dram_active, mem_copy_util_pct, cluster}`.
+    pub samples: PathBuf,
+    /// Telemetry readings of a job's uncapped run before its prediction is used (default 30:
+    /// half a minute at the gateway's 1 Hz, enough to average over training steps).
+    #[serde(default = "default_min_readings")]
+    pub min_readings: u64,
+}
+
+fn default_min_readings() -> u64 {
+    30
 }
 
 /// Slurm as the job → GPU map.
@@ -94,6 +127,11 @@ pub struct AgentNode {
     pub name: String,
     /// The agent's base URL.
     pub url: String,
+    /// Where to read the node's GPU telemetry (Prometheus text, dcgm-exporter's names), if not
+    /// the agent's own `/metrics`: e.g. a dcgm-exporter at `http://node:9400/metrics`. The
+    /// agents' token is never sent there.
+    #[serde(default)]
+    pub metrics_url: Option<String>,
 }
 
 fn default_timeout_ms() -> u64 {
@@ -163,6 +201,10 @@ struct Known {
     uncapped_seen: HashMap<Arc<str>, f64>,
     /// Each GPU's maximum limit as last reported, to count it at that when it goes unmeasured.
     gpu_max: HashMap<String, f64>,
+    /// Memory-activity means of each job's uncapped run, for the PFI predictor.
+    uncapped_runs: HashMap<Arc<str>, UncappedRunMeans>,
+    /// Jobs suspended through this backend (their telemetry is not their uncapped run).
+    suspended: std::collections::HashSet<Arc<str>>,
 }
 
 impl Known {
@@ -184,6 +226,10 @@ pub struct AgentsBackend {
     renew_every: Duration,
     slurm: Option<(flexgate_slurm::SlurmInventory, flexgate_slurm::GresConf)>,
     facility: FacilityModel,
+    /// Per node: the metrics page and whether it is the agent's own (the token goes only there).
+    metrics: Vec<(String, bool)>,
+    /// The fitted PFI predictor and the readings it needs per job.
+    predictor: Option<(PfiPredictor, u64)>,
     known: Mutex<Known>,
 }
 
@@ -238,6 +284,47 @@ impl AgentsBackend {
                 Some((inventory, gres))
             }
         };
+        let predictor = match &config.pfi_predictor {
+            None => None,
+            Some(source) => {
+                let text = std::fs::read_to_string(&source.samples)
+                    .map_err(|e| bad(format!("pfi_predictor.samples {}: {e}", source.samples.display())))?;
+                let samples: Vec<TelemetrySample> = serde_json::from_str(&text).map_err(|e| {
+                    bad(format!(
+                        "pfi_predictor.samples {}: not a JSON array of {{pfi, dram_active, mem_copy_util_pct, cluster}}: {e}",
+                        source.samples.display()
+                    ))
+                })?;
+                let model = PfiPredictor::fit(&samples)
+                    .map_err(|e| bad(format!("pfi_predictor.samples {}: {e}", source.samples.display())))?;
+                tracing::info!(
+                    samples = model.n(),
+                    intercept = model.intercept(),
+                    slope = model.slope(),
+                    residual_sd = model.residual_sd(),
+                    "PFI predictor fitted: untagged jobs get a predicted PFI after {} uncapped readings",
+                    source.min_readings
+                );
+                Some((model, source.min_readings))
+            }
+        };
+        let mut metrics = Vec::with_capacity(config.nodes.len());
+        for n in &config.nodes {
+            metrics.push(match &n.metrics_url {
+                Some(url) => {
+                    let parsed = reqwest::Url::parse(url)
+                        .map_err(|e| bad(format!("node {}: metrics_url {url}: {e}", n.name)))?;
+                    if !matches!(parsed.scheme(), "http" | "https") {
+                        return Err(bad(format!("node {}: metrics_url {url} is not http(s)", n.name)));
+                    }
+                    (url.clone(), false)
+                }
+                None => (
+                    format!("{}{}", n.url.trim_end_matches('/'), flexgate_agent::api::METRICS_PATH),
+                    true,
+                ),
+            });
+        }
         let timeout = Duration::from_millis(config.timeout_ms);
         let http = flexgate_openadr::http::client(None, timeout).map_err(|e| bad(format!("HTTP client: {e}")))?;
         let agents = config
@@ -268,6 +355,8 @@ impl AgentsBackend {
             renew_every: Duration::from_secs(config.renew_every_s),
             slurm,
             facility,
+            metrics,
+            predictor,
             known: Mutex::new(known),
         }))
     }
@@ -439,12 +528,24 @@ impl AgentsBackend {
             *seen = seen.max(measured);
         }
         let uncapped = seen.max(n as f64 * lo).max(1.0);
-        let elasticity = match job.pfi {
-            Some(value) => Elasticity::Pfi {
+        let predicted = self.predictor.as_ref().and_then(|(model, min_readings)| {
+            known
+                .uncapped_runs
+                .get(&job.id)
+                .and_then(|run| run.predict(model, *min_readings))
+                .filter(|p| p.mean.is_finite() && p.mean > 0.0 && p.sd.is_finite())
+        });
+        let elasticity = match (job.pfi, predicted) {
+            (Some(value), _) => Elasticity::Pfi {
                 value,
                 grid: CapGrid::fine_h200(),
             },
-            None => Elasticity::Unknown,
+            (None, Some(p)) => Elasticity::PredictedPfi {
+                mean: p.mean,
+                sd: p.sd,
+                grid: None,
+            },
+            (None, None) => Elasticity::Unknown,
         };
         JobState {
             spec: JobSpec {
@@ -676,6 +777,81 @@ impl AgentsBackend {
     }
 }
 
+/// Largest plausible board power of one GPU, W: a reading above it (or negative, or NaN) is
+/// a broken exporter, and the GPU counts as unmeasured instead.
+const MAX_PLAUSIBLE_GPU_W: f64 = 5_000.0;
+
+/// One node's GPU readings from its metrics page, by UUID.
+type MetricsPage = HashMap<String, GpuSample>;
+
+impl AgentsBackend {
+    /// Reads every node's metrics page at once (the agent's `/metrics`, or the node's
+    /// `metrics_url`); a node that does not answer, or whose page does not parse, is `None`.
+    /// Also says why when no node answered.
+    async fn scrape_metrics(&self) -> (Vec<Option<MetricsPage>>, Option<String>) {
+        let deadline = Instant::now() + self.caller.policy.timeout;
+        let calls = self.metrics.iter().enumerate().map(|(i, (url, own))| async move {
+            let node = &self.agents[i].node;
+            let _permit = self
+                .limit
+                .acquire()
+                .await
+                .map_err(|_| format!("{node}: backend closed"))?;
+            let text = self
+                .caller
+                .scrape(node, url, *own, deadline)
+                .await
+                .map_err(|e| e.to_string())?;
+            let samples = flexgate_agent::metrics::parse(&text).map_err(|e| format!("{node}: {url}: {e}"))?;
+            Ok::<MetricsPage, String>(
+                flexgate_agent::metrics::gpu_samples(&samples)
+                    .into_iter()
+                    .map(|mut g| {
+                        g.power_w = g.power_w.filter(|w| (0.0..=MAX_PLAUSIBLE_GPU_W).contains(w));
+                        (g.uuid.clone(), g)
+                    })
+                    .collect(),
+            )
+        });
+        let results = futures_util::future::join_all(calls).await;
+        for e in results.iter().filter_map(|r| r.as_ref().err()) {
+            tracing::warn!("GPU telemetry: {e}");
+        }
+        let errors: Vec<&String> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+        let none_answered = (!results.is_empty() && errors.len() == results.len()).then(|| {
+            let shown: Vec<&str> = errors.iter().take(3).map(|e| e.as_str()).collect();
+            format!("no node's GPU telemetry could be read: {}", shown.join("; "))
+        });
+        (results.into_iter().map(Result::ok).collect(), none_answered)
+    }
+
+    /// Adds this round's memory activity to the uncapped runs of jobs that are neither capped
+    /// nor suspended, and says when a job's PFI prediction becomes available.
+    fn observe_uncapped_runs(&self, known: &mut Known, activity: &[(Arc<str>, f64, f64)]) {
+        let Some((model, min_readings)) = &self.predictor else {
+            return;
+        };
+        for (job, dram, copy) in activity {
+            let capped = known.leases.keys().any(|(j, _)| j == job);
+            if capped || known.suspended.contains(job) {
+                continue;
+            }
+            let run = known.uncapped_runs.entry(job.clone()).or_default();
+            if let Err(e) = run.observe(*dram, *copy) {
+                tracing::warn!(job = %job, "memory telemetry refused for PFI prediction: {e}");
+                continue;
+            }
+            if run.samples() == *min_readings
+                && let Some(p) = run.predict(model, *min_readings)
+            {
+                let (lo, hi) = p.interval(0.9);
+                tracing::info!(job = %job, dram_active = dram, mem_copy_util_pct = copy,
+                    "PFI predicted from the uncapped run: {:.2} (90 % interval {lo:.2}–{hi:.2})", p.mean);
+            }
+        }
+    }
+}
+
 /// The lease id of a job's caps (the same on every node of the job).
 fn lease_id(job: &str) -> String {
     let clean: String = job
@@ -719,6 +895,10 @@ impl ClusterBackend for AgentsBackend {
         // same on the node; whichever comes first, the other is a no-op).
         self.release_leases(&ended).await;
         let mut known = self.known();
+        // Forget what was learned about jobs that are gone (ids are not reused meaningfully).
+        known.uncapped_seen.retain(|id, _| jobs.iter().any(|j| j.id == *id));
+        known.uncapped_runs.retain(|id, _| jobs.iter().any(|j| j.id == *id));
+        known.suspended.retain(|id| jobs.iter().any(|j| j.id == *id));
         let states = jobs.iter().map(|j| self.job_state(j, &gpus, &mut known)).collect();
         known.jobs = jobs;
         known.store_gpus(gpus);
@@ -738,24 +918,30 @@ impl ClusterBackend for AgentsBackend {
     }
 
     async fn telemetry(&self) -> Result<Telemetry, BackendError> {
-        let (gpus, none_answered) = self.poll_gpus().await;
+        let (pages, none_answered) = self.scrape_metrics().await;
         if let Some(why) = none_answered {
             return Err(BackendError::TelemetryGap(why));
         }
+        let reading = |node: usize, uuid: &str| pages[node].as_ref().and_then(|p| p.get(uuid));
         let jobs = self.known().jobs.clone();
         let mut per_job = Vec::new();
+        // Each job's GPU-mean memory activity now, for the predictor (only if every GPU said).
+        let mut activity: Vec<(Arc<str>, f64, f64)> = Vec::new();
         for job in &jobs {
             // A job with any GPU unmeasured is left out: the gateway counts it conservatively.
             let mut power = 0.0;
             let mut complete = true;
+            let (mut dram, mut copy, mut with_activity) = (0.0, 0.0, 0usize);
             for (node, uuid) in &job.gpus {
-                match gpus[*node]
-                    .as_ref()
-                    .and_then(|l| l.iter().find(|s| &s.uuid == uuid))
-                    .and_then(|s| s.power_w)
-                {
+                let gpu = reading(*node, uuid);
+                match gpu.and_then(|g| g.power_w) {
                     Some(w) => power += w,
                     None => complete = false,
+                }
+                if let Some((d, c)) = gpu.and_then(|g| g.dram_active.zip(g.mem_copy_util_pct)) {
+                    dram += d;
+                    copy += c;
+                    with_activity += 1;
                 }
             }
             if complete {
@@ -765,8 +951,17 @@ impl ClusterBackend for AgentsBackend {
                     tokens: TokensPerSec(0.0),
                 });
             }
+            if with_activity == job.gpus.len() && with_activity > 0 {
+                let n = with_activity as f64;
+                activity.push((job.id.clone(), dram / n, copy / n));
+            }
         }
-        let measured: f64 = gpus.iter().flatten().flatten().filter_map(|s| s.power_w).sum();
+        let measured: f64 = pages
+            .iter()
+            .flatten()
+            .flat_map(|p| p.values())
+            .filter_map(|g| g.power_w)
+            .sum();
         let mut known = self.known();
         // The meter sees every GPU, measured or not: a job's GPU that did not report (its node
         // unreachable) counts at its maximum (BACKENDS.md §7), so that losing an agent never
@@ -774,16 +969,10 @@ impl ClusterBackend for AgentsBackend {
         let unmeasured: f64 = jobs
             .iter()
             .flat_map(|j| &j.gpus)
-            .filter(|(node, uuid)| {
-                gpus[*node]
-                    .as_ref()
-                    .and_then(|l| l.iter().find(|s| &s.uuid == uuid))
-                    .and_then(|s| s.power_w)
-                    .is_none()
-            })
+            .filter(|(node, uuid)| reading(*node, uuid).and_then(|g| g.power_w).is_none())
             .map(|(_, uuid)| known.gpu_max.get(uuid).copied().unwrap_or(700.0))
             .sum();
-        known.store_gpus(gpus);
+        self.observe_uncapped_runs(&mut known, &activity);
         drop(known);
         let estimated = measured + unmeasured;
         let nodes = u32::try_from(self.agents.len()).unwrap_or(u32::MAX);
@@ -810,7 +999,9 @@ impl ClusterBackend for AgentsBackend {
         inventory
             .suspend(id)
             .await
-            .map_err(|e| BackendError::Unreachable(format!("Slurm: suspending job {id}: {e}")))
+            .map_err(|e| BackendError::Unreachable(format!("Slurm: suspending job {id}: {e}")))?;
+        self.known().suspended.insert(Arc::from(job));
+        Ok(())
     }
 
     async fn resume(&self, job: &str) -> Result<(), BackendError> {
@@ -818,7 +1009,9 @@ impl ClusterBackend for AgentsBackend {
         inventory
             .resume(id)
             .await
-            .map_err(|e| BackendError::Unreachable(format!("Slurm: resuming job {id}: {e}")))
+            .map_err(|e| BackendError::Unreachable(format!("Slurm: resuming job {id}: {e}")))?;
+        self.known().suspended.remove(job);
+        Ok(())
     }
 }
 
