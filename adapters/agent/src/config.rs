@@ -8,6 +8,11 @@
 //! metrics_open = false                             # true: /metrics without a token
 //! max_lease_ttl_s = 86400
 //!
+//! [tls]                                            # HTTPS; without it the API is plain HTTP
+//! cert_file = "/etc/flexgate/agent.crt"            # chain, leaf first
+//! key_file = "/etc/flexgate/agent.key"
+//! client_ca_file = "/etc/flexgate/gateway-ca.crt"  # optional: mutual TLS
+//!
 //! [simulate]                                       # only with --simulate (or enabled = true)
 //! gpus = 8
 //! oob_limit_w = { "0" = 450 }                      # out-of-band limit of GPU 0
@@ -17,6 +22,7 @@
 //! The full annotated example is `adapters/agent/agent.example.toml`; a test parses it.
 
 use crate::gpu::sim::SimOptions;
+use crate::tls::TlsFiles;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -74,6 +80,10 @@ pub struct ConfigFile {
     pub hostname: Option<String>,
     /// Longest lease accepted, s (default 86400).
     pub max_lease_ttl_s: Option<u64>,
+    /// `[tls]`: serve HTTPS (and, with `client_ca_file`, require client certificates) so that
+    /// tokens are not readable on the network. `--tls-cert`/`--tls-key`/`--tls-client-ca`
+    /// override it. Relative paths are relative to the agent's working directory.
+    pub tls: Option<TlsFiles>,
     /// Simulated GPUs.
     #[serde(default)]
     pub simulate: SimulateSection,
@@ -219,6 +229,28 @@ mod tests {
         let sim = cfg.simulate.to_options("h", None).expect("valid");
         assert_eq!(sim.gpus, 8);
         assert_eq!(sim.oob_limit_w.get(&0), Some(&450.0));
+        assert_eq!(cfg.tls, None, "the example leaves TLS commented out");
+    }
+
+    #[test]
+    fn the_tls_section_parses_and_refuses_typos() {
+        let p = Path::new("x.toml");
+        let cfg = ConfigFile::parse(
+            "[tls]\ncert_file = \"/c.pem\"\nkey_file = \"/k.pem\"\nclient_ca_file = \"/ca.pem\"",
+            p,
+        )
+        .expect("parses");
+        let tls = cfg.tls.expect("tls section");
+        assert_eq!(tls.cert_file, Path::new("/c.pem"));
+        assert_eq!(tls.key_file, Path::new("/k.pem"));
+        assert_eq!(tls.client_ca_file.as_deref(), Some(Path::new("/ca.pem")));
+        let cfg = ConfigFile::parse("[tls]\ncert_file = \"/c.pem\"\nkey_file = \"/k.pem\"", p).expect("parses");
+        assert_eq!(cfg.tls.and_then(|t| t.client_ca_file), None);
+        assert!(ConfigFile::parse("[tls]\ncert = \"/c.pem\"\nkey_file = \"/k.pem\"", p).is_err());
+        assert!(
+            ConfigFile::parse("[tls]\ncert_file = \"/c.pem\"", p).is_err(),
+            "key_file missing"
+        );
     }
 
     #[test]

@@ -15,6 +15,8 @@
 //! - **Protocol** ([`api`]): the JSON types, shared with the gateway's client.
 //! - **HTTP** ([`server`]): axum, bearer tokens ([`auth`]), dcgm-exporter-style `/metrics`
 //!   ([`metrics`], which also parses that format for the gateway).
+//! - **TLS** ([`tls`]): HTTPS through rustls (ring) so tokens never cross the network in clear
+//!   text, and optional mutual TLS (client certificates from a given CA, token still required).
 //!
 //! # Running many agents in one process
 //!
@@ -45,6 +47,7 @@ pub mod lease;
 pub mod metrics;
 pub mod server;
 pub mod state;
+pub mod tls;
 
 pub use agent::{Agent, AgentConfig, AgentError};
 pub use gpu::GpuControl;

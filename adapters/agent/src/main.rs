@@ -8,6 +8,7 @@ use flexgate_agent::config::{self, ConfigFile};
 use flexgate_agent::gpu::GpuControl;
 use flexgate_agent::gpu::nvml::NvmlGpus;
 use flexgate_agent::gpu::sim::SimGpus;
+use flexgate_agent::tls::{self, TlsFiles};
 use flexgate_agent::{Agent, AgentConfig, api, clock};
 use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
@@ -35,10 +36,13 @@ down. SIGTERM/Ctrl-C stop the agent WITHOUT restoring caps: a restart must keep 
 expiry or DELETE ends a cap. A corrupt state file stops the agent instead of forgetting limits.
 
 SECURITY: a control token is always required (--token-file, --token, FLEXGATE_AGENT_TOKEN or the
-config file); an optional read-only token may only GET. The API is plain HTTP: keep it on
-loopback or a private management network. Changing power limits needs root or CAP_SYS_ADMIN;
-the agent self-tests that at start (writing each current limit back) and reports not ready in
-GET /v1/health if it cannot.
+config file); an optional read-only token may only GET. Without TLS the API is plain HTTP and
+tokens travel in clear text: keep it on loopback (the agent warns otherwise). With --tls-cert
+and --tls-key (or [tls] in the config file) it serves HTTPS only (rustls, TLS 1.2/1.3); add
+--tls-client-ca for mutual TLS: clients must present a certificate from that CA, and still send
+the token. Certificate problems stop the agent at start with the file and likely cause. Changing
+power limits needs root or CAP_SYS_ADMIN; the agent self-tests that at start (writing each
+current limit back) and reports not ready in GET /v1/health if it cannot.
 
 ENDPOINTS: GET /v1/gpus, PUT|DELETE /v1/leases/{id}, POST /v1/leases/{id}/renew, GET /v1/health,
 POST /v1/jobs/{job_id}/start|end (Slurm prolog/epilog), GET /metrics (dcgm-exporter names).";
@@ -50,6 +54,13 @@ EXAMPLES:
 
   # On a GPU node, as root, from a config file:
   flexgate-agent --config /etc/flexgate/agent.toml
+
+  # HTTPS on the management network, only for clients with a certificate from gateway-ca.pem:
+  flexgate-agent --config /etc/flexgate/agent.toml --listen 10.0.0.5:9450 \\
+    --tls-cert /etc/flexgate/agent.crt --tls-key /etc/flexgate/agent.key \\
+    --tls-client-ca /etc/flexgate/gateway-ca.pem
+  curl --cacert agent-ca.pem --cert gw.crt --key gw.key -H \"Authorization: Bearer $TOKEN\" \\
+    https://node01:9450/v1/health
 
   # Cap GPU-x at 350 W for 10 minutes (lease evt-42, generation 1), then look:
   curl -X PUT -H \"Authorization: Bearer $TOKEN\" -H 'Content-Type: application/json' \\
@@ -118,6 +129,47 @@ struct Cli {
     /// Serve /metrics without a token.
     #[arg(long)]
     metrics_open: bool,
+
+    /// Serve HTTPS with this certificate chain (PEM, leaf first); needs --tls-key. Overrides
+    /// [tls] cert_file.
+    #[arg(long, value_name = "FILE")]
+    tls_cert: Option<PathBuf>,
+
+    /// Private key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1; unencrypted, mode 0600).
+    #[arg(long, value_name = "FILE")]
+    tls_key: Option<PathBuf>,
+
+    /// Mutual TLS: require client certificates issued by these CAs (PEM); the token is still
+    /// required. Needs TLS (--tls-cert/--tls-key or [tls]). Overrides [tls] client_ca_file.
+    #[arg(long, value_name = "FILE")]
+    tls_client_ca: Option<PathBuf>,
+}
+
+/// The TLS files from the flags and the config file; `None`: plain HTTP.
+fn tls_files(cli: &Cli, file: &ConfigFile) -> Result<Option<TlsFiles>> {
+    let base = match (&cli.tls_cert, &cli.tls_key) {
+        (Some(cert_file), Some(key_file)) => Some(TlsFiles {
+            cert_file: cert_file.clone(),
+            key_file: key_file.clone(),
+            // Flags replace the certificate, not a configured client CA: dropping mutual TLS
+            // must be explicit (edit the file), never a side effect.
+            client_ca_file: file.tls.as_ref().and_then(|t| t.client_ca_file.clone()),
+        }),
+        (Some(_), None) => bail!("--tls-cert needs --tls-key (the private key of that certificate)"),
+        (None, Some(_)) => bail!("--tls-key needs --tls-cert (the certificate chain of that key)"),
+        (None, None) => file.tls.clone(),
+    };
+    match (base, &cli.tls_client_ca) {
+        (None, Some(_)) => bail!(
+            "--tls-client-ca requires TLS: also give --tls-cert FILE and --tls-key FILE (or a [tls] section \
+             in the config file); client certificates cannot be checked over plain HTTP"
+        ),
+        (Some(mut files), Some(ca)) => {
+            files.client_ca_file = Some(ca.clone());
+            Ok(Some(files))
+        }
+        (base, None) => Ok(base),
+    }
 }
 
 fn control_token(cli: &Cli, file: &ConfigFile) -> Result<Token> {
@@ -216,6 +268,12 @@ async fn run() -> Result<()> {
     };
 
     let auth = Auth::new(control_token(&cli, &file)?, read_token(&cli, &file)?)?;
+    // Certificates are checked before anything touches a GPU: a wrong file stops the agent here.
+    let tls_files = tls_files(&cli, &file)?;
+    let tls_config = match &tls_files {
+        Some(files) => Some(tls::server_config(files).context("TLS is configured but cannot be used")?),
+        None => None,
+    };
     let hostname = cli
         .hostname
         .clone()
@@ -260,13 +318,33 @@ async fn run() -> Result<()> {
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
     let local = listener.local_addr()?;
-    if !local.ip().is_loopback() {
-        tracing::warn!(%local, "listening beyond loopback: the API is plain HTTP, keep it on a private management network");
+    match (&tls_config, &tls_files) {
+        (Some(tls_config), Some(files)) => {
+            tracing::info!(
+                %local,
+                ready = agent.is_ready(),
+                cert = %files.cert_file.display(),
+                mutual_tls = files.client_ca_file.is_some(),
+                "flexgate-agent serving HTTPS"
+            );
+            // A machine-readable line for scripts and tests that start the agent on port 0.
+            println!("flexgate-agent listening on https://{local}");
+            std::io::stdout().flush()?;
+            agent.serve_tls(listener, tls_config.clone(), shutdown_signal()).await?;
+        }
+        _ => {
+            if !local.ip().is_loopback() {
+                tracing::warn!(
+                    %local,
+                    "listening beyond loopback over plain HTTP: tokens travel in clear text; \
+                     use --tls-cert/--tls-key (and --tls-client-ca), or keep the agent on loopback"
+                );
+            }
+            tracing::info!(%local, ready = agent.is_ready(), "flexgate-agent serving");
+            println!("flexgate-agent listening on http://{local}");
+            std::io::stdout().flush()?;
+            agent.serve(listener, shutdown_signal()).await?;
+        }
     }
-    tracing::info!(%local, ready = agent.is_ready(), "flexgate-agent serving");
-    // A machine-readable line for scripts and tests that start the agent on port 0.
-    println!("flexgate-agent listening on http://{local}");
-    std::io::stdout().flush()?;
-    agent.serve(listener, shutdown_signal()).await?;
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! HTTP: the axum [`Router`] for an [`Agent`], its error answers, bearer-token checks, and
-//! [`serve`], which runs the router and the watchdog until a shutdown future resolves.
+//! [`serve`] (plain HTTP) or [`serve_tls`] (HTTPS, optionally mutual TLS), which run the router
+//! and the watchdog until a shutdown future resolves.
 //!
 //! Handlers parse bodies themselves (not with axum's `Json` extractor) so that every refusal is
 //! a JSON [`ErrorBody`] with status 400, and so that nothing reaches the lease book before the
@@ -20,8 +21,11 @@ use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 use std::future::Future;
 use std::net::SocketAddr;
-use tokio::net::TcpListener;
-use tokio::task::JoinHandle;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::task::{JoinHandle, JoinSet};
 
 /// Largest request body accepted (a lease for 64 GPUs is about 5 KiB).
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -289,6 +293,184 @@ pub async fn serve(
     result
 }
 
+/// How long a client may take to complete the TLS handshake. Without a limit a client that
+/// connects and stays silent would hold a task and a connection slot forever.
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Most connections [`serve_tls`] handles at once (handshaking or serving). Beyond it, new
+/// connections wait in the kernel's accept queue instead of exhausting memory or file handles.
+pub const MAX_TLS_CONNECTIONS: usize = 1024;
+
+/// How long [`serve_tls`] lets in-flight requests finish after `shutdown` resolves before it
+/// drops the remaining connections, so that a stuck client cannot delay a restart.
+pub const TLS_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Accept errors that concern one connection only (the peer gave up before `accept`).
+fn is_connection_error(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::ConnectionRefused
+            | std::io::ErrorKind::ConnectionAborted
+            | std::io::ErrorKind::ConnectionReset
+    )
+}
+
+/// True when a failed handshake was a refused client certificate (a security event worth a
+/// warning), false for noise such as plain HTTP or port scanners.
+fn is_certificate_refusal(e: &std::io::Error) -> bool {
+    e.get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        .is_some_and(|e| {
+            matches!(
+                e,
+                rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented
+            )
+        })
+}
+
+/// One accepted TCP connection: TLS handshake (bounded by [`TLS_HANDSHAKE_TIMEOUT`], abandoned
+/// at shutdown), then HTTP/1.1 until the client closes or a graceful shutdown ends it.
+async fn serve_tls_connection(
+    tcp: TcpStream,
+    peer: SocketAddr,
+    acceptor: tokio_rustls::TlsAcceptor,
+    app: Router,
+    watcher: hyper_util::server::graceful::Watcher,
+    mut stop: watch::Receiver<bool>,
+    _permit: OwnedSemaphorePermit,
+) {
+    let handshake = tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(tcp));
+    let stream = tokio::select! {
+        result = handshake => match result {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) if is_certificate_refusal(&e) => {
+                tracing::warn!(%peer, error = %e, "TLS handshake failed: client certificate refused");
+                return;
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(%peer, error = %e, "TLS handshake failed (plain HTTP to the HTTPS port, or a probe?)");
+                return;
+            }
+            Err(_) => {
+                tracing::debug!(%peer, timeout_s = TLS_HANDSHAKE_TIMEOUT.as_secs(), "TLS handshake timed out");
+                return;
+            }
+        },
+        _ = stop.wait_for(|stopping| *stopping) => return,
+    };
+    // Handlers read the peer address (refusal logs) from `ConnectInfo`, as under `serve`.
+    let service = tower::ServiceExt::map_request(app, move |mut req: Request<hyper::body::Incoming>| {
+        req.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+        req
+    });
+    let connection = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .serve_connection(
+            hyper_util::rt::TokioIo::new(stream),
+            hyper_util::service::TowerToHyperService::new(service),
+        );
+    if let Err(e) = watcher.watch(connection).await {
+        tracing::debug!(%peer, error = %e, "HTTPS connection ended with an error");
+    }
+}
+
+/// Serve `agent` over TLS on `listener` until `shutdown` resolves, with its watchdog running:
+/// [`serve`] for networks where a bearer token must not travel in clear text.
+///
+/// `tls` comes from [`crate::tls::server_config`]; with a client CA there, only clients with a
+/// certificate from that CA get past the handshake, and the token is checked on top. A failed
+/// or slow handshake (plain HTTP to this port, a refused client certificate, silence for
+/// [`TLS_HANDSHAKE_TIMEOUT`]) is logged with the peer address and closes that connection only;
+/// the server keeps serving. At most [`MAX_TLS_CONNECTIONS`] connections are handled at once.
+///
+/// When `shutdown` resolves the listener is closed, pending handshakes are dropped, and requests
+/// in flight get up to [`TLS_SHUTDOWN_GRACE`] to finish. Like [`serve`], shutdown does **not**
+/// restore caps. It returns `Ok(())` once shut down; the `Result` mirrors [`serve`]. Accept
+/// errors (out of file handles, …) are logged and retried after a second, and per-connection
+/// errors are logged, so that neither stops the agent while it may hold caps.
+pub async fn serve_tls(
+    agent: Agent,
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let watchdog = spawn_watchdog(&agent);
+    let app = router(&agent);
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let slots = Arc::new(Semaphore::new(MAX_TLS_CONNECTIONS));
+    let mut tasks = JoinSet::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    // Warn once per episode of saturation, not once per waiting connection.
+    let mut saturated = false;
+    loop {
+        // Reap finished connection tasks so the set only holds live ones.
+        while tasks.try_join_next().is_some() {}
+        let permit = match Arc::clone(&slots).try_acquire_owned() {
+            Ok(p) => {
+                saturated = false;
+                p
+            }
+            Err(_) => {
+                if !saturated {
+                    saturated = true;
+                    tracing::warn!(
+                        limit = MAX_TLS_CONNECTIONS,
+                        "connection limit reached; new connections wait"
+                    );
+                }
+                tokio::select! {
+                    () = &mut shutdown => break,
+                    p = Arc::clone(&slots).acquire_owned() => match p {
+                        Ok(p) => p,
+                        Err(_) => break, // never closed; be safe
+                    },
+                }
+            }
+        };
+        let (tcp, peer) = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) if is_connection_error(&e) => continue,
+                Err(e) => {
+                    // E.g. out of file handles: wait instead of spinning; the server recovers.
+                    tracing::error!(error = %e, "cannot accept connections; retrying in 1 s");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            },
+        };
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(%peer, error = %e, "cannot set TCP_NODELAY");
+        }
+        tasks.spawn(serve_tls_connection(
+            tcp,
+            peer,
+            acceptor.clone(),
+            app.clone(),
+            graceful.watcher(),
+            stop_rx.clone(),
+            permit,
+        ));
+    }
+    drop(listener);
+    let _ = stop_tx.send(true);
+    if tokio::time::timeout(TLS_SHUTDOWN_GRACE, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            grace_s = TLS_SHUTDOWN_GRACE.as_secs(),
+            "connections still open after the shutdown grace period; closing them"
+        );
+    }
+    tasks.shutdown().await;
+    watchdog.abort();
+    Ok(())
+}
+
 impl Agent {
     /// The agent's [`Router`] (see [`router`]).
     pub fn router(&self) -> Router {
@@ -302,5 +484,16 @@ impl Agent {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         serve(self, listener, shutdown).await
+    }
+
+    /// Serve over TLS until `shutdown` resolves (see [`serve_tls`]); build `tls` with
+    /// [`crate::tls::server_config`].
+    pub async fn serve_tls(
+        self,
+        listener: TcpListener,
+        tls: Arc<rustls::ServerConfig>,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        serve_tls(self, listener, tls, shutdown).await
     }
 }

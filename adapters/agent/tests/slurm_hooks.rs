@@ -139,3 +139,101 @@ fn hooks_without_configuration_still_exit_zero() {
         );
     }
 }
+
+/// PEM files for one test: a CA, the agent's certificate for 127.0.0.1, a hook client
+/// certificate from the same CA.
+fn mint_pki(dir: &Path) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    // Distinct subjects: OpenSSL (curl) takes a leaf whose subject equals its issuer for a
+    // self-signed certificate.
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "flexgate hook test CA");
+    let ca_key = KeyPair::generate().expect("key");
+    let ca = params.self_signed(&ca_key).expect("CA");
+    let issuer = Issuer::new(params, ca_key);
+    let write = |name: &str, text: String| std::fs::write(dir.join(name), text).expect("pem");
+    write("ca.pem", ca.pem());
+    for (file, names) in [
+        ("agent", vec!["127.0.0.1".to_owned()]),
+        ("hook", vec!["slurm-hook".to_owned()]),
+    ] {
+        let key = KeyPair::generate().expect("key");
+        let mut params = CertificateParams::new(names).expect("params");
+        params.distinguished_name.push(rcgen::DnType::CommonName, file);
+        let cert = params.signed_by(&key, &issuer).expect("leaf");
+        write(&format!("{file}.pem"), cert.pem());
+        write(&format!("{file}-key.pem"), key.serialize_pem());
+    }
+}
+
+#[test]
+fn hooks_reach_an_agent_serving_mutual_tls_and_refuse_half_a_client_identity() {
+    assert!(
+        curl_available(),
+        "curl is needed by the Slurm hooks (tests/peers/setup.sh installs it)"
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    mint_pki(dir.path());
+    let token = write_token(dir.path());
+    let pem = |name: &str| dir.path().join(name).to_str().expect("utf-8").to_owned();
+    let agent = Running::start(&[
+        "--simulate",
+        "--gpus",
+        "2",
+        "--hostname",
+        "node-t",
+        "--listen",
+        "127.0.0.1:0",
+        "--token-file",
+        &token,
+        "--tls-cert",
+        &pem("agent.pem"),
+        "--tls-key",
+        &pem("agent-key.pem"),
+        "--tls-client-ca",
+        &pem("ca.pem"),
+    ]);
+    assert!(agent.https, "the agent serves TLS");
+    let env_file = dir.path().join("agent.env");
+    let env = |client: &str| {
+        format!(
+            "FLEXGATE_AGENT_URL=https://{}\nFLEXGATE_AGENT_TOKEN_FILE={token}\nFLEXGATE_HOOK_TIMEOUT=5\nFLEXGATE_AGENT_CACERT={}\n{client}",
+            agent.addr,
+            pem("ca.pem")
+        )
+    };
+
+    // Without a client certificate the agent refuses the handshake: logged, the job still runs.
+    std::fs::write(&env_file, env("")).expect("env");
+    let out = run_hook("prolog.sh", &env_file, "7001", Some("0"));
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("failed"), "{out:?}");
+
+    // Half an identity is a configuration error, said as such.
+    std::fs::write(&env_file, env(&format!("FLEXGATE_AGENT_CERT={}\n", pem("hook.pem")))).expect("env");
+    let out = run_hook("prolog.sh", &env_file, "7002", Some("0"));
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("go together"), "{out:?}");
+
+    // With the CA and the client certificate: the call lands (200 from the agent; no lease
+    // holds the GPUs, so nothing is capped) and the epilog too.
+    std::fs::write(
+        &env_file,
+        env(&format!(
+            "FLEXGATE_AGENT_CERT={}\nFLEXGATE_AGENT_KEY={}\nFLEXGATE_EPILOG_STRICT=1\n",
+            pem("hook.pem"),
+            pem("hook-key.pem")
+        )),
+    )
+    .expect("env");
+    let out = run_hook("prolog.sh", &env_file, "7003", Some("0,1"));
+    assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
+    let out = run_hook("epilog.sh", &env_file, "7003", Some("0,1"));
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "strict epilog succeeded: {out:?}"
+    );
+}

@@ -61,6 +61,11 @@ pub fn request(addr: SocketAddr, method: &str, path: &str, token: Option<&str>, 
 pub fn request_raw(addr: SocketAddr, method: &str, path: &str, token: Option<&str>, body: Option<&[u8]>) -> Resp {
     let mut stream = TcpStream::connect(addr).expect("connect");
     stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    exchange(&mut stream, addr, method, path, token, body).expect("HTTP exchange")
+}
+
+/// The request head (and body) of one `Connection: close` request.
+pub fn request_bytes(addr: SocketAddr, method: &str, path: &str, token: Option<&str>, body: Option<&[u8]>) -> Vec<u8> {
     let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
     if let Some(t) = token {
         head.push_str(&format!("Authorization: Bearer {t}\r\n"));
@@ -72,29 +77,54 @@ pub fn request_raw(addr: SocketAddr, method: &str, path: &str, token: Option<&st
         ));
     }
     head.push_str("\r\n");
-    stream.write_all(head.as_bytes()).expect("write head");
-    if let Some(b) = body {
-        stream.write_all(b).expect("write body");
-    }
+    let mut bytes = head.into_bytes();
+    bytes.extend_from_slice(body.unwrap_or_default());
+    bytes
+}
+
+/// One `Connection: close` request over any stream (plain TCP or TLS); any I/O error, or an
+/// answer that is not HTTP, is an `Err` with the reason.
+pub fn exchange(
+    stream: &mut (impl Read + Write),
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&[u8]>,
+) -> Result<Resp, String> {
+    stream
+        .write_all(&request_bytes(addr, method, path, token, body))
+        .map_err(|e| format!("write: {e}"))?;
+    stream.flush().map_err(|e| format!("flush: {e}"))?;
     let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).expect("read response");
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("header end");
+    stream.read_to_end(&mut raw).map_err(|e| format!("read: {e}"))?;
+    parse_response(&raw)
+}
+
+/// Status, headers and (de-chunked) body of a complete HTTP/1.1 response.
+pub fn parse_response(raw: &[u8]) -> Result<Resp, String> {
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| format!("no HTTP header end in {} bytes", raw.len()))?;
     let headers = String::from_utf8_lossy(&raw[..split]).into_owned();
+    if !headers.starts_with("HTTP/1.1 ") {
+        return Err(format!("not an HTTP response: {headers:?}"));
+    }
     let status: u16 = headers
         .split_whitespace()
         .nth(1)
-        .expect("status")
-        .parse()
-        .expect("numeric status");
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("no status in {headers:?}"))?;
     let mut body = raw[split + 4..].to_vec();
     if headers.to_ascii_lowercase().contains("transfer-encoding: chunked") {
         body = decode_chunked(&body);
     }
-    Resp {
+    Ok(Resp {
         status,
         headers,
         body: String::from_utf8_lossy(&body).into_owned(),
-    }
+    })
 }
 
 /// An agent served on 127.0.0.1:0 by a runtime on its own thread; stopped on drop.
@@ -106,7 +136,17 @@ pub struct TestServer {
 }
 
 impl TestServer {
+    /// Plain HTTP (`serve`).
     pub fn start(agent: Agent) -> Self {
+        Self::start_with(agent, None)
+    }
+
+    /// HTTPS (`serve_tls`) with `tls` from `flexgate_agent::tls::server_config`.
+    pub fn start_tls(agent: Agent, tls: Arc<rustls::ServerConfig>) -> Self {
+        Self::start_with(agent, Some(tls))
+    }
+
+    fn start_with(agent: Agent, tls: Option<Arc<rustls::ServerConfig>>) -> Self {
         let (addr_tx, addr_rx) = std::sync::mpsc::channel();
         let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let served = agent.clone();
@@ -119,12 +159,13 @@ impl TestServer {
             rt.block_on(async move {
                 let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
                 addr_tx.send(listener.local_addr().expect("addr")).expect("send addr");
-                served
-                    .serve(listener, async move {
-                        let _ = stop_rx.await;
-                    })
-                    .await
-                    .expect("serve");
+                let stop = async move {
+                    let _ = stop_rx.await;
+                };
+                match tls {
+                    Some(tls) => served.serve_tls(listener, tls, stop).await.expect("serve_tls"),
+                    None => served.serve(listener, stop).await.expect("serve"),
+                }
             });
         });
         let addr = addr_rx.recv().expect("server started");
@@ -192,6 +233,8 @@ pub fn command(args: &[&str]) -> Command {
 pub struct Running {
     pub child: Child,
     pub addr: SocketAddr,
+    /// The agent announced `https://` (TLS) rather than `http://`.
+    pub https: bool,
     pub stderr: Arc<Mutex<String>>,
 }
 
@@ -218,18 +261,21 @@ impl Running {
         let out = child.stdout.take().expect("stdout");
         std::thread::spawn(move || {
             for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if let Some(url) = line.strip_prefix("flexgate-agent listening on http://") {
-                    let _ = tx.send(url.to_owned());
+                if let Some(addr) = line.strip_prefix("flexgate-agent listening on http://") {
+                    let _ = tx.send((false, addr.to_owned()));
+                } else if let Some(addr) = line.strip_prefix("flexgate-agent listening on https://") {
+                    let _ = tx.send((true, addr.to_owned()));
                 }
             }
         });
-        let Ok(addr) = rx.recv_timeout(Duration::from_secs(20)) else {
+        let Ok((https, addr)) = rx.recv_timeout(Duration::from_secs(20)) else {
             let _ = child.kill();
             panic!("agent did not start: {}", stderr.lock().expect("lock"));
         };
         Self {
             child,
             addr: addr.parse().expect("socket address"),
+            https,
             stderr,
         }
     }
