@@ -6,7 +6,8 @@
 //! (1,000 commands, caps alternating between two values so every round changes every GPU) and
 //! measures the time until every agent confirmed (`apply` returned, every outcome
 //! `Applied`). Reported: p50, p99 and max over the rounds, after one warm-up round that opens
-//! the connections.
+//! the connections. Then telemetry rounds: every agent's `/metrics` page read and parsed, as
+//! the closed loop does once per telemetry interval.
 //!
 //! `-- --test` runs a small smoke version (used by the test script).
 
@@ -97,8 +98,11 @@ fn main() {
         renew_every_s: 10,
         slurm: None,
         pfi_predictor: None,
+        tls: None,
     };
     let mut samples = Vec::new();
+    let mut telemetry_samples = Vec::new();
+    let telemetry_rounds = if smoke { 3 } else { 30 };
     rt.block_on(async {
         let facility =
             FacilityModel::new(facility_for_nodes(u32::try_from(agents).unwrap_or(u32::MAX))).expect("facility");
@@ -142,8 +146,20 @@ fn main() {
                 samples.push(elapsed.as_secs_f64() * 1e3);
             }
         }
+        // Telemetry rounds: every agent's /metrics page read and parsed (the closed loop's
+        // input, once per telemetry interval).
+        for round in 0..=telemetry_rounds {
+            let t = Instant::now();
+            let telemetry = backend.telemetry().await.expect("telemetry");
+            let elapsed = t.elapsed();
+            assert_eq!(telemetry.jobs.len(), jobs.len(), "round {round}: every job measured");
+            if round > 0 {
+                telemetry_samples.push(elapsed.as_secs_f64() * 1e3);
+            }
+        }
         tokio::time::sleep(Duration::from_millis(10)).await;
     });
+    telemetry_samples.sort_by(f64::total_cmp);
     samples.sort_by(f64::total_cmp);
     println!(
         "dispatch to {agents} agents ({} GPUs), every cap confirmed: n={} p50 {:.1} ms  p99 {:.1} ms  max {:.1} ms",
@@ -152,6 +168,14 @@ fn main() {
         percentile(&samples, 0.5),
         percentile(&samples, 0.99),
         samples.last().copied().unwrap_or(0.0)
+    );
+    println!(
+        "telemetry from {agents} agents' /metrics ({} GPUs): n={} p50 {:.1} ms  p99 {:.1} ms  max {:.1} ms",
+        agents * 8,
+        telemetry_samples.len(),
+        percentile(&telemetry_samples, 0.5),
+        percentile(&telemetry_samples, 0.99),
+        telemetry_samples.last().copied().unwrap_or(0.0)
     );
     stop_tx.send_replace(true);
     let _ = fleet.join();

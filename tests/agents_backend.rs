@@ -4,7 +4,7 @@
 //! stale generations are refused, a wrong token and a dead agent give `Failed` with nothing
 //! changed, and the renewal round re-creates a lease an agent lost.
 
-use flexgate::cluster::agents::{AgentNode, AgentsBackend, AgentsConfig, PredictorSource};
+use flexgate::cluster::agents::{AgentNode, AgentTls, AgentsBackend, AgentsConfig, PredictorSource};
 use flexgate::cluster::{CapCommand, CapOutcome, ClusterBackend};
 use flexgate::config::facility_for_nodes;
 use flexgate_agent::api::GpuStatus;
@@ -93,6 +93,7 @@ fn backend_with(
         renew_every_s: 1,
         slurm: None,
         pfi_predictor,
+        tls: None,
     };
     AgentsBackend::new(&config, FacilityModel::new(facility_for_nodes(3)).expect("facility")).expect("backend")
 }
@@ -428,4 +429,208 @@ async fn a_dcgm_exporter_page_is_read_without_the_token_and_broken_pages_count_a
             t.meter_kw.value()
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// TLS and mutual TLS between the gateway and the agents
+// ---------------------------------------------------------------------------------------------
+
+/// PEM files minted for one test: a CA, an agent server certificate (127.0.0.1 and localhost),
+/// a gateway client certificate from the same CA, and a second CA with its own client.
+struct Pki {
+    dir: tempfile::TempDir,
+}
+
+impl Pki {
+    fn path(&self, name: &str) -> std::path::PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
+fn pki() -> Pki {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let dir = tempfile::tempdir().expect("dir");
+    let write = |name: &str, text: String| std::fs::write(dir.path().join(name), text).expect("pem");
+    let mut cas = Vec::new();
+    for (name, file) in [("flexgate test CA", "ca"), ("someone else's CA", "other-ca")] {
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(rcgen::DnType::CommonName, name);
+        let key = KeyPair::generate().expect("key");
+        let cert = params.self_signed(&key).expect("CA");
+        write(&format!("{file}.pem"), cert.pem());
+        cas.push(Issuer::new(params, key));
+    }
+    let leaf = |names: &[&str], issuer: &Issuer<'_, KeyPair>, file: &str| {
+        let key = KeyPair::generate().expect("key");
+        let cert = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+            .expect("params")
+            .signed_by(&key, issuer)
+            .expect("leaf");
+        write(&format!("{file}.pem"), cert.pem());
+        write(&format!("{file}-key.pem"), key.serialize_pem());
+    };
+    leaf(&["127.0.0.1", "localhost"], &cas[0], "agent");
+    leaf(&["flexgate-gateway"], &cas[0], "gateway");
+    leaf(&["intruder"], &cas[1], "intruder");
+    Pki { dir }
+}
+
+/// One agent serving HTTPS; with `mtls`, it also demands a client certificate from the CA.
+async fn start_tls_agent(name: &str, pki: &Pki, mtls: bool, stop: watch::Receiver<bool>) -> String {
+    let clock = Arc::new(SystemClock);
+    let auth = Auth::from_secrets(TOKEN, None).expect("token");
+    let gpus = SimGpus::new(&SimOptions::h200(name, 8), clock.clone()).expect("sim");
+    let agent = Agent::with_clock(AgentConfig::new(name, auth), Box::new(gpus), clock).expect("agent");
+    let tls = flexgate_agent::tls::server_config(&flexgate_agent::tls::TlsFiles {
+        cert_file: pki.path("agent.pem"),
+        key_file: pki.path("agent-key.pem"),
+        client_ca_file: mtls.then(|| pki.path("ca.pem")),
+    })
+    .expect("server TLS");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("https://{}", listener.local_addr().expect("addr"));
+    let mut stop = stop;
+    tokio::spawn(agent.serve_tls(listener, tls, async move {
+        let _ = stop.wait_for(|s| *s).await;
+    }));
+    url
+}
+
+fn tls_backend(pki: &Pki, url: &str, tls: Option<AgentTls>) -> Result<Arc<AgentsBackend>, String> {
+    let token_file = pki.path("agent-token");
+    std::fs::write(&token_file, TOKEN).expect("token file");
+    let config = AgentsConfig {
+        nodes: vec![AgentNode {
+            name: "n0".into(),
+            url: url.into(),
+            metrics_url: None,
+        }],
+        token_file: Some(token_file),
+        timeout_ms: 1_000,
+        retries: 0,
+        dispatch_deadline_ms: 2_000,
+        concurrency: 16,
+        renew_every_s: 1,
+        slurm: None,
+        pfi_predictor: None,
+        tls,
+    };
+    AgentsBackend::new(&config, FacilityModel::new(facility_for_nodes(1)).expect("facility")).map_err(|e| e.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_mutual_tls_only_a_gateway_with_a_client_certificate_from_the_ca_changes_caps() {
+    let pki = pki();
+    let (_stop, rx) = watch::channel(false);
+    let url = start_tls_agent("n0", &pki, true, rx).await;
+    let with = |ca: &str, identity: Option<&str>| {
+        Some(AgentTls {
+            ca_file: pki.path(&format!("{ca}.pem")),
+            cert_file: identity.map(|i| pki.path(&format!("{i}.pem"))),
+            key_file: identity.map(|i| pki.path(&format!("{i}-key.pem"))),
+        })
+    };
+
+    // The gateway with its client certificate: inventory, a cap, telemetry from /metrics.
+    let gateway = tls_backend(&pki, &url, with("ca", Some("gateway"))).expect("backend");
+    let jobs = gateway.inventory().await.expect("inventory over mTLS");
+    assert_eq!(jobs.len(), 1);
+    let r = gateway.apply(&[command("node:n0", 450.0, 1)]).await;
+    assert!(matches!(r[0].outcome, CapOutcome::Applied { .. }), "{:?}", r[0].outcome);
+    let t = gateway.telemetry().await.expect("telemetry over mTLS");
+    assert_eq!(t.jobs.len(), 1);
+    let capped = |jobs: &[flexgate::cluster::JobState]| jobs[0].applied_cap.value();
+    assert_eq!(capped(&gateway.inventory().await.expect("inventory")), 450.0);
+
+    // Without a client certificate, or with one from another CA: the handshake fails, the
+    // token never gets a chance, and nothing changes.
+    for (who, tls) in [
+        ("no client certificate", with("ca", None)),
+        ("a client certificate from another CA", with("ca", Some("intruder"))),
+    ] {
+        let intruder = tls_backend(&pki, &url, tls).expect("backend");
+        assert!(intruder.inventory().await.is_err(), "{who}: inventory refused");
+        let r = intruder.apply(&[command("node:n0", 300.0, 2)]).await;
+        assert!(
+            matches!(r[0].outcome, CapOutcome::UnknownJob | CapOutcome::Failed { .. }),
+            "{who}: {:?}",
+            r[0].outcome
+        );
+        assert_eq!(
+            capped(&gateway.inventory().await.expect("inventory")),
+            450.0,
+            "{who}: nothing changed"
+        );
+    }
+
+    // A gateway that does not trust the agent's CA refuses to talk to it.
+    let untrusting = tls_backend(&pki, &url, with("other-ca", Some("gateway"))).expect("backend");
+    let e = untrusting.inventory().await.expect_err("untrusted agent");
+    assert!(e.to_string().contains("n0"), "{e}");
+
+    // Configuration mistakes are refused up front, naming the fix.
+    let e = tls_backend(&pki, "http://127.0.0.1:9", with("ca", Some("gateway"))).expect_err("http with tls");
+    assert!(e.contains("https://"), "{e}");
+    let mut half = with("ca", Some("gateway"));
+    if let Some(t) = half.as_mut() {
+        t.key_file = None;
+    }
+    let e = tls_backend(&pki, &url, half).expect_err("cert without key");
+    assert!(e.contains("cert_file and key_file"), "{e}");
+    let e = tls_backend(&pki, &url, with("missing", None)).expect_err("missing CA file");
+    assert!(e.contains("missing.pem"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_the_token_still_decides_and_plain_http_to_the_tls_port_gets_nothing() {
+    let pki = pki();
+    let (_stop, rx) = watch::channel(false);
+    let url = start_tls_agent("n0", &pki, false, rx).await;
+    let tls = Some(AgentTls {
+        ca_file: pki.path("ca.pem"),
+        cert_file: None,
+        key_file: None,
+    });
+    let gateway = tls_backend(&pki, &url, tls.clone()).expect("backend");
+    gateway.inventory().await.expect("inventory over TLS");
+    let r = gateway.apply(&[command("node:n0", 500.0, 1)]).await;
+    assert!(matches!(r[0].outcome, CapOutcome::Applied { .. }), "{:?}", r[0].outcome);
+
+    // The wrong token over a good TLS connection changes nothing.
+    std::fs::write(pki.path("agent-token"), "a-wrong-token-of-enough-length").expect("token");
+    let wrong = {
+        let config = AgentsConfig {
+            nodes: vec![AgentNode {
+                name: "n0".into(),
+                url: url.clone(),
+                metrics_url: None,
+            }],
+            token_file: Some(pki.path("agent-token")),
+            timeout_ms: 1_000,
+            retries: 0,
+            dispatch_deadline_ms: 2_000,
+            concurrency: 4,
+            renew_every_s: 1,
+            slurm: None,
+            pfi_predictor: None,
+            tls,
+        };
+        AgentsBackend::new(&config, FacilityModel::new(facility_for_nodes(1)).expect("facility")).expect("backend")
+    };
+    let e = wrong.inventory().await.expect_err("wrong token");
+    assert!(e.to_string().contains("401"), "{e}");
+    assert_eq!(
+        gateway.inventory().await.expect("inventory")[0].applied_cap.value(),
+        500.0
+    );
+
+    // Plain HTTP to the TLS port: no answer an HTTP client can use; the agent keeps serving.
+    let plain = url.replace("https://", "http://");
+    let answer = http().get(format!("{plain}/v1/health")).bearer_auth(TOKEN).send().await;
+    assert!(
+        answer.is_err() || answer.as_ref().is_ok_and(|r| !r.status().is_success()),
+        "{answer:?}"
+    );
+    gateway.inventory().await.expect("still serving TLS");
 }

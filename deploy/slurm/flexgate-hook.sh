@@ -20,6 +20,9 @@ ENV_FILE=${FLEXGATE_AGENT_ENV:-/etc/flexgate/agent.env}
 URL=
 TOKEN_FILE=
 TIMEOUT=3
+CACERT=
+CERT=
+KEY=
 
 # Parse KEY=VALUE lines (comments and unknown keys ignored, optional surrounding quotes).
 if [ -r "$ENV_FILE" ]; then
@@ -31,6 +34,9 @@ if [ -r "$ENV_FILE" ]; then
             FLEXGATE_AGENT_TOKEN_FILE) TOKEN_FILE=$value ;;
             FLEXGATE_HOOK_TIMEOUT) TIMEOUT=$value ;;
             FLEXGATE_EPILOG_STRICT) STRICT=$value ;;
+            FLEXGATE_AGENT_CACERT) CACERT=$value ;;
+            FLEXGATE_AGENT_CERT) CERT=$value ;;
+            FLEXGATE_AGENT_KEY) KEY=$value ;;
         esac
     done < "$ENV_FILE"
 else
@@ -56,6 +62,23 @@ esac
 [ -r "$TOKEN_FILE" ] || give_up "cannot read the token file $TOKEN_FILE"
 command -v curl >/dev/null 2>&1 || give_up "curl not found"
 
+# TLS to an agent started with --tls-cert/--tls-key (https:// URL): the CA that signs its
+# certificate (else the system trust store), and a client certificate where the agent demands one
+# (--tls-client-ca). Passed to curl as positional parameters, so paths with spaces stay whole.
+set --
+if [ -n "$CACERT" ]; then
+    [ -r "$CACERT" ] || give_up "cannot read FLEXGATE_AGENT_CACERT $CACERT"
+    set -- "$@" --cacert "$CACERT"
+fi
+if [ -n "$CERT" ] || [ -n "$KEY" ]; then
+    if [ -z "$CERT" ] || [ -z "$KEY" ]; then
+        give_up "FLEXGATE_AGENT_CERT and FLEXGATE_AGENT_KEY go together"
+    fi
+    [ -r "$CERT" ] || give_up "cannot read FLEXGATE_AGENT_CERT $CERT"
+    [ -r "$KEY" ] || give_up "cannot read FLEXGATE_AGENT_KEY $KEY"
+    set -- "$@" --cert "$CERT" --key "$KEY"
+fi
+
 # First non-empty line of the token file, without surrounding whitespace.
 TOKEN=$(sed -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$//' -e '/^$/d' "$TOKEN_FILE" | head -n 1)
 [ -n "$TOKEN" ] || give_up "the token file $TOKEN_FILE is empty"
@@ -68,7 +91,7 @@ ENDPOINT="${URL%/}/v1/jobs/$SLURM_JOB_ID/$ACTION"
 RESPONSE=$(printf 'Authorization: Bearer %s\n' "$TOKEN" |
     curl -sS --connect-timeout 1 --max-time "$TIMEOUT" -X POST \
         -H @- -H 'Content-Type: application/json' --data "$BODY" \
-        -w '\n%{http_code}' "$ENDPOINT" 2>&1)
+        -w '\n%{http_code}' "$@" "$ENDPOINT" 2>&1)
 STATUS=$(printf '%s\n' "$RESPONSE" | tail -n 1)
 
 case $STATUS in

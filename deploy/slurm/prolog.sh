@@ -13,6 +13,10 @@
 #     FLEXGATE_AGENT_URL=http://127.0.0.1:9450
 #     FLEXGATE_AGENT_TOKEN_FILE=/etc/flexgate/agent.token
 #     FLEXGATE_HOOK_TIMEOUT=3            # optional: seconds for the whole call (default 3)
+#     # For an agent serving TLS (FLEXGATE_AGENT_URL=https://127.0.0.1:9450), optional:
+#     FLEXGATE_AGENT_CACERT=/etc/flexgate/agents-ca.pem   # CA of the agent's certificate
+#     FLEXGATE_AGENT_CERT=/etc/flexgate/hook.pem          # client certificate, where the agent
+#     FLEXGATE_AGENT_KEY=/etc/flexgate/hook-key.pem       #   demands one (--tls-client-ca)
 # The token file holds the agent's control token (root-owned, mode 0600).
 #
 # Inputs from slurmd: SLURM_JOB_ID, and SLURM_JOB_GPUS (comma-separated GRES indices, e.g.

@@ -85,6 +85,25 @@ pub struct AgentsConfig {
     /// (design/PFI.md, "Telemetry predictor"); without it such jobs count as inflexible.
     #[serde(default)]
     pub pfi_predictor: Option<PredictorSource>,
+    /// TLS to the agents (`https://` node URLs): the CA that signs their certificates, and this
+    /// gateway's client certificate where the agents require one (mTLS). Without it, `https://`
+    /// agents are checked against the system's trust store.
+    #[serde(default)]
+    pub tls: Option<AgentTls>,
+}
+
+/// How the gateway trusts the agents, and proves itself to them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentTls {
+    /// CA certificates (PEM) that sign the agents' server certificates.
+    pub ca_file: PathBuf,
+    /// The gateway's client certificate chain (PEM), for agents started with a client CA.
+    #[serde(default)]
+    pub cert_file: Option<PathBuf>,
+    /// The key of `cert_file` (PEM).
+    #[serde(default)]
+    pub key_file: Option<PathBuf>,
 }
 
 /// Where the telemetry predictor learns from: jobs of this site whose PFI was measured.
@@ -325,8 +344,42 @@ impl AgentsBackend {
                 ),
             });
         }
+        let tls = match &config.tls {
+            None => None,
+            Some(t) => {
+                if t.cert_file.is_some() != t.key_file.is_some() {
+                    return Err(bad("tls: cert_file and key_file go together".into()));
+                }
+                if let Some(n) = config.nodes.iter().find(|n| !n.url.starts_with("https://")) {
+                    return Err(bad(format!(
+                        "tls is set but node {} has url {}: use https:// (or drop [backend.tls])",
+                        n.name, n.url
+                    )));
+                }
+                Some(flexgate_openadr::http::tls::TlsSettings {
+                    ca_file: Some(t.ca_file.clone()),
+                    cert_file: t.cert_file.clone(),
+                    key_file: t.key_file.clone(),
+                    vtn_fingerprint: None,
+                })
+            }
+        };
+        let in_clear: Vec<&str> = config
+            .nodes
+            .iter()
+            .filter(|n| n.url.starts_with("http://") && !is_loopback_url(&n.url))
+            .map(|n| n.name.as_str())
+            .collect();
+        if !in_clear.is_empty() {
+            tracing::warn!(
+                nodes = in_clear.len(),
+                first = in_clear[0],
+                "agents reached over plain http:// off this host: the control token travels in clear text; \
+                 start the agents with TLS and use https:// with [backend.tls]"
+            );
+        }
         let timeout = Duration::from_millis(config.timeout_ms);
-        let http = flexgate_openadr::http::client(None, timeout).map_err(|e| bad(format!("HTTP client: {e}")))?;
+        let http = flexgate_openadr::http::client(tls.as_ref(), timeout).map_err(|e| bad(format!("agent TLS: {e}")))?;
         let agents = config
             .nodes
             .iter()
@@ -850,6 +903,19 @@ impl AgentsBackend {
             }
         }
     }
+}
+
+/// Whether `url`'s host is this machine (loopback), where clear text does not leave the host.
+fn is_loopback_url(url: &str) -> bool {
+    reqwest::Url::parse(url).is_ok_and(|u| {
+        let host = u.host_str().unwrap_or_default();
+        host == "localhost"
+            || host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
+    })
 }
 
 /// The lease id of a job's caps (the same on every node of the job).
