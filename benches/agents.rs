@@ -9,9 +9,10 @@
 //! the connections. Then telemetry rounds: every agent's `/metrics` page read and parsed, as
 //! the closed loop does once per telemetry interval.
 //!
-//! `-- --test` runs a small smoke version (used by the test script).
+//! `-- --test` runs a small smoke version (used by the test script); `-- --tls` serves the
+//! agents over HTTPS (rustls) and has the gateway verify them against a CA.
 
-use flexgate::cluster::agents::{AgentNode, AgentsBackend, AgentsConfig};
+use flexgate::cluster::agents::{AgentNode, AgentTls, AgentsBackend, AgentsConfig};
 use flexgate::cluster::{CapCommand, CapOutcome, ClusterBackend};
 use flexgate::config::facility_for_nodes;
 use flexgate_agent::auth::Auth;
@@ -29,9 +30,40 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
+/// A CA and an agent certificate for 127.0.0.1, written as PEM files into `dir`.
+fn mint_pki(dir: &std::path::Path) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.distinguished_name.push(rcgen::DnType::CommonName, "bench CA");
+    let ca_key = KeyPair::generate().expect("key");
+    let ca = params.self_signed(&ca_key).expect("CA");
+    let issuer = Issuer::new(params, ca_key);
+    let key = KeyPair::generate().expect("key");
+    let cert = CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .expect("params")
+        .signed_by(&key, &issuer)
+        .expect("agent certificate");
+    std::fs::write(dir.join("ca.pem"), ca.pem()).expect("pem");
+    std::fs::write(dir.join("agent.pem"), cert.pem()).expect("pem");
+    std::fs::write(dir.join("agent-key.pem"), key.serialize_pem()).expect("pem");
+}
+
 fn main() {
     let smoke = std::env::args().any(|a| a == "--test");
+    // `-- --tls`: the agents serve HTTPS and the gateway checks them against the CA.
+    let tls = std::env::args().any(|a| a == "--tls");
     let (agents, rounds) = if smoke { (20, 5) } else { (1_000, 50) };
+    let pki = tempfile::tempdir().expect("dir");
+    mint_pki(pki.path());
+    let server_tls = tls.then(|| {
+        flexgate_agent::tls::server_config(&flexgate_agent::tls::TlsFiles {
+            cert_file: pki.path().join("agent.pem"),
+            key_file: pki.path().join("agent-key.pem"),
+            client_ca_file: None,
+        })
+        .expect("server TLS")
+    });
 
     // The agents, on their own runtime.
     let (addr_tx, addr_rx) = std::sync::mpsc::channel();
@@ -60,9 +92,13 @@ fn main() {
                     .send((host, listener.local_addr().expect("addr")))
                     .expect("send");
                 let mut stop = stop_rx.clone();
-                servers.push(tokio::spawn(agent.serve(listener, async move {
+                let shutdown = async move {
                     let _ = stop.wait_for(|s| *s).await;
-                })));
+                };
+                servers.push(match &server_tls {
+                    Some(config) => tokio::spawn(agent.serve_tls(listener, config.clone(), shutdown)),
+                    None => tokio::spawn(agent.serve(listener, shutdown)),
+                });
             }
             for s in servers {
                 let _ = s.await;
@@ -74,7 +110,7 @@ fn main() {
             let (name, addr) = addr_rx.recv().expect("agent up");
             AgentNode {
                 name,
-                url: format!("http://{addr}"),
+                url: format!("{}://{addr}", if tls { "https" } else { "http" }),
                 metrics_url: None,
             }
         })
@@ -98,7 +134,11 @@ fn main() {
         renew_every_s: 10,
         slurm: None,
         pfi_predictor: None,
-        tls: None,
+        tls: tls.then(|| AgentTls {
+            ca_file: pki.path().join("ca.pem"),
+            cert_file: None,
+            key_file: None,
+        }),
     };
     let mut samples = Vec::new();
     let mut telemetry_samples = Vec::new();
@@ -162,16 +202,18 @@ fn main() {
     telemetry_samples.sort_by(f64::total_cmp);
     samples.sort_by(f64::total_cmp);
     println!(
-        "dispatch to {agents} agents ({} GPUs), every cap confirmed: n={} p50 {:.1} ms  p99 {:.1} ms  max {:.1} ms",
+        "dispatch to {agents} agents ({} GPUs{}), every cap confirmed: n={} p50 {:.1} ms  p99 {:.1} ms  max {:.1} ms",
         agents * 8,
+        if tls { ", TLS" } else { "" },
         samples.len(),
         percentile(&samples, 0.5),
         percentile(&samples, 0.99),
         samples.last().copied().unwrap_or(0.0)
     );
     println!(
-        "telemetry from {agents} agents' /metrics ({} GPUs): n={} p50 {:.1} ms  p99 {:.1} ms  max {:.1} ms",
+        "telemetry from {agents} agents' /metrics ({} GPUs{}): n={} p50 {:.1} ms  p99 {:.1} ms  max {:.1} ms",
         agents * 8,
+        if tls { ", TLS" } else { "" },
         telemetry_samples.len(),
         percentile(&telemetry_samples, 0.5),
         percentile(&telemetry_samples, 0.99),

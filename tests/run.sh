@@ -38,6 +38,7 @@ cargo bench --bench ledger --locked -- --test
 cargo bench --bench gateway --locked -- --test
 cargo bench --bench mqtt --locked -- --test
 cargo bench --bench agents --locked -- --test
+cargo bench --bench agents --locked -- --test --tls
 cargo bench -p flexgate-openadr --bench decode --locked -- --test
 
 step "main jobs on embedded defaults (release): the gateway demo, then the fleet experiment at 30 %"
