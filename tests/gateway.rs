@@ -563,6 +563,26 @@ async fn reconcile_notices_drift_and_re_sends_unconfirmed_caps_once_the_node_ans
         .clone();
     let job = capped.job.clone();
     assert_eq!(sim.cap_of(&job), Some(capped.cap), "the planned cap is in force");
+    // What the planner knew of each job's elasticity is in the ledger, for the auditor.
+    let known: Vec<Value> = gw
+        .ledger()
+        .iter_from(1)
+        .filter_map(Result::ok)
+        .map(|r| r.body)
+        .filter(|b| b["elasticity_known"].is_object())
+        .collect();
+    assert_eq!(known.len(), 1, "recorded once: nothing changed since: {known:?}");
+    let known = known[0]["elasticity_known"].as_object().expect("map");
+    assert_eq!(known.len(), gw.jobs().await.len());
+    for (job, what) in known {
+        let what = what.as_str().unwrap_or_default();
+        assert!(
+            ["sweep", "pfi ", "predicted ", "unknown"]
+                .iter()
+                .any(|p| what.starts_with(p)),
+            "{job}: {what}"
+        );
+    }
     let records_with = |pred: &dyn Fn(&Value) -> bool| -> Vec<Value> {
         gw.ledger()
             .iter_from(1)

@@ -114,6 +114,7 @@ impl Gateway {
                 // A suspended job that ended (cancelled by its owner) needs no resume.
                 state.suspended.retain(|id| jobs.iter().any(|j| j.spec.id == *id));
                 self.detect_drift(state, &jobs).await?;
+                self.record_elasticity_changes(state, &jobs).await?;
                 state.jobs = jobs;
             }
             Err(e) => tracing::warn!("inventory failed: {e}"),
@@ -208,6 +209,40 @@ impl Gateway {
                 event,
                 dedup_key: None,
                 body: json!({"at": self.clock.now(), "action": "drift", "drifted": drifted}),
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Record what the planner knows of each job's elasticity whenever it changes (a job
+    /// starts, its PFI becomes predicted from telemetry, a tag changes), instead of in every
+    /// plan: plans come at every event revision and must stay fast, knowledge changes rarely.
+    /// Plans are explained by the latest such record before them.
+    async fn record_elasticity_changes(
+        &self,
+        state: &mut State,
+        jobs: &[crate::cluster::JobState],
+    ) -> Result<(), LedgerError> {
+        let mut changed = serde_json::Map::new();
+        for job in jobs {
+            let known = super::gateway::elasticity_known(&job.spec.elasticity);
+            if state.elasticity_known.get(&job.spec.id) != Some(&known) {
+                changed.insert(job.spec.id.to_string(), json!(known));
+                state.elasticity_known.insert(job.spec.id.clone(), known);
+            }
+        }
+        state
+            .elasticity_known
+            .retain(|id, _| jobs.iter().any(|j| j.spec.id == *id));
+        if changed.is_empty() {
+            return Ok(());
+        }
+        self.ledger
+            .append(NewRecord {
+                kind: RecordKind::Measurement,
+                event: None,
+                dedup_key: None,
+                body: json!({"at": self.clock.now(), "elasticity_known": changed}),
             })
             .await?;
         Ok(())

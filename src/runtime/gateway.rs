@@ -181,6 +181,9 @@ pub(crate) struct State {
     /// A job came back (its re-sent cap was confirmed): plan again at the next pass even if
     /// nothing else changed, so that it is flexible again instead of fixed load.
     pub replan: bool,
+    /// What the planner knows of each job's elasticity, as last recorded (see
+    /// [`elasticity_known`]); a change is recorded, so that every plan can be explained.
+    pub elasticity_known: HashMap<Arc<str>, String>,
     planner: Planner,
 }
 
@@ -325,6 +328,7 @@ impl Gateway {
             last_dispatch: None,
             planned_ceiling: None,
             replan: false,
+            elasticity_known: HashMap::new(),
             planner,
         };
         let gateway = Arc::new(Self {
@@ -1390,6 +1394,19 @@ fn compact_plan(plan: &CapPlan) -> serde_json::Value {
         "columns": ["job", "cap_w", "expected_power_w", "expected_tokens_per_s", "floor_w", "floor_kind", "reason"],
         "rows": rows,
     })
+}
+
+/// What is known of a job's elasticity, in a few words for the ledger: `sweep`, `pfi 2.10`,
+/// `predicted 1.85±0.24` (telemetry-predicted, with its standard error) or `unknown`. An auditor
+/// reading why a job was cut as deep as it was needs this next to the plan.
+pub(crate) fn elasticity_known(elasticity: &flexgate_policies::alloc::Elasticity) -> String {
+    use flexgate_policies::alloc::Elasticity;
+    match elasticity {
+        Elasticity::Measured { .. } => "sweep".to_string(),
+        Elasticity::Pfi { value, .. } => format!("pfi {value:.2}"),
+        Elasticity::PredictedPfi { mean, sd, .. } => format!("predicted {mean:.2}±{sd:.2}"),
+        Elasticity::Unknown => "unknown".to_string(),
+    }
 }
 
 /// A dispatch as recorded: one row per command with its outcome, and the counts.
