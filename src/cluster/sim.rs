@@ -654,11 +654,9 @@ impl SimCluster {
         self.lock().free_nodes()
     }
 
-    fn apply_one(&self, state: &mut State, cmd: &CapCommand, now: Instant) -> CapOutcome {
+    /// Applies `cmd` to the job at `index` of `state.jobs`.
+    fn apply_one(&self, state: &mut State, index: usize, cmd: &CapCommand, now: Instant) -> CapOutcome {
         let fail_share = state.faults.fail_apply_share;
-        let Some(index) = state.jobs.iter().position(|j| j.spec.id == cmd.job) else {
-            return CapOutcome::UnknownJob;
-        };
         let job = &state.jobs[index];
         if cmd.generation < job.generation {
             return CapOutcome::Stale { latest: job.generation };
@@ -743,12 +741,22 @@ impl ClusterBackend for SimCluster {
     async fn apply(&self, commands: &[CapCommand]) -> Vec<CapResult> {
         let now = Instant::now();
         let mut state = self.lock();
+        // One lookup per command, not a scan of every job (dispatches carry ~1 command per job).
+        let index: std::collections::HashMap<Arc<str>, usize> = state
+            .jobs
+            .iter()
+            .enumerate()
+            .map(|(i, j)| (j.spec.id.clone(), i))
+            .collect();
         commands
             .iter()
             .map(|cmd| CapResult {
                 job: cmd.job.clone(),
                 generation: cmd.generation,
-                outcome: self.apply_one(&mut state, cmd, now),
+                outcome: match index.get(&cmd.job) {
+                    Some(&i) => self.apply_one(&mut state, i, cmd, now),
+                    None => CapOutcome::UnknownJob,
+                },
             })
             .collect()
     }

@@ -5,6 +5,7 @@ use super::gateway::{DRIFT_TOLERANCE_W, Gateway, State};
 use crate::ledger::{LedgerError, NewRecord, RecordKind};
 use chrono::Duration as ChronoDuration;
 use serde_json::json;
+use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -90,14 +91,17 @@ impl Gateway {
                 let after: Vec<_> = jobs.iter().map(|j| j.spec.id.clone()).collect();
                 if before != after {
                     jobs_changed = true;
-                    let ended: Vec<_> = before.iter().filter(|id| !after.contains(id)).cloned().collect();
-                    let started: Vec<_> = after.iter().filter(|id| !before.contains(id)).cloned().collect();
+                    let (before_set, after_set): (HashSet<&Arc<str>>, HashSet<&Arc<str>>) =
+                        (before.iter().collect(), after.iter().collect());
+                    let ended: Vec<_> = before.iter().filter(|id| !after_set.contains(id)).cloned().collect();
+                    let started: Vec<_> = after.iter().filter(|id| !before_set.contains(id)).cloned().collect();
                     for id in &ended {
                         state.caps.remove(id);
                         state.pre_event_caps.remove(id);
                     }
                     // A job that starts mid-event runs at its own (uncapped) pre-event cap.
                     if state.curtailment_started.is_some() {
+                        let started: HashSet<&Arc<str>> = started.iter().collect();
                         for job in jobs.iter().filter(|j| started.contains(&j.spec.id)) {
                             state.pre_event_caps.insert(job.spec.id.clone(), job.applied_cap);
                         }
@@ -112,7 +116,8 @@ impl Gateway {
                         .await?;
                 }
                 // A suspended job that ended (cancelled by its owner) needs no resume.
-                state.suspended.retain(|id| jobs.iter().any(|j| j.spec.id == *id));
+                let running: HashSet<&str> = jobs.iter().map(|j| &*j.spec.id).collect();
+                state.suspended.retain(|id| running.contains(&**id));
                 self.detect_drift(state, &jobs).await?;
                 self.record_elasticity_changes(state, &jobs).await?;
                 state.jobs = jobs;
@@ -146,10 +151,11 @@ impl Gateway {
                 // A capped job the backend could not measure (its node stopped answering) is no
                 // longer known to hold its cap: count it at its measured draw from now on and
                 // re-plan the rest around it (BACKENDS.md §7), at this tick, not at the trim's.
+                let measured: HashSet<&str> = t.jobs.iter().map(|m| &*m.job).collect();
                 let lost: Vec<Arc<str>> = state
                     .caps
                     .iter()
-                    .filter(|(job, cap)| cap.confirmed && !t.jobs.iter().any(|m| m.job == **job))
+                    .filter(|(job, cap)| cap.confirmed && !measured.contains(&***job))
                     .map(|(job, _)| job.clone())
                     .collect();
                 for job in &lost {
@@ -231,9 +237,8 @@ impl Gateway {
                 state.elasticity_known.insert(job.spec.id.clone(), known);
             }
         }
-        state
-            .elasticity_known
-            .retain(|id, _| jobs.iter().any(|j| j.spec.id == *id));
+        let running: HashSet<&str> = jobs.iter().map(|j| &*j.spec.id).collect();
+        state.elasticity_known.retain(|id, _| running.contains(&**id));
         if changed.is_empty() {
             return Ok(());
         }

@@ -954,12 +954,15 @@ impl Gateway {
         until: Option<DateTime<Utc>>,
         event: &str,
     ) -> Result<(), LedgerError> {
-        let measured = |job: &Arc<str>| {
-            state
-                .telemetry
-                .as_ref()
-                .is_some_and(|t| t.jobs.iter().any(|m| m.job == *job))
-        };
+        if state.caps.values().all(|c| c.confirmed) {
+            return Ok(());
+        }
+        let measured: std::collections::HashSet<&str> = state
+            .telemetry
+            .as_ref()
+            .map(|t| t.jobs.iter().map(|m| &*m.job).collect())
+            .unwrap_or_default();
+        let running: std::collections::HashSet<&str> = state.jobs.iter().map(|j| &*j.spec.id).collect();
         let retries: Vec<CapCommand> = state
             .caps
             .iter()
@@ -967,8 +970,8 @@ impl Gateway {
                 !cap.confirmed
                     && cap.generation < generation
                     && !state.suspended.contains(*job)
-                    && state.jobs.iter().any(|j| j.spec.id == **job)
-                    && measured(job)
+                    && running.contains(&***job)
+                    && measured.contains(&***job)
             })
             .map(|(job, cap)| CapCommand {
                 job: job.clone(),

@@ -63,9 +63,10 @@ EXAMPLES:
     https://node01:9450/v1/health
 
   # Cap GPU-x at 350 W for 10 minutes (lease evt-42, generation 1), then look:
+  LEASE='{\"generation\":1,\"expires_at\":\"2026-07-01T12:10:00Z\",
+          \"gpus\":[{\"uuid\":\"GPU-x\",\"cap_w\":350}],\"restore\":\"pre_event\"}'
   curl -X PUT -H \"Authorization: Bearer $TOKEN\" -H 'Content-Type: application/json' \\
-    -d '{\"generation\":1,\"expires_at\":\"2026-07-01T12:10:00Z\",\"gpus\":[{\"uuid\":\"GPU-x\",\"cap_w\":350}],\"restore\":\"pre_event\"}' \\
-    http://127.0.0.1:9450/v1/leases/evt-42
+    -d \"$LEASE\" http://127.0.0.1:9450/v1/leases/evt-42
   curl -H \"Authorization: Bearer $TOKEN\" http://127.0.0.1:9450/v1/gpus
 
   # Keep it alive, or end it now (restores pre-event limits):

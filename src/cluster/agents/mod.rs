@@ -211,7 +211,10 @@ struct WantedLease {
 struct Known {
     /// Last GPU report per node; `None` when the node did not answer the last poll.
     gpus: Vec<Option<Vec<GpuStatus>>>,
-    jobs: Vec<MappedJob>,
+    /// Jobs as last mapped (shared: telemetry and dispatch read them without copying).
+    jobs: Arc<[MappedJob]>,
+    /// Position of each job in `jobs`, for dispatch's per-command lookup.
+    job_index: HashMap<Arc<str>, usize>,
     /// Latest generation confirmed or attempted per job.
     generations: HashMap<Arc<str>, u64>,
     /// Leases wanted, per (job, node index).
@@ -227,6 +230,12 @@ struct Known {
 }
 
 impl Known {
+    /// Jobs holding a lease on some node, computed once per pass (one set lookup per job
+    /// instead of a scan of every lease).
+    fn capped_jobs(&self) -> std::collections::HashSet<Arc<str>> {
+        self.leases.keys().map(|(job, _)| job.clone()).collect()
+    }
+
     /// Stores a poll's answers, remembering each GPU's maximum.
     fn store_gpus(&mut self, gpus: Vec<Option<Vec<GpuStatus>>>) {
         for s in gpus.iter().flatten().flatten() {
@@ -550,7 +559,13 @@ impl AgentsBackend {
         Ok(jobs)
     }
 
-    fn job_state(&self, job: &MappedJob, gpus: &[Option<Vec<GpuStatus>>], known: &mut Known) -> JobState {
+    fn job_state(
+        &self,
+        job: &MappedJob,
+        gpus: &[Option<Vec<GpuStatus>>],
+        known: &mut Known,
+        capped_jobs: &std::collections::HashSet<Arc<str>>,
+    ) -> JobState {
         let statuses: Vec<Option<&GpuStatus>> = job
             .gpus
             .iter()
@@ -575,7 +590,7 @@ impl AgentsBackend {
             applied = hi;
         }
         let n = job.gpus.len();
-        let capped = known.leases.keys().any(|(j, _)| *j == job.id);
+        let capped = capped_jobs.contains(&job.id);
         let seen = known.uncapped_seen.entry(job.id.clone()).or_insert(0.0);
         if !capped {
             *seen = seen.max(measured);
@@ -701,7 +716,7 @@ impl AgentsBackend {
     async fn apply_one(&self, command: &CapCommand, deadline: Instant) -> CapOutcome {
         let (job, latest) = {
             let known = self.known();
-            let job = known.jobs.iter().find(|j| j.id == command.job).cloned();
+            let job = known.job_index.get(&command.job).map(|&i| known.jobs[i].clone());
             (job, known.generations.get(&command.job).copied().unwrap_or(0))
         };
         let Some(job) = job else {
@@ -884,8 +899,9 @@ impl AgentsBackend {
         let Some((model, min_readings)) = &self.predictor else {
             return;
         };
+        let capped_jobs = known.capped_jobs();
         for (job, dram, copy) in activity {
-            let capped = known.leases.keys().any(|(j, _)| j == job);
+            let capped = capped_jobs.contains(job);
             if capped || known.suspended.contains(job) {
                 continue;
             }
@@ -942,12 +958,13 @@ impl ClusterBackend for AgentsBackend {
             return Err(BackendError::Unreachable(why));
         }
         let jobs = self.map_jobs(&gpus).await?;
+        let running: std::collections::HashSet<&str> = jobs.iter().map(|j| &*j.id).collect();
         let ended: Vec<(Arc<str>, usize)> = {
             let mut known = self.known();
             let ended: Vec<(Arc<str>, usize)> = known
                 .leases
                 .keys()
-                .filter(|(job, _)| !jobs.iter().any(|j| j.id == *job))
+                .filter(|(job, _)| !running.contains(&**job))
                 .cloned()
                 .collect();
             for key in &ended {
@@ -962,11 +979,16 @@ impl ClusterBackend for AgentsBackend {
         self.release_leases(&ended).await;
         let mut known = self.known();
         // Forget what was learned about jobs that are gone (ids are not reused meaningfully).
-        known.uncapped_seen.retain(|id, _| jobs.iter().any(|j| j.id == *id));
-        known.uncapped_runs.retain(|id, _| jobs.iter().any(|j| j.id == *id));
-        known.suspended.retain(|id| jobs.iter().any(|j| j.id == *id));
-        let states = jobs.iter().map(|j| self.job_state(j, &gpus, &mut known)).collect();
-        known.jobs = jobs;
+        known.uncapped_seen.retain(|id, _| running.contains(&**id));
+        known.uncapped_runs.retain(|id, _| running.contains(&**id));
+        known.suspended.retain(|id| running.contains(&**id));
+        let capped_jobs = known.capped_jobs();
+        let states = jobs
+            .iter()
+            .map(|j| self.job_state(j, &gpus, &mut known, &capped_jobs))
+            .collect();
+        known.job_index = jobs.iter().enumerate().map(|(i, j)| (j.id.clone(), i)).collect();
+        known.jobs = jobs.into();
         known.store_gpus(gpus);
         Ok(states)
     }
@@ -993,7 +1015,7 @@ impl ClusterBackend for AgentsBackend {
         let mut per_job = Vec::new();
         // Each job's GPU-mean memory activity now, for the predictor (only if every GPU said).
         let mut activity: Vec<(Arc<str>, f64, f64)> = Vec::new();
-        for job in &jobs {
+        for job in jobs.iter() {
             // A job with any GPU unmeasured is left out: the gateway counts it conservatively.
             let mut power = 0.0;
             let mut complete = true;
