@@ -10,6 +10,8 @@
 //! - an agent SIGKILLed mid-event: its job counts at its maximum draw, unconfirmed, and the
 //!   confirmed job is capped deeper (no Slurm: it has one node, this needs two);
 //! - out-of-range caps are clamped and reported; a refused token changes nothing;
+//! - untagged jobs get a PFI predicted from the agents' `/metrics` (DRAM activity × memory-copy
+//!   utilisation of their uncapped run) and the more flexible one is cut deeper;
 //! - the commented `type = "agents"` example of deploy/flexgate.toml loads.
 //!
 //! Slurm is started by tests/peers/slurm.sh; only one can run on the machine, so everything
@@ -825,6 +827,99 @@ async fn an_agent_killed_mid_event_moves_its_shortfall_onto_the_confirmed_job() 
 }
 
 // ---------------------------------------------------------------------------------------------
+// Untagged jobs: PFI predicted from the agents' /metrics steers the cut (no Slurm needed)
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn untagged_jobs_get_a_pfi_predicted_from_agent_metrics_and_the_more_flexible_is_cut_deeper() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // n2 runs a memory-bound job, n1 a compute-bound one. With equal predicted PFIs the planner
+    // cut n1 deeper here (382 W vs 462 W per GPU: their simulated GPUs draw differently), so only
+    // the prediction can make n2 the deeper cut.
+    let memory = |dram, copy| AgentOptions {
+        memory_activity: Some((dram, copy)),
+        ..AgentOptions::default()
+    };
+    let n1 = AgentProcess::start(&dir.path().join("n1"), "n1", &memory(0.32, 26.0));
+    let n2 = AgentProcess::start(&dir.path().join("n2"), "n2", &memory(0.52, 38.0));
+    // The site's measured jobs: PFI rises steeply with DRAM activity x memory-copy utilisation.
+    let samples = json!([
+        {"pfi": 1.20, "dram_active": 0.30, "mem_copy_util_pct": 25.0, "cluster": "dense_pt"},
+        {"pfi": 1.45, "dram_active": 0.35, "mem_copy_util_pct": 30.0, "cluster": "dense_pt"},
+        {"pfi": 1.80, "dram_active": 0.42, "mem_copy_util_pct": 34.0, "cluster": "dense_ft"},
+        {"pfi": 2.20, "dram_active": 0.48, "mem_copy_util_pct": 37.0, "cluster": "moe_ft"},
+        {"pfi": 2.60, "dram_active": 0.55, "mem_copy_util_pct": 40.0, "cluster": "moe_pt"},
+    ]);
+    let mut backend = agents_config(&[&n1, &n2], token_file(dir.path(), "agent.token", TOKEN), None);
+    backend.pfi_predictor = Some(flexgate::cluster::agents::PredictorSource {
+        samples: token_file(dir.path(), "pfi-samples.json", &samples.to_string()),
+        min_readings: 3,
+    });
+    let server = start_gateway(gateway_config(&dir.path().join("gw"), backend, 2)).await;
+    let (job1, job2) = ("node:n1".to_string(), "node:n2".to_string());
+    let meter = wait_inventory(&server, &[(job1.clone(), 8), (job2.clone(), 8)]).await;
+    // Three 1 s readings of each uncapped run, then both have a predicted PFI.
+    let predicted = wait_for("both jobs' PFI predicted", Duration::from_secs(15), || async {
+        let jobs = server.gateway.jobs().await;
+        let pfi = |id: &str| {
+            jobs.iter()
+                .find(|j| j.id == id)
+                .and_then(|j| j.elasticity.strip_prefix("predicted PFI "))
+                .and_then(|rest| rest.split(' ').next())
+                .and_then(|mean| mean.parse::<f64>().ok())
+        };
+        match (pfi(&job1), pfi(&job2)) {
+            (Some(a), Some(b)) => Ok((a, b)),
+            _ => Err(brief_jobs(&jobs)),
+        }
+    })
+    .await;
+    let known: Vec<Value> = records(&server, RecordKind::Measurement)
+        .into_iter()
+        .filter_map(|(_, b)| b.get("elasticity_known").cloned())
+        .collect();
+    assert!(
+        known
+            .iter()
+            .any(|k| k[&job1].as_str().is_some_and(|s| s.starts_with("predicted "))),
+        "the prediction is recorded for the auditor: {known:?}"
+    );
+    submit(&server, "ev-predicted", meter - 3.0).await;
+    let plan = wait_for("both nodes capped and confirmed", Duration::from_secs(15), || async {
+        let plan = server.gateway.plan().await;
+        let jobs = server.gateway.jobs().await;
+        let seen = || format!("plan {}; jobs {}", brief_plan(plan.as_ref()), brief_jobs(&jobs));
+        let Some(p) = plan.as_ref() else { return Err(seen()) };
+        let capped = cap_of(p, &job1).is_some_and(|c| c < 699.5) || cap_of(p, &job2).is_some_and(|c| c < 699.5);
+        if capped && jobs.iter().all(|j| j.confirmed) {
+            Ok(p.clone())
+        } else {
+            Err(seen())
+        }
+    })
+    .await;
+    let (c1, c2) = (
+        cap_of(&plan, &job1).unwrap_or(700.0),
+        cap_of(&plan, &job2).unwrap_or(700.0),
+    );
+    eprintln!(
+        "6. predicted PFI node:n1 {:.2}, node:n2 {:.2} -> caps {c1:.1} W, {c2:.1} W: {}",
+        predicted.0,
+        predicted.1,
+        brief_plan(Some(&plan))
+    );
+    assert!(
+        predicted.1 > predicted.0 + 0.5,
+        "the memory-bound job is predicted more flexible: {predicted:?}"
+    );
+    assert!(
+        c2 < c1 - 0.5,
+        "the job with the higher predicted PFI is cut deeper: node:n2 {c2:.1} W vs node:n1 {c1:.1} W"
+    );
+    server.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Refused tokens change nothing; out-of-range caps are clamped and reported
 // ---------------------------------------------------------------------------------------------
 
@@ -838,6 +933,7 @@ async fn refused_tokens_change_nothing_and_out_of_range_caps_are_clamped_and_rep
         &AgentOptions {
             initial_limit_w: vec![(5, 600.0)],
             oob_limit_w: vec![(0, 300.0)],
+            memory_activity: None,
         },
     );
     let pre_event = agent.limits().await;

@@ -79,6 +79,8 @@ pub struct AgentOptions {
     pub initial_limit_w: Vec<(u32, f64)>,
     /// Out-of-band (BMC) limit per GPU index, W.
     pub oob_limit_w: Vec<(u32, f64)>,
+    /// Memory activity of every GPU when uncapped: (DRAM active 0–1, memory-copy %).
+    pub memory_activity: Option<(f64, f64)>,
 }
 
 impl AgentProcess {
@@ -101,9 +103,12 @@ impl AgentProcess {
         std::fs::write(
             &config,
             format!(
-                "[simulate]\ninitial_limit_w = {{ {} }}\noob_limit_w = {{ {} }}\n",
+                "[simulate]\ninitial_limit_w = {{ {} }}\noob_limit_w = {{ {} }}\n{}",
                 map(&options.initial_limit_w),
-                map(&options.oob_limit_w)
+                map(&options.oob_limit_w),
+                options.memory_activity.map_or_else(String::new, |(dram, copy)| format!(
+                    "dram_active = {dram:.3}\nmem_copy_util_pct = {copy:.1}\n"
+                ))
             ),
         )
         .expect("agent config");

@@ -17,6 +17,8 @@
 //! gpus = 8
 //! oob_limit_w = { "0" = 450 }                      # out-of-band limit of GPU 0
 //! initial_limit_w = { "1" = 650 }                  # GPU 1 starts at 650 W instead of default
+//! dram_active = 0.5                                # memory activity when uncapped (a memory-bound job)
+//! mem_copy_util_pct = 40
 //! ```
 //!
 //! The full annotated example is `adapters/agent/agent.example.toml`; a test parses it.
@@ -114,6 +116,10 @@ pub struct SimulateSection {
     pub initial_limit_w: BTreeMap<String, f64>,
     /// Settling time constant, s (default 0.3).
     pub tau_s: Option<f64>,
+    /// DRAM activity (0–1) of every GPU when uncapped (default: 0.35–0.55 per GPU, seeded).
+    pub dram_active: Option<f64>,
+    /// Memory-copy utilisation (%) of every GPU when uncapped (default: 25–40 %, seeded).
+    pub mem_copy_util_pct: Option<f64>,
 }
 
 impl ConfigFile {
@@ -200,6 +206,8 @@ impl SimulateSection {
         o.default_w = self.default_w.unwrap_or(o.default_w);
         o.max_w = self.max_w.unwrap_or(o.max_w);
         o.tau_s = self.tau_s.unwrap_or(o.tau_s);
+        o.dram_active = self.dram_active;
+        o.mem_copy_util_pct = self.mem_copy_util_pct;
         o.oob_limit_w = index_map("oob_limit_w", &self.oob_limit_w)?;
         o.initial_limit_w = index_map("initial_limit_w", &self.initial_limit_w)?;
         Ok(o)

@@ -47,6 +47,12 @@ pub struct SimOptions {
     pub initial_limit_w: BTreeMap<u32, f64>,
     /// Settling time constant, s.
     pub tau_s: f64,
+    /// DRAM activity (0–1) of every GPU when uncapped; `None`: 0.35–0.55 per GPU, seeded by host
+    /// and index. Lets a test or demo give a node a memory-bound (flexible) or compute-bound job,
+    /// which is what the gateway's telemetry PFI predictor reads.
+    pub dram_active: Option<f64>,
+    /// Memory-copy utilisation (%) of every GPU when uncapped; `None`: 25–40 % per GPU, seeded.
+    pub mem_copy_util_pct: Option<f64>,
 }
 
 impl SimOptions {
@@ -63,6 +69,8 @@ impl SimOptions {
             oob_limit_w: BTreeMap::new(),
             initial_limit_w: BTreeMap::new(),
             tau_s: 0.3,
+            dram_active: None,
+            mem_copy_util_pct: None,
         }
     }
 }
@@ -177,6 +185,16 @@ impl SimGpus {
                 }
             }
         }
+        if let Some(d) = o.dram_active
+            && !(0.0..=1.0).contains(&d)
+        {
+            return Err(SimError(format!("dram_active must be in [0, 1], got {d}")));
+        }
+        if let Some(c) = o.mem_copy_util_pct
+            && !(0.0..=100.0).contains(&c)
+        {
+            return Err(SimError(format!("mem_copy_util_pct must be in [0, 100] %, got {c}")));
+        }
         for (&i, &w) in &o.initial_limit_w {
             if w < o.min_w || w > o.max_w {
                 return Err(SimError(format!(
@@ -223,8 +241,8 @@ impl SimGpus {
                 uncapped_base_w,
                 wobble_w: 0.015 * o.max_w,
                 phase: std::f64::consts::TAU * unit(seed, 2),
-                dram_base: 0.35 + 0.2 * unit(seed, 3),
-                copy_base_pct: 25.0 + 15.0 * unit(seed, 4),
+                dram_base: o.dram_active.unwrap_or_else(|| 0.35 + 0.2 * unit(seed, 3)),
+                copy_base_pct: o.mem_copy_util_pct.unwrap_or_else(|| 25.0 + 15.0 * unit(seed, 4)),
                 filt_from_w: start_draw,
                 filt_to_w: enforced_w,
                 filt_t0: now,
@@ -406,6 +424,33 @@ mod tests {
     use super::*;
     use crate::clock::ManualClock;
     use chrono::TimeDelta;
+
+    #[test]
+    fn memory_activity_can_be_set_for_every_gpu_and_is_range_checked() {
+        let clock = Arc::new(ManualClock::new(Utc::now()));
+        let mut o = SimOptions::h200("mem", 2);
+        o.dram_active = Some(0.5);
+        o.mem_copy_util_pct = Some(40.0);
+        let gpus = SimGpus::new(&o, clock.clone()).expect("valid");
+        for i in 0..2 {
+            let r = gpus.readings(i).expect("readings");
+            let dram = r.dram_active.expect("dram");
+            // Uncapped: activity ≈ 1, so the readings are the configured values (± wobble).
+            assert!((dram - 0.5).abs() < 0.03, "{dram}");
+            assert!((r.mem_copy_util_pct.expect("copy") - 40.0).abs() <= 2.0);
+        }
+        for (dram, copy) in [
+            (Some(1.5), None),
+            (Some(-0.1), None),
+            (None, Some(101.0)),
+            (Some(f64::NAN), None),
+        ] {
+            let mut bad = SimOptions::h200("mem", 1);
+            bad.dram_active = dram;
+            bad.mem_copy_util_pct = copy;
+            assert!(SimGpus::new(&bad, clock.clone()).is_err(), "{dram:?} {copy:?}");
+        }
+    }
 
     fn setup(opts: SimOptions) -> (SimGpus, Arc<ManualClock>) {
         let start = DateTime::parse_from_rfc3339("2026-06-01T12:00:00Z")
