@@ -650,3 +650,75 @@ async fn reconcile_notices_drift_and_re_sends_unconfirmed_caps_once_the_node_ans
     assert!(metrics.contains("flexgate_cap_drifts_total 1"), "{metrics}");
     assert!(metrics.contains("flexgate_cap_retries_total 2"), "{metrics}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn after_a_restart_mid_event_the_end_restores_the_pre_event_caps_recorded_at_its_start() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (gw, sim) = gateway(dir.path(), 8, SimFaults::default()).await;
+    let jobs: Vec<JobState> = sim.inventory().await.expect("inventory");
+    let job = jobs[0].spec.id.clone();
+    // Before any event someone runs this job at 600 W per GPU: that is its pre-event cap.
+    let r = sim
+        .apply(&[flexgate::cluster::CapCommand {
+            job: job.clone(),
+            cap: flexgate_policies::units::WattsPerGpu(600.0),
+            generation: 1,
+            until: None,
+        }])
+        .await;
+    assert!(matches!(r[0].outcome, flexgate::cluster::CapOutcome::Applied { .. }));
+    let baseline = meter_kw(&gw).await;
+    let (status, ack) = post(&gw, &event("ev-pre", 1, baseline * 0.8, 0, Some(600)), Some(TOKEN)).await;
+    assert_eq!(status, StatusCode::OK, "{ack}");
+    // Through the 300 s ramp (the ceiling steps down at its end).
+    for _ in 0..80 {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        gw.tick(true).await.expect("tick");
+    }
+    // Several plans: only the first records the pre-event caps.
+    for revision in 2..=4 {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let kw = baseline * (0.8 - 0.01 * revision as f64);
+        let (status, ack) = post(&gw, &event("ev-pre", revision, kw, 0, Some(600)), Some(TOKEN)).await;
+        assert_eq!(status, StatusCode::OK, "{ack}");
+        gw.tick(true).await.expect("tick");
+    }
+    let plans: Vec<Value> = gw
+        .ledger()
+        .iter_from(1)
+        .filter_map(Result::ok)
+        .filter(|r| r.body["plan"]["rows"].is_array())
+        .map(|r| r.body)
+        .collect();
+    assert!(plans.len() >= 3, "{} plans", plans.len());
+    assert!(plans[0]["pre_event_caps"].is_object(), "the first plan carries them");
+    assert!(
+        plans[1..].iter().all(|p| p["pre_event_caps"].is_null()),
+        "later plans do not repeat them"
+    );
+    assert_eq!(plans[0]["pre_event_caps"][&*job].as_f64(), Some(600.0));
+
+    // Crash and restart on the same ledger; the event ends; the job goes back to 600 W, not 700.
+    let clock = gw.clock();
+    let gw = Arc::try_unwrap(gw).ok().expect("sole owner");
+    gw.close().await.expect("close");
+    let (gw2, _) = gateway_on(dir.path(), 8, SimFaults::default(), clock).await;
+    // (The new gateway gets a fresh simulated cluster; what is checked is the cap it sends back
+    // at the end, which can only come from the copy recorded with the first plan.)
+    tokio::time::sleep(Duration::from_secs(600 + 300 + 60)).await;
+    gw2.tick(true).await.expect("tick");
+    let restore = gw2
+        .ledger()
+        .iter_from(1)
+        .filter_map(Result::ok)
+        .filter(|r| r.kind == flexgate::ledger::RecordKind::Restore)
+        .last()
+        .expect("a restore after the event")
+        .body;
+    let row = restore["rows"]
+        .as_array()
+        .and_then(|rows| rows.iter().find(|row| row[0] == json!(&*job)))
+        .cloned()
+        .expect("the job is restored");
+    assert_eq!(row[1].as_f64(), Some(600.0), "restored to its pre-event cap: {row}");
+}

@@ -97,13 +97,14 @@ impl Gateway {
                     let started: Vec<_> = after.iter().filter(|id| !before_set.contains(id)).cloned().collect();
                     for id in &ended {
                         state.caps.remove(id);
-                        state.pre_event_caps.remove(id);
+                        state.pre_event_caps_changed |= state.pre_event_caps.remove(id).is_some();
                     }
                     // A job that starts mid-event runs at its own (uncapped) pre-event cap.
                     if state.curtailment_started.is_some() {
                         let started: HashSet<&Arc<str>> = started.iter().collect();
                         for job in jobs.iter().filter(|j| started.contains(&j.spec.id)) {
                             state.pre_event_caps.insert(job.spec.id.clone(), job.applied_cap);
+                            state.pre_event_caps_changed = true;
                         }
                     }
                     self.ledger

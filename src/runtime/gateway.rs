@@ -162,6 +162,10 @@ pub(crate) struct State {
     pub jobs: Vec<JobState>,
     pub caps: HashMap<Arc<str>, AppliedCap>,
     pub pre_event_caps: HashMap<Arc<str>, WattsPerGpu>,
+    /// `pre_event_caps` changed since the last plan record: the next one carries it (recovery
+    /// takes the latest recorded copy). Recording it only on change keeps a 1,000-entry map out
+    /// of every plan record on the event path.
+    pub pre_event_caps_changed: bool,
     pub curtailment_started: Option<(DateTime<Utc>, f64)>,
     /// Metered power when the curtailment started (the measured baseline for the budget).
     pub pre_event_meter_kw: Option<f64>,
@@ -316,6 +320,7 @@ impl Gateway {
             jobs,
             caps: HashMap::new(),
             pre_event_caps: HashMap::new(),
+            pre_event_caps_changed: false,
             curtailment_started: None,
             pre_event_meter_kw: None,
             opted_out: std::collections::HashSet::new(),
@@ -699,6 +704,7 @@ impl Gateway {
             state.curtailment_started = Some((now, gpu_now));
             state.pre_event_meter_kw = state.telemetry.as_ref().map(|t| t.meter_kw.value());
             state.pre_event_caps = state.jobs.iter().map(|j| (j.spec.id.clone(), j.applied_cap)).collect();
+            state.pre_event_caps_changed = true;
         }
         let (started, pre_gpu) = state.curtailment_started.unwrap_or((now, 0.0));
         let cooling = CoolingState::AfterStep {
@@ -786,7 +792,7 @@ impl Gateway {
                 "suspended": state.suspended,
                 "gpu_budget_w": gpu_budget,
                 "plan": compact_plan(&plan),
-                "pre_event_caps": state.pre_event_caps,
+                "pre_event_caps": state.pre_event_caps_changed.then_some(&state.pre_event_caps),
                 "curtailment_started": state.curtailment_started,
                 "pre_event_meter_kw": state.pre_event_meter_kw,
             }),
@@ -795,6 +801,7 @@ impl Gateway {
         let Some(record) = appended.last().cloned() else {
             return Ok(());
         };
+        state.pre_event_caps_changed = false;
         self.counters.plans.fetch_add(1, Ordering::Relaxed);
         let until = caps_until(&state.book, &ceiling.events);
         let commands: Vec<CapCommand> = plan
@@ -1376,14 +1383,17 @@ fn compact_plan(plan: &CapPlan) -> serde_json::Value {
         .entries
         .iter()
         .map(|e| {
-            json!([
-                e.job,
-                (e.cap.value() * 10.0).round() / 10.0,
-                e.expected_power.value().round(),
-                e.expected_tokens.value().round(),
-                e.floor.value().round(),
-                e.floor_kind,
-                e.reason
+            // Values built directly: this runs for every job at every plan, on the event path,
+            // and going through serde for the enums and the shared strings costs more than the
+            // planning itself.
+            serde_json::Value::Array(vec![
+                serde_json::Value::String(e.job.to_string()),
+                json!((e.cap.value() * 10.0).round() / 10.0),
+                json!(e.expected_power.value().round()),
+                json!(e.expected_tokens.value().round()),
+                json!(e.floor.value().round()),
+                serde_json::Value::String(e.floor_kind.as_str().to_string()),
+                serde_json::Value::String(e.reason.as_str().to_string()),
             ])
         })
         .collect();

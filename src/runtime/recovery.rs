@@ -16,6 +16,8 @@ impl Gateway {
     pub(crate) async fn recover(&self) -> Result<(), LedgerError> {
         let mut state = self.state.lock().await;
         let mut last_plan: Option<(u64, Option<String>, Value)> = None;
+        // Plan records carry `pre_event_caps` only when it changed: keep the latest copy.
+        let mut pre_event_caps: Option<Value> = None;
         let mut events = 0usize;
         for record in self.ledger.iter_from(0) {
             let record = record?;
@@ -35,7 +37,12 @@ impl Gateway {
                         tracing::warn!(seq = record.seq, "interpretation record could not be replayed");
                     }
                 }
-                RecordKind::Plan => last_plan = Some((record.seq, record.event.clone(), record.body)),
+                RecordKind::Plan => {
+                    if !record.body["pre_event_caps"].is_null() {
+                        pre_event_caps = Some(record.body["pre_event_caps"].clone());
+                    }
+                    last_plan = Some((record.seq, record.event.clone(), record.body));
+                }
                 // Jobs the gateway suspended stay suspended across its restart, and are resumed
                 // when the curtailment ends.
                 RecordKind::Dispatch if record.body["action"] == "suspend" => {
@@ -52,7 +59,10 @@ impl Gateway {
                         }
                     }
                 }
-                RecordKind::Restore => last_plan = None,
+                RecordKind::Restore => {
+                    last_plan = None;
+                    pre_event_caps = None;
+                }
                 RecordKind::Operator if record.body["action"] == "opt_out" => {
                     if let Some(id) = record.event.clone() {
                         state.opted_out.insert(id);
@@ -76,7 +86,7 @@ impl Gateway {
         let mut reapplied = 0usize;
         if let Some((seq, event, body)) = last_plan {
             let pre: HashMap<Arc<str>, WattsPerGpu> =
-                serde_json::from_value::<HashMap<String, WattsPerGpu>>(body["pre_event_caps"].clone())
+                serde_json::from_value::<HashMap<String, WattsPerGpu>>(pre_event_caps.unwrap_or(Value::Null))
                     .unwrap_or_default()
                     .into_iter()
                     .map(|(k, v)| (Arc::from(k.as_str()), v))
@@ -86,7 +96,7 @@ impl Gateway {
             state.curtailment_started = serde_json::from_value(body["curtailment_started"].clone())
                 .ok()
                 .flatten();
-            let running: Vec<Arc<str>> = state.jobs.iter().map(|j| j.spec.id.clone()).collect();
+            let running: std::collections::HashSet<Arc<str>> = state.jobs.iter().map(|j| j.spec.id.clone()).collect();
             let commands: Vec<CapCommand> = body["plan"]["rows"]
                 .as_array()
                 .map(|rows| {

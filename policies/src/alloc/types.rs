@@ -167,6 +167,22 @@ pub enum Reason {
     FallbackUniform,
 }
 
+impl Reason {
+    /// The name it is serialized under (snake case), without going through serde: ledgers write
+    /// one per job per plan.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Uncapped => "uncapped",
+            Self::Curtailed => "curtailed",
+            Self::AtCapFloor => "at_cap_floor",
+            Self::AtTierFloor => "at_tier_floor",
+            Self::InflexibleUnknown => "inflexible_unknown",
+            Self::FallbackUniform => "fallback_uniform",
+        }
+    }
+}
+
 /// Which limit sets a job's floor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -175,6 +191,17 @@ pub enum FloorKind {
     CapMin,
     /// The job's QoS tier (maximum slowdown).
     Tier,
+}
+
+impl FloorKind {
+    /// The name it is serialized under (snake case), without going through serde.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::CapMin => "cap_min",
+            Self::Tier => "tier",
+        }
+    }
 }
 
 /// One job's line in a plan.
@@ -213,4 +240,26 @@ pub struct CapPlan {
     pub entries: Vec<PlanEntry>,
     /// Jobs whose elasticity was unknown and that had to be capped anyway.
     pub fallbacks: Vec<Arc<str>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn as_str_names_match_serde() {
+        for r in [
+            Reason::Uncapped,
+            Reason::Curtailed,
+            Reason::AtCapFloor,
+            Reason::AtTierFloor,
+            Reason::InflexibleUnknown,
+            Reason::FallbackUniform,
+        ] {
+            assert_eq!(serde_json::to_value(r).ok(), Some(serde_json::json!(r.as_str())));
+        }
+        for f in [FloorKind::CapMin, FloorKind::Tier] {
+            assert_eq!(serde_json::to_value(f).ok(), Some(serde_json::json!(f.as_str())));
+        }
+    }
 }
