@@ -1227,4 +1227,73 @@ mod http {
         assert!(matches!(e, ClientError::Connect { .. }), "{e}");
         assert!(e.to_string().contains(&format!("{url}/events")), "{e}");
     }
+
+    /// A VTN that keeps the first connection alive after one answer, then drops it when the next
+    /// request arrives on it (as a restarted or overloaded server does), and answers normally
+    /// on new connections.
+    async fn serve_then_drop_the_kept_alive_connection() -> (String, Arc<Mutex<Vec<usize>>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        // Connection number of every request that was read.
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let log2 = log.clone();
+        tokio::spawn(async move {
+            for conn in 0usize.. {
+                let Ok((mut sock, _)) = listener.accept().await else {
+                    return;
+                };
+                let log = log2.clone();
+                tokio::spawn(async move {
+                    let mut pending = Vec::new();
+                    let mut tmp = [0u8; 4096];
+                    for request in 0.. {
+                        // Read one request head (GETs carry no body).
+                        let end = loop {
+                            if let Some(p) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
+                                break p + 4;
+                            }
+                            let Ok(n) = sock.read(&mut tmp).await else { return };
+                            if n == 0 {
+                                return;
+                            }
+                            pending.extend_from_slice(&tmp[..n]);
+                        };
+                        pending.drain(..end);
+                        log.lock().expect("log").push(conn);
+                        if conn == 0 && request == 1 {
+                            // Drop the kept-alive connection without answering.
+                            return;
+                        }
+                        let body = b"[]";
+                        let head = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                            body.len()
+                        );
+                        if sock.write_all(head.as_bytes()).await.is_err() || sock.write_all(body).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (format!("http://{addr}/openadr3/3.1.0"), log)
+    }
+
+    #[tokio::test]
+    async fn a_poll_on_a_dropped_keep_alive_connection_is_sent_again_on_a_fresh_one() {
+        let (base, log) = serve_then_drop_the_kept_alive_connection().await;
+        let client = Client::new(base, Auth::Anonymous, http());
+        let first = client.get_events(None, &[]).await.expect("first poll");
+        assert!(matches!(first, Polled::Events(ref e) if e.is_empty()), "{first:?}");
+        let second = client
+            .get_events(None, &[])
+            .await
+            .expect("the second poll succeeds on a new connection");
+        assert!(matches!(second, Polled::Events(ref e) if e.is_empty()), "{second:?}");
+        assert_eq!(
+            *log.lock().expect("log"),
+            vec![0, 0, 1],
+            "two requests on the first connection (the second dropped), the resend on a new one"
+        );
+    }
 }

@@ -186,6 +186,7 @@ impl Client {
     ) -> Result<reqwest::Response, ClientError> {
         let renewable = matches!(self.inner.auth, Auth::ClientCredentials { .. });
         let mut refresh = false;
+        let mut resent_on_fresh_connection = false;
         loop {
             let token = self.bearer(refresh).await?;
             let mut rb = self
@@ -205,7 +206,25 @@ impl Client {
             if let Some(etag) = if_none_match {
                 rb = rb.header(header::IF_NONE_MATCH, etag);
             }
-            let resp = rb.send().await.map_err(|e| ClientError::transport(url, e))?;
+            let resp = match rb.send().await {
+                Ok(resp) => resp,
+                // A keep-alive connection the VTN closed (or that died with it) fails the request
+                // without saying whether the server is still there. An idempotent request is sent
+                // once more, which opens a fresh connection: a live VTN answers, a dead one
+                // refuses the connection, and the error then says so (Connect), instead of a
+                // poll failing on a stale socket.
+                Err(e)
+                    if !resent_on_fresh_connection
+                        && e.is_request()
+                        && !e.is_connect()
+                        && !e.is_timeout()
+                        && matches!(method, Method::GET | Method::PUT | Method::DELETE) =>
+                {
+                    resent_on_fresh_connection = true;
+                    continue;
+                }
+                Err(e) => return Err(ClientError::transport(url, e)),
+            };
             if resp.status() == StatusCode::UNAUTHORIZED && renewable && !refresh {
                 refresh = true;
                 continue;
