@@ -30,24 +30,8 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
-/// A CA and an agent certificate for 127.0.0.1, written as PEM files into `dir`.
-fn mint_pki(dir: &std::path::Path) {
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
-    let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.distinguished_name.push(rcgen::DnType::CommonName, "bench CA");
-    let ca_key = KeyPair::generate().expect("key");
-    let ca = params.self_signed(&ca_key).expect("CA");
-    let issuer = Issuer::new(params, ca_key);
-    let key = KeyPair::generate().expect("key");
-    let cert = CertificateParams::new(vec!["127.0.0.1".to_string()])
-        .expect("params")
-        .signed_by(&key, &issuer)
-        .expect("agent certificate");
-    std::fs::write(dir.join("ca.pem"), ca.pem()).expect("pem");
-    std::fs::write(dir.join("agent.pem"), cert.pem()).expect("pem");
-    std::fs::write(dir.join("agent-key.pem"), key.serialize_pem()).expect("pem");
-}
+#[path = "../tests/common/pki.rs"]
+mod pki;
 
 fn main() {
     let smoke = std::env::args().any(|a| a == "--test");
@@ -55,7 +39,7 @@ fn main() {
     let tls = std::env::args().any(|a| a == "--tls");
     let (agents, rounds) = if smoke { (20, 5) } else { (1_000, 50) };
     let pki = tempfile::tempdir().expect("dir");
-    mint_pki(pki.path());
+    pki::mint(pki.path());
     let server_tls = tls.then(|| {
         flexgate_agent::tls::server_config(&flexgate_agent::tls::TlsFiles {
             cert_file: pki.path().join("agent.pem"),

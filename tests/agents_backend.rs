@@ -4,6 +4,8 @@
 //! stale generations are refused, a wrong token and a dead agent give `Failed` with nothing
 //! changed, and the renewal round re-creates a lease an agent lost.
 
+mod common;
+
 use flexgate::cluster::agents::{AgentNode, AgentTls, AgentsBackend, AgentsConfig, PredictorSource};
 use flexgate::cluster::{CapCommand, CapOutcome, ClusterBackend};
 use flexgate::config::facility_for_nodes;
@@ -435,8 +437,7 @@ async fn a_dcgm_exporter_page_is_read_without_the_token_and_broken_pages_count_a
 // TLS and mutual TLS between the gateway and the agents
 // ---------------------------------------------------------------------------------------------
 
-/// PEM files minted for one test: a CA, an agent server certificate (127.0.0.1 and localhost),
-/// a gateway client certificate from the same CA, and a second CA with its own client.
+/// PEM files minted for one test (see tests/common/pki.rs).
 struct Pki {
     dir: tempfile::TempDir,
 }
@@ -448,31 +449,8 @@ impl Pki {
 }
 
 fn pki() -> Pki {
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
     let dir = tempfile::tempdir().expect("dir");
-    let write = |name: &str, text: String| std::fs::write(dir.path().join(name), text).expect("pem");
-    let mut cas = Vec::new();
-    for (name, file) in [("flexgate test CA", "ca"), ("someone else's CA", "other-ca")] {
-        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(rcgen::DnType::CommonName, name);
-        let key = KeyPair::generate().expect("key");
-        let cert = params.self_signed(&key).expect("CA");
-        write(&format!("{file}.pem"), cert.pem());
-        cas.push(Issuer::new(params, key));
-    }
-    let leaf = |names: &[&str], issuer: &Issuer<'_, KeyPair>, file: &str| {
-        let key = KeyPair::generate().expect("key");
-        let cert = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
-            .expect("params")
-            .signed_by(&key, issuer)
-            .expect("leaf");
-        write(&format!("{file}.pem"), cert.pem());
-        write(&format!("{file}-key.pem"), key.serialize_pem());
-    };
-    leaf(&["127.0.0.1", "localhost"], &cas[0], "agent");
-    leaf(&["flexgate-gateway"], &cas[0], "gateway");
-    leaf(&["intruder"], &cas[1], "intruder");
+    common::pki::mint(dir.path());
     Pki { dir }
 }
 

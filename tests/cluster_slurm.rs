@@ -1128,19 +1128,10 @@ fn the_commented_agents_backend_example_loads() {
     // TLS files as the example names them, minted here.
     let tls = agents.tls.as_mut().expect("the example uses TLS to the agents");
     assert!(agents.nodes.iter().all(|n| n.url.starts_with("https://")));
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let ca_key = rcgen::KeyPair::generate().expect("key");
-    let ca = ca_params.self_signed(&ca_key).expect("CA");
-    let issuer = rcgen::Issuer::new(ca_params, ca_key);
-    let gateway_key = rcgen::KeyPair::generate().expect("key");
-    let gateway = rcgen::CertificateParams::new(vec!["flexgate-gateway".to_string()])
-        .expect("params")
-        .signed_by(&gateway_key, &issuer)
-        .expect("client certificate");
-    tls.ca_file = token_file(dir.path(), "agents-ca.pem", &ca.pem());
-    tls.cert_file = Some(token_file(dir.path(), "gateway.pem", &gateway.pem()));
-    tls.key_file = Some(token_file(dir.path(), "gateway-key.pem", &gateway_key.serialize_pem()));
+    common::pki::mint(dir.path());
+    tls.ca_file = dir.path().join("ca.pem");
+    tls.cert_file = Some(dir.path().join("gateway.pem"));
+    tls.key_file = Some(dir.path().join("gateway-key.pem"));
     AgentsBackend::new(&agents, facility()).unwrap_or_else(|e| panic!("the example does not build a backend: {e}"));
     // Unknown fields are refused, so a typo in the example would have failed above.
     let typo = block.join("\n").replace("renew_every_s", "renew_every");

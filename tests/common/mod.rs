@@ -5,4 +5,6 @@ pub mod agent;
 #[allow(dead_code)] // each test binary uses a part
 pub mod mosquitto;
 #[allow(dead_code)]
+pub mod pki;
+#[allow(dead_code)]
 pub mod slurm;
