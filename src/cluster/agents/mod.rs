@@ -471,17 +471,7 @@ impl AgentsBackend {
             }
         });
         let results = futures_util::future::join_all(calls).await;
-        let errors: Vec<&String> = results.iter().filter_map(|r| r.as_ref().err()).collect();
-        let none_answered = (errors.len() == results.len()).then(|| {
-            let shown: Vec<&str> = errors.iter().take(3).map(|e| e.as_str()).collect();
-            let more = errors.len().saturating_sub(shown.len());
-            let more = if more > 0 {
-                format!(" (and {more} more)")
-            } else {
-                String::new()
-            };
-            format!("no agent answered: {}{more}", shown.join("; "))
-        });
+        let none_answered = all_failed("no agent answered", &results);
         (results.into_iter().map(Result::ok).collect(), none_answered)
     }
 
@@ -885,11 +875,7 @@ impl AgentsBackend {
         for e in results.iter().filter_map(|r| r.as_ref().err()) {
             tracing::warn!("GPU telemetry: {e}");
         }
-        let errors: Vec<&String> = results.iter().filter_map(|r| r.as_ref().err()).collect();
-        let none_answered = (!results.is_empty() && errors.len() == results.len()).then(|| {
-            let shown: Vec<&str> = errors.iter().take(3).map(|e| e.as_str()).collect();
-            format!("no node's GPU telemetry could be read: {}", shown.join("; "))
-        });
+        let none_answered = all_failed("no node's GPU telemetry could be read", &results);
         (results.into_iter().map(Result::ok).collect(), none_answered)
     }
 
@@ -919,6 +905,25 @@ impl AgentsBackend {
             }
         }
     }
+}
+
+/// When every node's call failed, says so with the first few reasons (so that a refused token
+/// reads as such, not as a network problem); `None` when at least one node answered.
+fn all_failed<T>(what: &str, results: &[Result<T, String>]) -> Option<String> {
+    let errors: Vec<&str> = results
+        .iter()
+        .filter_map(|r| r.as_ref().err())
+        .map(String::as_str)
+        .collect();
+    if results.is_empty() || errors.len() < results.len() {
+        return None;
+    }
+    let shown = &errors[..errors.len().min(3)];
+    let more = match errors.len() - shown.len() {
+        0 => String::new(),
+        n => format!(" (and {n} more)"),
+    };
+    Some(format!("{what}: {}{more}", shown.join("; ")))
 }
 
 /// Whether `url`'s host is this machine (loopback), where clear text does not leave the host.
