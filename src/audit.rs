@@ -1,11 +1,12 @@
 //! Per-event audit: what was asked, how it was read, what was decided and done, and what the
 //! meter shows, rebuilt from the ledger alone so an auditor can reproduce it from an export.
 
-use crate::ledger::{Record, RecordKind};
+use crate::ledger::{Entry, NotAnEntry, Record};
 use crate::plot::{AxisFormat, Chart, LineStyle, Series};
 use chrono::{DateTime, Duration as ChronoDuration, Utc};
+use flexgate_policies::control::entry::{EventInterpreted, EventReceived, OperatorOptOut, Received, Trimmed};
+use flexgate_policies::event::{DrAck, Phase, Transition};
 use serde::Serialize;
-use serde_json::Value;
 use std::fmt::Write as _;
 
 /// The audit of one event.
@@ -14,19 +15,21 @@ pub struct AuditReport {
     /// Event id.
     pub event_id: String,
     /// Every revision received, verbatim, with transport metadata.
-    pub received: Vec<Value>,
+    pub received: Vec<EventReceived>,
     /// Interpretation of each revision: target → ceiling → budget chain, baseline used.
-    pub interpretations: Vec<Value>,
+    pub interpretations: Vec<EventInterpreted>,
     /// Acknowledgments sent.
-    pub acks: Vec<Value>,
+    pub acks: Vec<DrAck>,
     /// Lifecycle transitions.
-    pub transitions: Vec<Value>,
+    pub transitions: Vec<Transition>,
+    /// Operator opt-outs, with the operator's name and reason.
+    pub opt_outs: Vec<OperatorOptOut>,
     /// Plans made while this event was binding.
     pub plans: Vec<PlanSummary>,
     /// Dispatches, confirmations and restores.
     pub dispatches: Vec<DispatchSummary>,
     /// Closed-loop trims with their reasons.
-    pub trims: Vec<Value>,
+    pub trims: Vec<Trimmed>,
     /// Baseline evidence.
     pub baseline: BaselineSummary,
     /// Per interval: ceiling versus measured meter.
@@ -40,8 +43,10 @@ pub struct AuditReport {
 /// One plan.
 #[derive(Debug, Clone, Serialize)]
 pub struct PlanSummary {
-    /// Ledger sequence (= generation of its caps).
+    /// Ledger sequence.
     pub seq: u64,
+    /// The generation its caps were sent with.
+    pub generation: u64,
     /// Why it was made.
     pub reason: String,
     /// Meter ceiling it served.
@@ -63,8 +68,8 @@ pub struct PlanSummary {
 pub struct DispatchSummary {
     /// Ledger sequence.
     pub seq: u64,
-    /// `dispatch` or `restore`.
-    pub kind: String,
+    /// Why the commands were sent: `plan`, `retry_unconfirmed`, `reapply_at_start`, `restore`.
+    pub purpose: String,
     /// Commands sent.
     pub commands: usize,
     /// Confirmed by the backend.
@@ -160,109 +165,97 @@ pub struct IntervalAudit {
     pub shortfall_kw: Option<f64>,
     /// max(0, ceiling − mean meter).
     pub over_delivery_kw: Option<f64>,
-}
-
-fn at_of(value: &Value) -> Option<DateTime<Utc>> {
-    serde_json::from_value(value.clone()).ok()
+    /// Why the interval was not (or not wholly) in force, e.g. an operator's opt-out.
+    pub note: Option<String>,
 }
 
 /// Build the audit of `event_id` from all ledger records, `window_s` seconds of baseline.
-#[must_use]
-pub fn build(records: &[Record], event_id: &str, window_s: u64) -> Option<AuditReport> {
-    let mine = |r: &&Record| r.event.as_deref() == Some(event_id);
-    let of_kind = |kind: RecordKind| records.iter().filter(mine).filter(move |r| r.kind == kind);
-    let received: Vec<Value> = of_kind(RecordKind::RawInput).map(|r| r.body.clone()).collect();
-    if received.is_empty() {
-        return None;
-    }
-    let interpretations: Vec<Value> = of_kind(RecordKind::Interpretation).map(|r| r.body.clone()).collect();
-    let acks = of_kind(RecordKind::Ack).map(|r| r.body.clone()).collect();
-    let transitions: Vec<Value> = of_kind(RecordKind::EventState).map(|r| r.body.clone()).collect();
+/// `Ok(None)` when the ledger holds nothing of the event; an error names a record that is not
+/// a typed entry of this version.
+pub fn build(records: &[Record], event_id: &str, window_s: u64) -> Result<Option<AuditReport>, NotAnEntry> {
+    let mut received = Vec::new();
+    let mut interpretations: Vec<EventInterpreted> = Vec::new();
+    let mut acks = Vec::new();
+    let mut transitions: Vec<Transition> = Vec::new();
+    let mut opt_outs: Vec<OperatorOptOut> = Vec::new();
+    let mut plans = Vec::new();
+    let mut dispatches = Vec::new();
+    let mut trims = Vec::new();
     let mut fallbacks: Vec<String> = Vec::new();
-    let plans = of_kind(RecordKind::Plan)
-        .map(|r| {
-            let b = &r.body;
-            for f in b["plan"]["fallbacks"].as_array().into_iter().flatten() {
-                if let Some(f) = f.as_str()
-                    && !fallbacks.iter().any(|x| x == f)
-                {
-                    fallbacks.push(f.to_string());
+    let mut meter: Vec<(DateTime<Utc>, f64, Option<f64>)> = Vec::new();
+    for record in records {
+        let entry = record.entry()?;
+        if let Entry::MeterSample(m) = &entry {
+            meter.push((m.at, m.meter_kw, m.ceiling_kw));
+            continue;
+        }
+        if record.event.as_deref() != Some(event_id) {
+            continue;
+        }
+        match entry {
+            Entry::EventReceived(r) => received.push(r),
+            Entry::EventInterpreted(i) => interpretations.push(i),
+            Entry::EventAcked(a) => acks.push(a.ack),
+            Entry::EventPhase(t) => transitions.push(t),
+            Entry::OperatorOptOut(o) => opt_outs.push(o),
+            Entry::Plan(p) => {
+                for f in &p.plan.fallbacks {
+                    if !fallbacks.iter().any(|x| **x == **f) {
+                        fallbacks.push(f.to_string());
+                    }
                 }
+                plans.push(PlanSummary {
+                    seq: record.seq,
+                    generation: p.generation,
+                    reason: serde_json::to_value(p.reason)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_default(),
+                    ceiling_kw: Some(p.ceiling.ceiling_kw),
+                    gpu_budget_w: Some(p.gpu_budget_w),
+                    trim_w: Some(p.trim_w),
+                    planned_power_w: Some(p.plan.planned_power),
+                    shortfall_w: Some(p.plan.shortfall),
+                    jobs_capped: p
+                        .plan
+                        .rows
+                        .iter()
+                        .filter(|row| !matches!(row.6.as_str(), "uncapped" | "inflexible_unknown"))
+                        .count(),
+                });
             }
-            PlanSummary {
-                seq: r.seq,
-                reason: b["reason"].as_str().unwrap_or("").to_string(),
-                ceiling_kw: b["ceiling"]["ceiling_kw"].as_f64(),
-                gpu_budget_w: b["gpu_budget_w"].as_f64(),
-                trim_w: b["trim_w"].as_f64(),
-                planned_power_w: b["plan"]["planned_power"].as_f64(),
-                shortfall_w: b["plan"]["shortfall"].as_f64(),
-                jobs_capped: b["plan"]["rows"].as_array().map_or(0, |rows| {
-                    rows.iter()
-                        .filter(|row| !matches!(row[6].as_str(), Some("uncapped" | "inflexible_unknown")))
-                        .count()
-                }),
-            }
-        })
-        .collect();
-    let dispatches = records
-        .iter()
-        .filter(mine)
-        .filter(|r| matches!(r.kind, RecordKind::Dispatch | RecordKind::Restore))
-        .map(|r| {
-            let confirmed = r.body["confirmed"].as_u64().unwrap_or(0) as usize;
-            DispatchSummary {
-                seq: r.seq,
-                kind: if r.kind == RecordKind::Restore {
-                    "restore"
-                } else {
-                    "dispatch"
-                }
-                .to_string(),
-                commands: r.body["rows"].as_array().map_or(0, Vec::len),
-                confirmed,
-                failed: r.body["failed"].as_u64().unwrap_or(0) as usize,
-            }
-        })
-        .collect();
-    let trims = records
-        .iter()
-        .filter(mine)
-        .filter(|r| r.kind == RecordKind::Operator)
-        .map(|r| r.body.clone())
-        .collect();
+            Entry::CapsDispatched(d) => dispatches.push(DispatchSummary {
+                seq: record.seq,
+                purpose: serde_json::to_value(d.purpose)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default(),
+                commands: d.rows.len(),
+                confirmed: d.confirmed,
+                failed: d.failed,
+            }),
+            Entry::Trimmed(t) => trims.push(t),
+            _ => {}
+        }
+    }
+    if received.is_empty() {
+        return Ok(None);
+    }
 
     // Timing: the event as last interpreted; the effective start from its first transition.
-    let latest = interpretations.last().cloned().unwrap_or(Value::Null);
-    let event = &latest["event"];
-    let window_start = at_of(&event["window"]["start"]);
-    let ramp_s = event["window"]["ramp_s"].as_u64().unwrap_or(0);
+    let latest = interpretations.last();
+    let event = latest.map(|i| &i.event);
+    let window_start = event.map(|e| e.window.start);
+    let ramp_s = event.map_or(0, |e| e.window.ramp_s);
     let started = transitions
         .iter()
-        .find(|t| t["to"].as_str() == Some("ramping") || t["to"].as_str() == Some("active"))
-        .and_then(|t| at_of(&t["at"]))
+        .find(|t| matches!(t.to, Phase::Ramping | Phase::Active))
+        .map(|t| t.at)
         .or(window_start);
-    let ended = transitions
-        .iter()
-        .rev()
-        .find(|t| matches!(t["to"].as_str(), Some("completed" | "cancelled")))
-        .and_then(|t| at_of(&t["at"]));
-    let recovering = transitions
-        .iter()
-        .find(|t| t["to"].as_str() == Some("recovering"))
-        .and_then(|t| at_of(&t["at"]));
+    let ended = transitions.iter().rev().find(|t| t.to.is_terminal()).map(|t| t.at);
+    let recovering = transitions.iter().find(|t| t.to == Phase::Recovering).map(|t| t.at);
+    let opted_out = opt_outs.first();
 
-    let meter: Vec<(DateTime<Utc>, f64, Option<f64>)> = records
-        .iter()
-        .filter(|r| r.kind == RecordKind::Measurement)
-        .filter_map(|r| {
-            Some((
-                at_of(&r.body["at"])?,
-                r.body["meter_kw"].as_f64()?,
-                r.body["ceiling_kw"].as_f64(),
-            ))
-        })
-        .collect();
     let window = ChronoDuration::seconds(window_s as i64);
     let mean_in = |from: DateTime<Utc>, to: DateTime<Utc>| {
         let xs: Vec<f64> = meter
@@ -298,33 +291,48 @@ pub fn build(records: &[Record], event_id: &str, window_s: u64) -> Option<AuditR
         after_kw,
         kw: baseline_kw,
         samples: (n_before, n_after),
-        recorded_at_interpretation_kw: latest["baseline"]["kw"].as_f64(),
+        recorded_at_interpretation_kw: latest.and_then(|i| i.baseline.as_ref()).map(|b| b.kw),
         x_of_y: history,
     };
 
     let mut intervals = Vec::new();
-    if let Some(start) = window_start.or(started) {
+    if let (Some(start), Some(event), Some(latest)) = (window_start.or(started), event, latest) {
         let shift = started.map_or(ChronoDuration::zero(), |s| (s - start).max(ChronoDuration::zero()));
-        let items = event["intervals"].as_array().cloned().unwrap_or_default();
-        let duration = event["window"]["duration_s"].as_u64();
         let close = recovering.or(ended);
-        for (index, interval) in items.iter().enumerate() {
-            let offset = interval["offset_s"].as_u64().unwrap_or(0);
-            let mut from = start + shift + ChronoDuration::seconds(offset as i64);
+        let secs = |s: u64| ChronoDuration::seconds(i64::try_from(s).unwrap_or(i64::MAX / 2_000));
+        for (index, interval) in event.intervals.iter().enumerate() {
+            let offset = interval.offset_s;
+            let mut from = start + shift + secs(offset);
             if index == 0 {
-                from += ChronoDuration::seconds(ramp_s as i64);
+                from += secs(ramp_s);
             }
-            let nominal_end = interval["duration_s"]
-                .as_u64()
-                .map(|d| start + shift + ChronoDuration::seconds((offset + d) as i64))
-                .or_else(|| duration.map(|d| start + shift + ChronoDuration::seconds(d as i64)));
+            let nominal_end = interval
+                .duration_s
+                .map(|d| start + shift + secs(offset.saturating_add(d)))
+                .or_else(|| event.window.duration_s.map(|d| start + shift + secs(d)));
             let to = match (nominal_end, close) {
                 (Some(e), Some(c)) => e.min(c),
                 (Some(e), None) => e,
                 (None, Some(c)) => c,
                 (None, None) => meter.last().map_or(from, |m| m.0 + ChronoDuration::seconds(1)),
             };
-            let ceiling_kw = latest["ceilings"][index]["ceiling_kw"].as_f64();
+            let to = to.max(from);
+            // After an operator's opt-out the event's ceiling no longer applies.
+            let note = opted_out.filter(|o| o.at <= to).map(|o| {
+                format!(
+                    "opted out at {} by {}: {}",
+                    o.at.format("%H:%M:%S"),
+                    o.operator,
+                    o.reason
+                )
+            });
+            let to = opted_out.map_or(to, |o| to.min(o.at.max(from)));
+            let ceiling_kw = latest
+                .ceilings
+                .get(index)
+                .and_then(|c| c.as_ref())
+                .map(|c| c.ceiling_kw)
+                .filter(|_| to > from);
             let xs: Vec<f64> = meter
                 .iter()
                 .filter(|(t, _, _)| *t >= from && *t < to)
@@ -345,6 +353,7 @@ pub fn build(records: &[Record], event_id: &str, window_s: u64) -> Option<AuditR
                 delivered_reduction_kw: baseline_kw.zip(mean).map(|(b, m)| b - m),
                 shortfall_kw: ceiling_kw.zip(mean).map(|(c, m)| (m - c).max(0.0)),
                 over_delivery_kw: ceiling_kw.zip(mean).map(|(c, m)| (c - m).max(0.0)),
+                note,
             });
         }
     }
@@ -355,12 +364,13 @@ pub fn build(records: &[Record], event_id: &str, window_s: u64) -> Option<AuditR
         .filter(|(t, _, _)| series_from.is_none_or(|f| *t >= f) && series_to.is_none_or(|e| *t <= e))
         .copied()
         .collect();
-    Some(AuditReport {
+    Ok(Some(AuditReport {
         event_id: event_id.to_string(),
         received,
         interpretations,
         acks,
         transitions,
+        opt_outs,
         plans,
         dispatches,
         trims,
@@ -368,7 +378,21 @@ pub fn build(records: &[Record], event_id: &str, window_s: u64) -> Option<AuditR
         intervals,
         fallbacks,
         series,
-    })
+    }))
+}
+
+/// Text from outside (operator names, reasons, received bytes) with control characters
+/// escaped, so that an auditor's terminal prints it instead of obeying it.
+fn printable(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| {
+            if c.is_control() && c != '\n' {
+                c.escape_unicode().collect::<Vec<_>>()
+            } else {
+                vec![c]
+            }
+        })
+        .collect()
 }
 
 fn kw(v: Option<f64>) -> String {
@@ -383,34 +407,53 @@ impl AuditReport {
         let _ = writeln!(out, "# Audit of event `{}`\n", self.event_id);
         let _ = writeln!(out, "## Received ({} revision(s))\n", self.received.len());
         for r in &self.received {
+            let via = serde_json::to_string(&r.transport).unwrap_or_default();
+            let what = match &r.received {
+                Received::Bytes(bytes) => bytes.clone(),
+                Received::Translated { event, wire } => format!(
+                    "translated from {} event {} revision {}{}: {}",
+                    r.source.as_str(),
+                    wire.id,
+                    wire.revision,
+                    wire.signal.as_ref().map(|s| format!(" signal {s}")).unwrap_or_default(),
+                    serde_json::to_string(event).unwrap_or_default()
+                ),
+            };
             let _ = writeln!(
                 out,
                 "- at {} via {}:\n  ```json\n  {}\n  ```",
-                r["received_at"],
-                r["transport"],
-                r["bytes"].as_str().unwrap_or("")
+                r.received_at.to_rfc3339(),
+                via,
+                printable(&what)
             );
         }
         let _ = writeln!(out, "\n## Interpretation\n");
         for i in &self.interpretations {
-            let ceilings: Vec<String> = i["ceilings"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|c| kw(c["ceiling_kw"].as_f64()))
+            let ceilings: Vec<String> = i
+                .ceilings
+                .iter()
+                .map(|c| kw(c.as_ref().map(|c| c.ceiling_kw)))
                 .collect();
+            let budget = i
+                .settled_budget
+                .as_ref()
+                .and_then(|b| b["gpu_budget"].as_f64())
+                .map_or_else(
+                    || "—".into(),
+                    |w| format!("GPU budget {:.1} kW (settled cooling)", w / 1000.0),
+                );
             let _ = writeln!(
                 out,
                 "- revision {}: ceilings [{}] kW; baseline {} kW ({}); outcome {}; budget chain: {}",
-                i["event"]["revision"],
+                i.event.revision,
                 ceilings.join(", "),
-                kw(i["baseline"]["kw"].as_f64()),
-                i["baseline"]["method"].as_str().unwrap_or("none"),
-                i["outcome"].as_str().unwrap_or(""),
-                i["settled_budget"]["gpu_budget"].as_f64().map_or_else(
-                    || "—".into(),
-                    |w| format!("GPU budget {:.1} kW (settled cooling)", w / 1000.0)
-                ),
+                kw(i.baseline.as_ref().map(|b| b.kw)),
+                i.baseline.as_ref().map_or("none", |b| b.method.as_str()),
+                serde_json::to_value(i.outcome)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default(),
+                budget,
             );
         }
         let _ = writeln!(out, "\n## Acknowledgments\n");
@@ -418,20 +461,37 @@ impl AuditReport {
             let _ = writeln!(
                 out,
                 "- revision {} opt {} {} (checkpoint {})",
-                a["revision"],
-                a["opt"].as_str().unwrap_or(""),
-                a["reason"].as_str().unwrap_or(""),
-                a["log_checkpoint"].as_str().unwrap_or("")
+                a.revision,
+                if a.opt == flexgate_policies::event::Opt::In {
+                    "in"
+                } else {
+                    "out"
+                },
+                printable(a.reason.as_deref().unwrap_or("")),
+                a.log_checkpoint
             );
+        }
+        if !self.opt_outs.is_empty() {
+            let _ = writeln!(out, "\n## Operator opt-outs\n");
+            for o in &self.opt_outs {
+                let _ = writeln!(
+                    out,
+                    "- at {} by {} (revision {}): {}",
+                    o.at.to_rfc3339(),
+                    printable(&o.operator),
+                    o.revision,
+                    printable(&o.reason)
+                );
+            }
         }
         let _ = writeln!(out, "\n## Lifecycle\n");
         for t in &self.transitions {
             let _ = writeln!(
                 out,
                 "- {} → {} at {}",
-                t["from"].as_str().unwrap_or(""),
-                t["to"].as_str().unwrap_or(""),
-                t["at"].as_str().unwrap_or("")
+                t.from.as_str(),
+                t.to.as_str(),
+                t.at.to_rfc3339()
             );
         }
         let _ = writeln!(
@@ -455,13 +515,13 @@ impl AuditReport {
         }
         let _ = writeln!(
             out,
-            "\n## Dispatches\n\n| seq | kind | commands | confirmed | failed |\n|---|---|---|---|---|"
+            "\n## Dispatches\n\n| seq | purpose | commands | confirmed | failed |\n|---|---|---|---|---|"
         );
         for d in &self.dispatches {
             let _ = writeln!(
                 out,
                 "| {} | {} | {} | {} | {} |",
-                d.seq, d.kind, d.commands, d.confirmed, d.failed
+                d.seq, d.purpose, d.commands, d.confirmed, d.failed
             );
         }
         if !self.trims.is_empty() {
@@ -469,9 +529,11 @@ impl AuditReport {
             for t in &self.trims {
                 let _ = writeln!(
                     out,
-                    "- {}: {}",
-                    t["at"].as_str().unwrap_or(""),
-                    t["reason"].as_str().unwrap_or("")
+                    "- {}: trim {:.0} W → {:.0} W: {}",
+                    t.at.to_rfc3339(),
+                    t.trim_w_before,
+                    t.trim_w,
+                    t.reason
                 );
             }
         }
@@ -519,6 +581,14 @@ impl AuditReport {
                 kw(i.over_delivery_kw)
             );
         }
+        for i in self.intervals.iter().filter(|i| i.note.is_some()) {
+            let _ = writeln!(
+                out,
+                "\nInterval {}: {}",
+                i.index,
+                printable(i.note.as_deref().unwrap_or(""))
+            );
+        }
         let _ = writeln!(
             out,
             "\n## Fallbacks\n\n{}",
@@ -557,20 +627,34 @@ impl AuditReport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::Record;
-    use serde_json::json;
+    use crate::ledger::{NewRecord, Recorded};
+    use flexgate_policies::control::entry::{MeterSample, Transport, Upserted};
+    use flexgate_policies::event::{CeilingTarget, EventSource, parse_dr_event};
 
-    fn record(seq: u64, kind: RecordKind, event: Option<&str>, body: Value) -> Record {
+    fn record(seq: u64, entry: Entry, event: Option<&str>) -> Record {
+        let new = NewRecord::from(Recorded::new(entry, event.map(str::to_string)));
         Record {
             seq,
             time: Utc::now(),
-            kind,
-            event: event.map(str::to_string),
+            kind: new.kind,
+            event: new.event,
             dedup_key: None,
-            body,
+            body: new.body,
             prev_hash: String::new(),
             hash: String::new(),
         }
+    }
+
+    fn sample(at: DateTime<Utc>, meter_kw: f64, ceiling_kw: Option<f64>) -> Entry {
+        Entry::MeterSample(MeterSample {
+            at,
+            meter_kw,
+            gpu_board_w: 0.0,
+            ceiling_kw,
+            events: Vec::new(),
+            gpu_budget_w: None,
+            trim_w: 0.0,
+        })
     }
 
     #[test]
@@ -578,60 +662,74 @@ mod tests {
         let start: DateTime<Utc> = "2026-07-14T19:00:00Z".parse().expect("time");
         let mut records = Vec::new();
         let mut seq = 0;
-        let mut push = |kind, event: Option<&str>, body| {
+        let mut push = |entry, event: Option<&str>| {
             seq += 1;
-            records.push(record(seq, kind, event, body));
+            records.push(record(seq, entry, event));
         };
         // Six days of meter history every 10 minutes: day d before the event reads 100 + d kW.
         for minutes in (0..6 * 24 * 60).step_by(10) {
             let at = start - ChronoDuration::days(6) + ChronoDuration::minutes(minutes);
             let days_before = ((start - at).num_seconds() + 86_399) / 86_400; // 1 for the last 24 h
-            push(
-                RecordKind::Measurement,
-                None,
-                json!({"at": at, "meter_kw": 100.0 + days_before as f64, "ceiling_kw": null}),
-            );
+            push(sample(at, 100.0 + days_before as f64, None), None);
         }
-        let event = json!({"id": "ev", "window": {"start": start, "ramp_s": 0, "duration_s": 3600, "recovery_s": 0},
-                           "intervals": [{"offset_s": 0, "duration_s": 3600}], "revision": 1});
+        let body = r#"{"schema": "dr.event/1", "event_id": "ev", "revision": 1,
+            "target": {"form": "ceiling", "point": "meter", "kw": 80},
+            "window": {"start": "2026-07-14T19:00:00Z", "ramp_s": 0, "duration_s": 3600, "recovery_s": 0}}"#;
+        let event = parse_dr_event(body.as_bytes(), EventSource::Http).expect("a valid event");
         push(
-            RecordKind::RawInput,
+            Entry::EventReceived(EventReceived {
+                received_at: start,
+                transport: Transport::Http { peer: None },
+                source: EventSource::Http,
+                received: Received::Bytes(body.to_string()),
+            }),
             Some("ev"),
-            json!({"received_at": start, "bytes": "{}"}),
         );
         push(
-            RecordKind::Interpretation,
+            Entry::EventInterpreted(EventInterpreted {
+                event,
+                ceilings: vec![Some(CeilingTarget {
+                    ceiling_kw: 80.0,
+                    baseline: None,
+                    form: "ceiling".into(),
+                    note: "80 kW at the meter".into(),
+                })],
+                baseline: Some(flexgate_policies::event::BaselineEstimate {
+                    kw: 101.0,
+                    method: "meter_before".into(),
+                    window_s: 900,
+                }),
+                pre_event_meter_kw: 101.0,
+                received_at: start,
+                outcome: Upserted::New,
+                settled_budget: None,
+                facility_fingerprint: String::new(),
+            }),
             Some("ev"),
-            json!({"event": event, "ceilings": [{"ceiling_kw": 80.0}], "baseline": {"kw": 101.0}}),
         );
-        push(
-            RecordKind::EventState,
-            Some("ev"),
-            json!({"from": "pending", "to": "active", "at": start}),
-        );
+        let transition = |from, to, at| {
+            Entry::EventPhase(Transition {
+                event_id: "ev".into(),
+                from,
+                to,
+                at,
+            })
+        };
+        push(transition(Phase::Pending, Phase::Active, start), Some("ev"));
         for minutes in (0..60).step_by(10) {
             let at = start + ChronoDuration::minutes(minutes);
             push(
-                RecordKind::Measurement,
+                sample(at, if minutes == 0 { 85.0 } else { 78.0 }, Some(80.0)),
                 Some("ev"),
-                json!({"at": at, "meter_kw": if minutes == 0 { 85.0 } else { 78.0 }, "ceiling_kw": 80.0}),
             );
         }
         let end = start + ChronoDuration::hours(1);
-        push(
-            RecordKind::EventState,
-            Some("ev"),
-            json!({"from": "active", "to": "completed", "at": end}),
-        );
+        push(transition(Phase::Active, Phase::Completed, end), Some("ev"));
         for minutes in (0..30).step_by(10) {
-            push(
-                RecordKind::Measurement,
-                None,
-                json!({"at": end + ChronoDuration::minutes(minutes), "meter_kw": 101.0, "ceiling_kw": null}),
-            );
+            push(sample(end + ChronoDuration::minutes(minutes), 101.0, None), None);
         }
 
-        let report = build(&records, "ev", 900).expect("report");
+        let report = build(&records, "ev", 900).expect("typed entries").expect("report");
         let h = report
             .baseline
             .x_of_y
@@ -653,6 +751,11 @@ mod tests {
         assert!((i.over_delivery_kw.expect("over") - (80.0 - mean)).abs() < 1e-9);
         assert!(report.to_markdown().contains("highest 4 of the previous 5 days"));
         assert!(report.chart().contains("ceiling in force"));
-        assert!(build(&records, "other", 900).is_none());
+        assert!(build(&records, "other", 900).expect("typed entries").is_none());
+    }
+
+    #[test]
+    fn control_characters_from_outside_are_escaped() {
+        assert_eq!(printable("ok\u{1b}[2Jx\u{7}"), "ok\\u{1b}[2Jx\\u{7}");
     }
 }

@@ -6,6 +6,7 @@
 //! field with its default; a test loads it, so it cannot drift from this file.
 
 use crate::cluster::sim::SimConfig;
+pub use flexgate_policies::control::config::{ControlConfig, PolicyKind, PriceRow, SiteConfig};
 use flexgate_policies::facility::FacilityParams;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
@@ -86,7 +87,7 @@ pub struct GatewayConfig {
     /// Site name: events for another site are refused.
     pub site: String,
     /// Allocation policy: `flexgate` (curve-aware, default), `equal`, `pfi_paper`, `efficiency`.
-    pub policy: String,
+    pub policy: PolicyKind,
     /// Seconds between telemetry readings (and measurement records in the ledger).
     pub telemetry_interval_s: u64,
 }
@@ -98,76 +99,8 @@ impl Default for GatewayConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             api_token: String::new(),
             site: "site-1".to_string(),
-            policy: "flexgate".to_string(),
+            policy: PolicyKind::Flexgate,
             telemetry_interval_s: 5,
-        }
-    }
-}
-
-/// The site behind the meter.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct SiteConfig {
-    /// Facility maximum at the meter (kW), for capacity-fraction targets. 0: derived from the
-    /// cluster's uncapped draw at start.
-    pub facility_max_kw: f64,
-    /// Shed fraction of the baseline per SIMPLE/level signal (levels 1, 2, 3).
-    pub level_shed_fraction: [f64; 3],
-    /// Seconds of meter history averaged for the meter-before baseline.
-    pub baseline_window_s: u64,
-    /// Percent of the baseline shed per step of an OpenADR level offset (2.0b
-    /// x-loadControlLevelOffset, 3.x CONTROL_LEVEL_OFFSET): −2 steps at 5 % = a 10 % reduction.
-    pub level_offset_percent_per_step: f64,
-    /// Price policy: at or above `min_per_mwh`, shed `shed_fraction` of the baseline (the
-    /// highest matching row applies). Empty (default): price signals are recorded and
-    /// acknowledged, never acted on.
-    pub price_table: Vec<PriceRow>,
-}
-
-/// One row of the site's price policy.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PriceRow {
-    /// Threshold, currency units per MWh (OpenADR prices per kWh are converted).
-    pub min_per_mwh: f64,
-    /// Share of the baseline to shed, in [0, 1].
-    pub shed_fraction: f64,
-}
-
-impl Default for SiteConfig {
-    fn default() -> Self {
-        Self {
-            facility_max_kw: 0.0,
-            level_shed_fraction: [0.10, 0.20, 0.30],
-            baseline_window_s: 900,
-            level_offset_percent_per_step: 5.0,
-            price_table: Vec::new(),
-        }
-    }
-}
-
-/// Closed-loop trim: when the measured meter stays above the ceiling after `settle_s`, the GPU
-/// budget is lowered by an integral term, bounded, and every change is logged with its reason.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ControlConfig {
-    /// Seconds after a dispatch before measurements are trusted for trimming.
-    pub settle_s: u64,
-    /// Integral gain: fraction of the meter excess (converted to GPU watts) added per tick.
-    pub gain: f64,
-    /// Largest trim as a fraction of the GPU budget.
-    pub max_trim_fraction: f64,
-    /// Meter excess (kW) below which no trim happens (meter error + noise).
-    pub deadband_kw: f64,
-}
-
-impl Default for ControlConfig {
-    fn default() -> Self {
-        Self {
-            settle_s: 30,
-            gain: 0.5,
-            max_trim_fraction: 0.25,
-            deadband_kw: 0.5,
         }
     }
 }
@@ -245,15 +178,6 @@ impl Config {
     /// Range checks the types cannot express.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |field, message: String| Err(ConfigError::Invalid { field, message });
-        if !["flexgate", "equal", "pfi_paper", "efficiency"].contains(&self.gateway.policy.as_str()) {
-            return invalid(
-                "gateway.policy",
-                format!(
-                    "unknown policy {:?}; use flexgate, equal, pfi_paper or efficiency",
-                    self.gateway.policy
-                ),
-            );
-        }
         if self.gateway.telemetry_interval_s == 0 || self.gateway.telemetry_interval_s > 3600 {
             return invalid("gateway.telemetry_interval_s", "must be 1–3600".into());
         }

@@ -321,14 +321,12 @@ fn the_shipped_gateway_configuration_loads_and_equals_the_defaults() {
         .replace("telemetry_interval_s", "telemetry_intervall_s");
     let err = flexgate::config::Config::parse(&typo).expect_err("typo refused");
     assert!(err.contains("telemetry_intervall_s"), "{err}");
-    let mut bad = flexgate::config::Config::default();
-    bad.gateway.policy = "greedy".into();
-    assert!(
-        bad.validate()
-            .expect_err("unknown policy")
-            .to_string()
-            .contains("gateway.policy")
-    );
+    // An unknown policy is a parse error that names the choices (the policy is an enum).
+    let greedy = std::fs::read_to_string(path)
+        .expect("read")
+        .replace("policy = \"flexgate\"", "policy = \"greedy\"");
+    let err = flexgate::config::Config::parse(&greedy).expect_err("unknown policy refused");
+    assert!(err.contains("greedy") && err.contains("pfi_paper"), "{err}");
     let out = flexgate(&["run", "--config", path, "--api-token", "s3cret", "--print-config"]);
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);

@@ -162,8 +162,8 @@ fn brief_plan(plan: Option<&PlanView>) -> String {
             .map(|e| format!("{} {:.1} W", e.job, e.cap.value()))
             .collect();
         format!(
-            "seq {} budget {:.0} W shortfall {:.0} W caps [{}]",
-            p.seq,
+            "generation {} budget {:.0} W shortfall {:.0} W caps [{}]",
+            p.generation,
             p.gpu_budget_w,
             p.shortfall_w,
             caps.join(", ")
@@ -394,7 +394,11 @@ async fn slurm_jobs_are_capped_on_their_gpus_released_when_they_end_and_when_the
                 g.limit_w.is_some_and(|l| close(l, want)) && g.held_by == holder.into_iter().collect::<Vec<_>>()
             });
             // The plan must not have moved while the GPUs were read.
-            let still = server.gateway.plan().await.is_some_and(|q| q.seq == p.seq);
+            let still = server
+                .gateway
+                .plan()
+                .await
+                .is_some_and(|q| q.generation == p.generation);
             if confirmed && on_gpus && still {
                 Ok((p.clone(), gpus))
             } else {
@@ -436,7 +440,7 @@ async fn slurm_jobs_are_capped_on_their_gpus_released_when_they_end_and_when_the
             };
             let Some(p) = plan.as_ref() else { return Err(seen()) };
             let Some(c2) = cap_of(p, &id2) else { return Err(seen()) };
-            let ok = p.seq != plan1.seq
+            let ok = p.generation != plan1.generation
                 && p.entries.len() == 1
                 && jobs.len() == 1
                 && jobs.iter().all(|j| j.confirmed)
@@ -793,7 +797,7 @@ async fn an_agent_killed_mid_event_moves_its_shortfall_onto_the_confirmed_job() 
             let Some(c1) = cap_of(p, &job1) else { return Err(seen()) };
             let fixed = records(&server, RecordKind::Plan)
                 .into_iter()
-                .find(|(seq, _)| *seq == p.seq)
+                .find(|(_, body)| body["generation"].as_u64() == Some(p.generation))
                 .and_then(|(_, body)| body["unconfirmed_fixed_w"].as_f64())
                 .unwrap_or(0.0);
             let ok = unconfirmed

@@ -8,6 +8,7 @@ use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use flexgate_policies::control::OperatorError as OperatorRefusal;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use std::net::SocketAddr;
@@ -199,10 +200,12 @@ async fn operator_opt_out(State(api): State<Api>, request: Request) -> Response 
         .await
     {
         Ok(ack) => (StatusCode::OK, axum::Json(ack)).into_response(),
-        Err(OperatorError::UnknownEvent(id)) => {
+        Err(OperatorError::Refused(OperatorRefusal::UnknownEvent(id))) => {
             error(StatusCode::NOT_FOUND, Some("event_id"), format!("no event {id:?}"))
         }
-        Err(OperatorError::Invalid { field, message }) => error(StatusCode::BAD_REQUEST, Some(field), message),
+        Err(OperatorError::Refused(OperatorRefusal::Invalid { field, message })) => {
+            error(StatusCode::BAD_REQUEST, Some(field), message)
+        }
         Err(OperatorError::Ledger(e)) => {
             tracing::error!("ledger failure on operator action: {e}");
             error(

@@ -102,38 +102,9 @@ pub const MAX_BATCH: usize = 4096;
 /// How many appends may queue for the writer before `append` waits (back-pressure).
 const QUEUE_DEPTH: usize = 2 * MAX_BATCH;
 
-/// What a record is about (FACILITY_AND_GRID.md §3 checklist).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RecordKind {
-    /// Bytes received from the grid side, verbatim, with transport metadata.
-    RawInput,
-    /// How a raw input was understood: normalised target, baseline, ceilings.
-    Interpretation,
-    /// What we answered the counterparty (opt in/out, response code).
-    Ack,
-    /// Bytes sent to the grid side on our own initiative or as a protocol answer (OpenADR
-    /// registration, oadrCreatedEvent, reports), verbatim, with the peer.
-    Outbound,
-    /// A dispatch plan: per-job caps and the reasons for them.
-    Plan,
-    /// A command sent to a cluster.
-    Dispatch,
-    /// A cluster's confirmation (limit read back, failures, retries).
-    Confirmation,
-    /// Meter, sub-meter or telemetry readings.
-    Measurement,
-    /// Restore ramp after an event.
-    Restore,
-    /// A manual action, with the operator's identity.
-    Operator,
-    /// Event lifecycle transitions (modified, cancelled, ended).
-    EventState,
-    /// A checkpoint of the chain head (to be signed/anchored elsewhere).
-    Checkpoint,
-    /// The gateway started (version, configuration hashes).
-    Startup,
-}
+/// What a record is about: the coarse kind of its [`Entry`] (FACILITY_AND_GRID.md §3 checklist).
+pub use flexgate_policies::control::entry::EntryKind as RecordKind;
+pub use flexgate_policies::control::entry::{Entry, Recorded};
 
 /// One ledger record, exactly as stored and hashed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -185,6 +156,49 @@ impl NewRecord {
     pub fn with_dedup_key(mut self, key: impl Into<String>) -> Self {
         self.dedup_key = Some(key.into());
         self
+    }
+}
+
+impl From<Recorded> for NewRecord {
+    /// A typed entry as a record: its kind, its event, its key, and the entry itself as the
+    /// body (tagged by `"entry"`).
+    fn from(recorded: Recorded) -> Self {
+        NewRecord {
+            kind: recorded.entry.kind(),
+            event: recorded.event,
+            dedup_key: recorded.dedup_key,
+            body: serde_json::to_value(&recorded.entry).unwrap_or_else(|e| {
+                // Every entry type serialises (no maps with non-string keys, no failing
+                // serialisers); should one not, the record says so instead of vanishing.
+                serde_json::json!({"entry": "unencodable", "error": e.to_string()})
+            }),
+        }
+    }
+}
+
+/// A record whose body is not a typed entry of this version.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error(
+    "record {seq} ({kind:?}) is not a typed ledger entry ({reason}); a ledger written by flexgate before typed \
+     entries (schema 1) cannot be replayed: convert it with `flexgate log migrate --data OLD --to NEW`"
+)]
+pub struct NotAnEntry {
+    /// The record.
+    pub seq: u64,
+    /// Its kind.
+    pub kind: RecordKind,
+    /// Why it does not read.
+    pub reason: String,
+}
+
+impl Record {
+    /// The typed entry this record holds.
+    pub fn entry(&self) -> Result<Entry, NotAnEntry> {
+        Entry::deserialize(&self.body).map_err(|e| NotAnEntry {
+            seq: self.seq,
+            kind: self.kind,
+            reason: e.to_string(),
+        })
     }
 }
 
@@ -546,6 +560,17 @@ pub struct Queued {
 }
 
 impl Queued {
+    /// Nothing queued (resolves at once).
+    pub(crate) fn empty() -> Self {
+        Queued {
+            answers: Vec::new(),
+            shared: Arc::new(Shared {
+                head: RwLock::new((0, GENESIS_HASH.to_string())),
+                failure: Mutex::new(None),
+            }),
+        }
+    }
+
     /// Resolves once every queued record is durably flushed (or fails as
     /// [`Ledger::append`] would).
     pub async fn flushed(self) -> Result<Vec<Appended>, LedgerError> {

@@ -8,7 +8,7 @@
 use super::map::{Labels, MapPolicy, Timing, cancellation, grid_event};
 use crate::config::{Config, OpenAdr2bConfig};
 use crate::ledger::{NewRecord, RecordKind};
-use crate::runtime::{Gateway, SubmitError, Transport};
+use crate::runtime::{Gateway, SubmitError, Transport, WireRef};
 use chrono::{DateTime, TimeDelta, Utc};
 use flexgate_openadr::http::oadr2b::Oadr2bHttp;
 use flexgate_openadr::oadr2b::outgoing::{OptType, Outgoing};
@@ -340,12 +340,12 @@ impl Ven2b {
                 signal.meaning.intervals(),
                 self.policy,
             );
-            let raw = json!({
-                "openadr_event_id": update.event_id,
-                "modification_number": update.modification_number,
-                "signal": {"name": signal.name, "type": signal.signal_type, "id": signal.id},
-            });
-            if let Some(reason) = self.submit(event, raw).await {
+            let wire = WireRef {
+                id: update.event_id.clone(),
+                revision: u64::from(update.modification_number),
+                signal: Some(format!("{}/{}/{}", signal.name, signal.signal_type, signal.id)),
+            };
+            if let Some(reason) = self.submit(event, wire).await {
                 refusals.push(reason);
             }
         }
@@ -358,12 +358,12 @@ impl Ven2b {
     }
 
     /// Submits one event; `Some(reason)` when the gateway did not opt in.
-    async fn submit(&self, event: flexgate_policies::event::GridEvent, raw: serde_json::Value) -> Option<String> {
+    async fn submit(&self, event: flexgate_policies::event::GridEvent, wire: WireRef) -> Option<String> {
         let transport = Transport::OpenAdr2b {
             vtn: self.http.base().to_string(),
             message_seq: self.last_inbound_seq,
         };
-        match self.gateway.submit_grid_event(event, transport, raw).await {
+        match self.gateway.submit_grid_event(event, transport, wire).await {
             Ok(outcome) => match outcome.ack.opt {
                 Opt::In => None,
                 Opt::Out => Some(outcome.ack.reason.unwrap_or_else(|| "opted out".into())),
@@ -391,7 +391,12 @@ impl Ven2b {
     async fn submit_cancel(&self, id: &str, revision: u64) {
         let now = self.gateway.clock().now();
         let event = cancellation(id, revision, EventSource::OpenAdr2b, now);
-        if let Some(reason) = self.submit(event, json!({"openadr_cancel": id})).await {
+        let wire = WireRef {
+            id: id.to_string(),
+            revision,
+            signal: None,
+        };
+        if let Some(reason) = self.submit(event, wire).await {
             tracing::warn!(event = %id, "cancellation not taken: {reason}");
         }
     }

@@ -9,7 +9,7 @@
 use super::map::{Labels, MapPolicy, Timing, cancellation, grid_event};
 use crate::config::{Config, OpenAdr3Config};
 use crate::ledger::{NewRecord, RecordKind};
-use crate::runtime::{Gateway, SubmitError, Transport};
+use crate::runtime::{Gateway, SubmitError, Transport, WireRef};
 use chrono::{DateTime, Utc};
 use flexgate_openadr::oadr3::{
     Auth, ChangeKind, Client, Event, EventTracker, Interval, IntervalPeriod, Polled, Report, ReportPayloadDescriptor,
@@ -234,8 +234,12 @@ impl Ven3 {
             vtn: self.client.base_url().to_string(),
             message_seq: seq,
         };
-        let raw = json!({"openadr3_event_id": id, "tracker_revision": revision});
-        match self.gateway.submit_grid_event(grid, transport, raw).await {
+        let wire = WireRef {
+            id: id.to_string(),
+            revision,
+            signal: None,
+        };
+        match self.gateway.submit_grid_event(grid, transport, wire).await {
             Ok(outcome) if outcome.ack.opt == Opt::In => {
                 let report_spans = mapped
                     .targets
@@ -275,7 +279,15 @@ impl Ven3 {
         let event = cancellation(id, revision.max(held + 1), EventSource::OpenAdr3, now);
         match self
             .gateway
-            .submit_grid_event(event, transport, json!({"openadr3_cancel": id}))
+            .submit_grid_event(
+                event,
+                transport,
+                WireRef {
+                    id: id.to_string(),
+                    revision,
+                    signal: None,
+                },
+            )
             .await
         {
             Ok(_) | Err(SubmitError::Stale { .. }) => {}

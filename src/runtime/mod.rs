@@ -1,10 +1,11 @@
 //! The running gateway: events in, caps out, everything recorded.
 //!
-//! One [`Gateway`] owns the event book, the ledger handle, the cluster backend and the plan in
-//! force. Two things drive it: submissions (HTTP today, MQTT and OpenADR later) and a control
-//! loop that wakes at the next event-book change or telemetry tick. Both end in the same step:
-//! meter ceiling → GPU budget (facility model) → plan (configured policy) → diff against the caps
-//! in force → dispatch → confirmations, each recorded in the ledger before it is acted on.
+//! The decisions are the pure controller's ([`flexgate_policies::control`]); this module is its
+//! driver. One [`Gateway`] owns the controller, the ledger handle and the cluster backend. Two
+//! things drive it: submissions (HTTP, MQTT, OpenADR) and a control loop that wakes at the next
+//! event-book change, telemetry tick or submission. Each decision is taken under a short lock
+//! that only queues its ledger records; the flush and every cluster call happen after it, and
+//! reads are served from the snapshot published after each decision.
 
 pub mod clock;
 mod control;
@@ -13,5 +14,5 @@ mod recovery;
 mod views;
 
 pub use clock::Clock;
-pub use gateway::{EventDelivery, Gateway, OperatorError, StartError, SubmitError, SubmitOutcome, Transport};
-pub use views::{EventView, JobView, PlanView, StatusView};
+pub use gateway::{EventDelivery, Gateway, OperatorError, StartError, SubmitError, SubmitOutcome, Transport, WireRef};
+pub use views::{EventView, JobView, PlanEntryView, PlanView, StatusView};

@@ -1,11 +1,15 @@
-//! What the HTTP API shows: plain serialisable snapshots of the gateway's state.
+//! What the HTTP API shows: plain serialisable views of the controller's published snapshot.
+//!
+//! Views are built from a [`Snapshot`] and the time of the read, never from the controller
+//! itself, so a read never waits for a decision, a disk flush or a cluster call.
 
-use super::gateway::{AppliedCap, Gateway, PlanInForce, State};
 use crate::cluster::JobState;
 use chrono::{DateTime, Utc};
-use flexgate_policies::alloc::PlanEntry;
-use flexgate_policies::event::{BookEntry, EventBook};
+use flexgate_policies::control::{AppliedCap, PlanInForce, Snapshot};
+use flexgate_policies::event::BookEntry;
+use flexgate_policies::units::WattsPerGpu;
 use serde::Serialize;
+use std::sync::Arc;
 
 /// `GET /v1/status`.
 #[derive(Debug, Clone, Serialize)]
@@ -30,6 +34,8 @@ pub struct StatusView {
     pub jobs: usize,
     /// Jobs whose last cap was not confirmed.
     pub unconfirmed_jobs: usize,
+    /// Jobs the gateway suspended.
+    pub suspended_jobs: usize,
     /// Latest ledger hash (the checkpoint echoed in acks).
     pub log_checkpoint: String,
     /// How far the site could lower its meter power now, kW (every job at its floor; the
@@ -39,21 +45,22 @@ pub struct StatusView {
 }
 
 impl StatusView {
-    pub(crate) fn build(state: &State, now: DateTime<Utc>, checkpoint: &str) -> Self {
-        let ceiling = state.effective_ceiling(now);
+    pub(crate) fn build(snapshot: &Snapshot, now: DateTime<Utc>, checkpoint: &str) -> Self {
+        let ceiling = snapshot.book.effective_ceiling(now);
         Self {
             at: now,
             active_events: ceiling.as_ref().map(|c| c.events.clone()).unwrap_or_default(),
             meter_ceiling_kw: ceiling.as_ref().map(|c| c.ceiling_kw),
-            phase: ceiling.as_ref().map(|c| Gateway::phase_name(c.phase).to_string()),
-            gpu_budget_w: state.plan.as_ref().map(|p| p.gpu_budget_w),
-            trim_w: state.trim_w,
-            measured_meter_kw: state.telemetry.as_ref().map(|t| t.meter_kw.value()),
-            measured_gpu_w: state.telemetry.as_ref().map(|t| t.gpu_board_power.value()),
-            jobs: state.jobs.len(),
-            unconfirmed_jobs: state.caps.values().filter(|c| !c.confirmed).count(),
+            phase: ceiling.as_ref().map(|c| c.phase.as_str().to_string()),
+            gpu_budget_w: snapshot.plan.as_ref().map(|p| p.gpu_budget_w),
+            trim_w: snapshot.trim_w,
+            measured_meter_kw: snapshot.telemetry.as_ref().map(|t| t.meter_kw.value()),
+            measured_gpu_w: snapshot.telemetry.as_ref().map(|t| t.gpu_board_power.value()),
+            jobs: snapshot.jobs.len(),
+            unconfirmed_jobs: snapshot.caps.values().filter(|c| !c.confirmed).count(),
+            suspended_jobs: snapshot.suspended,
             log_checkpoint: checkpoint.to_string(),
-            flex_available_kw: None,
+            flex_available_kw: snapshot.flex_available_kw,
         }
     }
 }
@@ -65,24 +72,28 @@ pub struct EventView {
     pub id: String,
     /// Revision held.
     pub revision: u64,
-    /// Lifecycle state.
+    /// Lifecycle state: pending, ramping, active, recovering, completed, cancelled, opted_out.
     pub state: String,
     /// Test events are recorded and acknowledged, never acted on.
     pub test: bool,
-    /// This event's own meter ceiling now (before overlap resolution), if it has one.
+    /// This event's own meter ceiling in force now (before overlap resolution), kW; `None` when
+    /// it constrains nothing now (pending, over, opted out, or no target in this interval).
     pub ceiling_kw: Option<f64>,
+    /// The tightest ceiling of any of its intervals, kW.
+    pub lowest_ceiling_kw: Option<f64>,
     /// Window start (after any randomisation).
     pub start: DateTime<Utc>,
 }
 
 impl EventView {
-    pub(crate) fn build(entry: &BookEntry, _book: &EventBook, now: DateTime<Utc>) -> Self {
+    pub(crate) fn build(entry: &BookEntry, now: DateTime<Utc>) -> Self {
         Self {
             id: entry.event.id.clone(),
-            revision: entry.event.revision,
-            state: Gateway::phase_name(entry.phase_at(now)).to_string(),
+            revision: entry.revision(),
+            state: entry.phase_at(now).as_str().to_string(),
             test: entry.event.test,
-            ceiling_kw: entry.ceilings.iter().flatten().map(|c| c.ceiling_kw).reduce(f64::min),
+            ceiling_kw: entry.ceiling_at(now),
+            lowest_ceiling_kw: entry.ceilings.iter().flatten().map(|c| c.ceiling_kw).reduce(f64::min),
             start: entry.effective_start,
         }
     }
@@ -140,11 +151,30 @@ impl JobView {
     }
 }
 
+/// One job's line in `GET /v1/plan`.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlanEntryView {
+    /// Job id.
+    pub job: Arc<str>,
+    /// Per-GPU cap sent (W per GPU).
+    pub cap: WattsPerGpu,
+    /// Expected draw under it, W.
+    pub expected_power_w: f64,
+    /// Expected throughput under it, tokens/s (the planner's estimate, not a measurement).
+    pub expected_tokens_per_s: f64,
+    /// The lowest power the planner would plan for the job, W.
+    pub floor_w: f64,
+    /// What set the floor (`cap_min`, `tier`).
+    pub floor_kind: String,
+    /// Why this cap.
+    pub reason: String,
+}
+
 /// `GET /v1/plan`.
 #[derive(Debug, Clone, Serialize)]
 pub struct PlanView {
-    /// Ledger sequence number of the plan (also the generation of its caps).
-    pub seq: u64,
+    /// The generation its caps were sent with.
+    pub generation: u64,
     /// When it was made.
     pub at: DateTime<Utc>,
     /// Policy.
@@ -164,23 +194,36 @@ pub struct PlanView {
     /// Jobs capped through the unknown-elasticity fallback.
     pub fallbacks: Vec<String>,
     /// Per-job caps.
-    pub entries: Vec<PlanEntry>,
+    pub entries: Vec<PlanEntryView>,
 }
 
 impl PlanView {
     pub(crate) fn build(p: &PlanInForce) -> Self {
+        let a = &p.allocation;
         Self {
-            seq: p.seq,
+            generation: p.generation,
             at: p.at,
-            policy: p.plan.policy.to_string(),
+            policy: a.policy.clone(),
             ceiling_kw: p.ceiling_kw,
             binding_event: p.binding_event.clone(),
             gpu_budget_w: p.gpu_budget_w,
             trim_w: p.trim_w,
-            planned_power_w: p.plan.planned_power.value(),
-            shortfall_w: p.plan.shortfall.value(),
-            fallbacks: p.plan.fallbacks.iter().map(|f| f.to_string()).collect(),
-            entries: p.plan.entries.clone(),
+            planned_power_w: a.planned_power,
+            shortfall_w: a.shortfall,
+            fallbacks: a.fallbacks.iter().map(ToString::to_string).collect(),
+            entries: a
+                .rows
+                .iter()
+                .map(|r| PlanEntryView {
+                    job: r.0.clone(),
+                    cap: WattsPerGpu(r.1),
+                    expected_power_w: r.2,
+                    expected_tokens_per_s: r.3,
+                    floor_w: r.4,
+                    floor_kind: r.5.clone(),
+                    reason: r.6.clone(),
+                })
+                .collect(),
         }
     }
 }

@@ -73,14 +73,31 @@ pub enum Phase {
     Completed,
     /// Cancelled; nothing in force.
     Cancelled,
+    /// The site's operator opted out of it (a must-run emergency): its ceiling stopped counting
+    /// at once, and it never constrains the site again.
+    OptedOut,
 }
 
 impl Phase {
-    /// Completed or Cancelled: the event will never constrain the site again (unless a new
-    /// revision revives it).
+    /// Completed, Cancelled or OptedOut: the event will never constrain the site again (unless
+    /// a new revision revives a completed or cancelled one; an opt-out holds for every revision).
     #[must_use]
     pub fn is_terminal(self) -> bool {
-        matches!(self, Phase::Completed | Phase::Cancelled)
+        matches!(self, Phase::Completed | Phase::Cancelled | Phase::OptedOut)
+    }
+
+    /// The name used in the API, the ledger and reports.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "pending",
+            Phase::Ramping => "ramping",
+            Phase::Active => "active",
+            Phase::Recovering => "recovering",
+            Phase::Completed => "completed",
+            Phase::Cancelled => "cancelled",
+            Phase::OptedOut => "opted_out",
+        }
     }
 
     /// Ramping, Active or Recovering: the event constrains the site.
@@ -105,6 +122,9 @@ pub struct Release {
     pub recovery_s: u64,
     /// Whether the event ends as Cancelled (rather than Completed).
     pub cancelled: bool,
+    /// Whether the site's operator opted out: the event ends as OptedOut, at once.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub opted_out: bool,
 }
 
 /// The receipt of a cancellation: kept so the cancel's revision counts for dedup, while the
@@ -297,6 +317,7 @@ impl EventBook {
                         from_kw: None,
                         recovery_s: 0,
                         cancelled: true,
+                        opted_out: false,
                     });
                 }
                 Phase::Ramping | Phase::Active => {
@@ -305,6 +326,7 @@ impl EventBook {
                         from_kw: entry.ceiling_at(now),
                         recovery_s: entry.event.window.recovery_s,
                         cancelled: true,
+                        opted_out: false,
                     });
                 }
                 // An early recovery (from a modification) now ends as Cancelled; a natural one
@@ -314,7 +336,7 @@ impl EventBook {
                         r.cancelled = true;
                     }
                 }
-                Phase::Completed | Phase::Cancelled => {}
+                Phase::Completed | Phase::Cancelled | Phase::OptedOut => {}
             }
             entry.cancel = Some(record);
             return UpsertOutcome::Cancelled { new: false };
@@ -331,10 +353,41 @@ impl EventBook {
             from_kw: None,
             recovery_s: 0,
             cancelled: true,
+            opted_out: false,
         });
         entry.cancel = Some(record);
         self.entries.insert(id, entry);
         UpsertOutcome::Cancelled { new: true }
+    }
+
+    /// The site's operator opts out of event `id` at `now`: from then on its ceiling does not
+    /// count and it ends as [`Phase::OptedOut`] (recorded by the next [`EventBook::advance`]).
+    /// Returns false for an unknown event or one already opted out.
+    pub fn opt_out(&mut self, id: &str, now: DateTime<Utc>) -> bool {
+        let Some(entry) = self.entries.get_mut(id) else {
+            return false;
+        };
+        if entry.release.is_some_and(|r| r.opted_out) {
+            return false;
+        }
+        entry.release = Some(Release {
+            at: now.max(entry.accepted_at),
+            from_kw: None,
+            recovery_s: 0,
+            cancelled: false,
+            opted_out: true,
+        });
+        true
+    }
+
+    /// Whether `upsert` would accept these inputs (the same checks, nothing changed), so that a
+    /// caller can record its interpretation before applying it.
+    pub fn check_upsert(
+        event: &GridEvent,
+        ceilings: &[Option<CeilingTarget>],
+        pre_event_meter_kw: f64,
+    ) -> Result<(), EventError> {
+        check_inputs(event, ceilings, pre_event_meter_kw)
     }
 
     /// Move every event's recorded phase to where it is at `now`, returning the transitions in
@@ -559,6 +612,7 @@ impl BookEntry {
             from_kw: self.plan_ceiling(last_second),
             recovery_s: self.event.window.recovery_s,
             cancelled: false,
+            opted_out: false,
         })
     }
 
@@ -595,7 +649,9 @@ impl BookEntry {
                 if r.recovery_s > 0 {
                     push(&mut pts, r.at, Phase::Recovering);
                 }
-                let terminal = if r.cancelled {
+                let terminal = if r.opted_out {
+                    Phase::OptedOut
+                } else if r.cancelled {
                     Phase::Cancelled
                 } else {
                     Phase::Completed
@@ -635,7 +691,7 @@ impl BookEntry {
                 // it holds there.
                 Some(stepped.max(from))
             }
-            Phase::Pending | Phase::Completed | Phase::Cancelled => None,
+            Phase::Pending | Phase::Completed | Phase::Cancelled | Phase::OptedOut => None,
         }
     }
 
@@ -711,10 +767,15 @@ fn replace(
                 from_kw: old.ceiling_at(now),
                 recovery_s: entry.event.window.recovery_s,
                 cancelled: false,
+                opted_out: false,
             }),
             Phase::Recovering => old.recovery_at(now).map(|r| Release { cancelled: false, ..r }),
-            Phase::Pending | Phase::Completed | Phase::Cancelled => None,
+            Phase::Pending | Phase::Completed | Phase::Cancelled | Phase::OptedOut => None,
         };
+    }
+    // An operator's opt-out holds for every later revision of the event.
+    if let Some(opt_out) = old.release.filter(|r| r.opted_out) {
+        entry.release = Some(opt_out);
     }
     entry.phase = old.phase.min(entry.phase_at(now));
     entry

@@ -98,6 +98,19 @@ pub enum EventSource {
     OpenAdr3,
 }
 
+impl EventSource {
+    /// The name used in the ledger and reports.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventSource::Http => "http",
+            EventSource::Mqtt => "mqtt",
+            EventSource::OpenAdr2b => "openadr2b",
+            EventSource::OpenAdr3 => "openadr3",
+        }
+    }
+}
+
 /// A curtailment event, normalized from any source.
 ///
 /// Identity is `(id, revision)`: a higher revision replaces the whole event, a lower one is stale,

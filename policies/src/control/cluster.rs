@@ -1,0 +1,127 @@
+//! What crosses the boundary between the gateway and a cluster: the jobs as the cluster reports
+//! them, the cap commands the controller decides, what became of them, and telemetry.
+//!
+//! These are plain data so that the controller can decide on them without I/O, and every one
+//! is `Serialize`, because the ledger records what was asked and what the cluster answered.
+//! The async trait that moves them lives with the gateway's cluster drivers.
+
+use crate::alloc::JobSpec;
+use crate::units::{Kilowatts, TokensPerSec, Watts, WattsPerGpu};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// One running job as the cluster reports it: the planner's input plus the cap state.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct JobState {
+    /// What the planner needs: id, GPU count, cap range, uncapped power (P_max) and throughput
+    /// (T_max), and the elasticity that is *known* (not the truth), and the QoS limit.
+    pub spec: JobSpec,
+    /// Nodes the job runs on, so that node faults can be mapped to the jobs they affect.
+    pub nodes: Vec<String>,
+    /// Per-GPU cap now applied to each of the job's GPUs (the range maximum means uncapped).
+    pub applied_cap: WattsPerGpu,
+    /// Generation of the latest applied cap command (0 before any), so that the gateway
+    /// numbers its next command above it after a restart.
+    pub generation: u64,
+    /// The job's aggregate GPU-board power now, as measured.
+    pub measured_power: Watts,
+    /// The job's throughput now, as measured.
+    pub measured_tokens: TokensPerSec,
+    /// Whether the job's flex tier allows suspending it when caps alone cannot meet a target.
+    pub suspendable: bool,
+}
+
+/// One per-job cap to apply to each of the job's GPUs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CapCommand {
+    /// The job to cap.
+    pub job: Arc<str>,
+    /// Per-GPU cap; the backend clamps it into the GPUs' range and says so.
+    pub cap: WattsPerGpu,
+    /// Monotone per job: a higher generation wins, an equal one is a harmless repeat, a lower
+    /// one is stale. This is what makes retries and reordered deliveries safe.
+    pub generation: u64,
+    /// When the cap must end at the latest (the event's end, recovery included); a backend
+    /// with leases never holds a cap past it, even if the gateway is gone. `None`: open-ended
+    /// (an event without an end), renewed for as long as the gateway wants it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<DateTime<Utc>>,
+}
+
+/// What became of one [`CapCommand`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CapResult {
+    /// The job the command was for.
+    pub job: Arc<str>,
+    /// The command's generation, so that a result can be matched to its command.
+    pub generation: u64,
+    /// What happened.
+    pub outcome: CapOutcome,
+}
+
+/// The outcome of a cap command, per job: the gateway re-plans around anything but `Applied`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum CapOutcome {
+    /// The cap is in force.
+    Applied {
+        /// The per-GPU cap actually set, after clamping into the GPUs' range. The gateway
+        /// must account with this value, not with what it asked for.
+        applied: WattsPerGpu,
+        /// True when the requested cap was outside the range and had to be clamped, so that
+        /// the gateway redistributes the shortfall.
+        clamped: bool,
+    },
+    /// A newer generation is already applied; nothing changed.
+    Stale {
+        /// The latest generation applied for this job.
+        latest: u64,
+    },
+    /// The backend knows no such job (it ended, or the inventory is out of date).
+    UnknownJob,
+    /// The cap could not be applied (node unreachable, GPU error); the previous cap stays in
+    /// force, and the gateway must not assume the new one.
+    Failed {
+        /// What went wrong, for the log and the operator.
+        reason: String,
+    },
+}
+
+impl CapOutcome {
+    /// The cap now in force because of this command, if it was applied.
+    #[must_use]
+    pub fn applied(&self) -> Option<WattsPerGpu> {
+        match self {
+            CapOutcome::Applied { applied, .. } => Some(*applied),
+            _ => None,
+        }
+    }
+}
+
+/// One sample of what the cluster draws and delivers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Telemetry {
+    /// When the sample was taken.
+    pub at: DateTime<Utc>,
+    /// Per-job measurements; jobs the backend could not measure (unreachable nodes) are
+    /// absent, so the gateway can count them conservatively (BACKENDS.md §7).
+    pub jobs: Vec<JobTelemetry>,
+    /// Total GPU-board power of the measured jobs (the sum over `jobs`).
+    pub gpu_board_power: Watts,
+    /// Facility power at the utility meter, which sees everything, measured or not.
+    pub meter_kw: Kilowatts,
+    /// Nodes behind the meter (all of them, busy or idle), for the facility model's host term.
+    pub nodes: u32,
+}
+
+/// One job's measured draw and throughput.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobTelemetry {
+    /// The job.
+    pub job: Arc<str>,
+    /// Aggregate GPU-board power of the job.
+    pub power: Watts,
+    /// Training throughput of the job.
+    pub tokens: TokensPerSec,
+}

@@ -1,0 +1,630 @@
+//! The ledger's schema: one typed [`Entry`] per thing the gateway records, written and read by
+//! the same types.
+//!
+//! The controller decides by producing entries; its state is the fold of the entries it
+//! produced ([`super::Controller::apply`]), so recovery, which folds the entries read back from
+//! the ledger, runs the same code as live operation. Each entry is stored as one ledger record:
+//! the record's coarse [`EntryKind`] (what the export filters on), the event it belongs to, an
+//! optional de-duplication key, and the entry itself as the body, tagged by `"entry"`.
+//!
+//! Fields that recovery or the audit compute from are typed. Explanations that are only ever
+//! shown (the facility model's computation chain) are kept as the JSON they were written as.
+
+use super::cluster::{CapCommand, CapOutcome, CapResult};
+use super::config::PolicyKind;
+use super::trim::TrimDirection;
+use crate::event::{BaselineEstimate, CeilingTarget, DrAck, EffectiveCeiling, EventSource, GridEvent, Transition};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+/// The coarse kind of a ledger record (FACILITY_AND_GRID.md §3 checklist), for filters and the
+/// export's `kind` column. Every [`Entry`] has exactly one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EntryKind {
+    /// Bytes received from the grid side, verbatim, with transport metadata.
+    RawInput,
+    /// How a raw input was understood: normalised target, baseline, ceilings.
+    Interpretation,
+    /// What we answered the counterparty (opt in/out, response code).
+    Ack,
+    /// Bytes sent to the grid side, with the peer and its answer.
+    Outbound,
+    /// A dispatch plan: per-job caps and the reasons for them.
+    Plan,
+    /// Commands sent to a cluster, with what each became.
+    Dispatch,
+    /// What the cluster shows against what was confirmed (drift, caps no longer measured).
+    Confirmation,
+    /// Meter and telemetry readings, job set changes, what is known of each job.
+    Measurement,
+    /// The end of a curtailment: caps back to the jobs' uncapped limits, jobs resumed.
+    Restore,
+    /// A manual action, with the operator's identity.
+    Operator,
+    /// A closed-loop trim of the GPU budget on the measured meter.
+    Trim,
+    /// Event lifecycle transitions.
+    EventState,
+    /// A checkpoint of the chain head (to be anchored elsewhere).
+    Checkpoint,
+    /// The gateway started.
+    Startup,
+}
+
+/// Where a submission came from: the protocol and its details, recorded with the raw input.
+/// The protocol alone is the event's [`EventSource`] ([`Transport::source`]), so the two can
+/// never disagree.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "transport", rename_all = "snake_case")]
+pub enum Transport {
+    /// `POST /v1/events`.
+    Http {
+        /// Peer address, if known.
+        peer: Option<String>,
+    },
+    /// An OpenADR 2.0b `oadrDistributeEvent`, pulled from or pushed by a VTN.
+    #[serde(rename = "openadr2b")]
+    OpenAdr2b {
+        /// The VTN's base URL.
+        vtn: String,
+        /// Ledger seq of the record holding the message's bytes.
+        message_seq: u64,
+    },
+    /// An MQTT publish on `{prefix}/{site}/events/{event_id}`.
+    Mqtt {
+        /// The topic it arrived on.
+        topic: String,
+        /// A retained copy (delivered at subscription) rather than a live publish.
+        retained: bool,
+        /// A redelivery the broker flagged as a duplicate.
+        dup: bool,
+    },
+    /// An OpenADR 3.x event object, polled from a VTN.
+    #[serde(rename = "openadr3")]
+    OpenAdr3 {
+        /// The VTN's base URL.
+        vtn: String,
+        /// Ledger seq of the record holding the response body.
+        message_seq: u64,
+    },
+}
+
+impl Transport {
+    /// The protocol, as the event model names it.
+    #[must_use]
+    pub fn source(&self) -> EventSource {
+        match self {
+            Transport::Http { .. } => EventSource::Http,
+            Transport::OpenAdr2b { .. } => EventSource::OpenAdr2b,
+            Transport::Mqtt { .. } => EventSource::Mqtt,
+            Transport::OpenAdr3 { .. } => EventSource::OpenAdr3,
+        }
+    }
+}
+
+/// What was received, as received: the document's bytes, or where the adapter recorded the
+/// wire message it was translated from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Received {
+    /// The `dr.event/1` document, verbatim (lossy only for invalid UTF-8).
+    Bytes(String),
+    /// Translated from a wire message the adapter recorded (its ledger seq is in the
+    /// transport).
+    Translated {
+        /// The event as translated.
+        event: Box<GridEvent>,
+        /// Which object of the wire message it came from.
+        wire: WireRef,
+    },
+}
+
+/// The protocol object an event was translated from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WireRef {
+    /// The protocol's event id (OpenADR eventID / event object id).
+    pub id: String,
+    /// The protocol's revision (2.0b modificationNumber, 3.x tracked revision).
+    pub revision: u64,
+    /// The signal it was mapped from (2.0b: `name/type/id`), if the event has several.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<String>,
+}
+
+/// A grid event as received.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventReceived {
+    /// When the gateway received it.
+    pub received_at: DateTime<Utc>,
+    /// How it came.
+    pub transport: Transport,
+    /// The protocol (equal to `transport`'s).
+    pub source: EventSource,
+    /// What came.
+    pub received: Received,
+}
+
+/// What the book did with a submission (the record of [`crate::event::UpsertOutcome`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Upserted {
+    /// A new event.
+    New,
+    /// A higher revision replaced the one held.
+    Revised,
+    /// A cancellation.
+    Cancelled,
+    /// A test event: tracked, never acted on.
+    Test,
+    /// The revision already held.
+    Duplicate,
+}
+
+/// How a submission was understood.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventInterpreted {
+    /// The event as normalised.
+    pub event: GridEvent,
+    /// Each interval's meter ceiling (`None`: nothing to enforce in it).
+    pub ceilings: Vec<Option<CeilingTarget>>,
+    /// The baseline relative targets were converted with.
+    pub baseline: Option<BaselineEstimate>,
+    /// The meter reading the ramp starts from and the recovery returns to, kW.
+    pub pre_event_meter_kw: f64,
+    /// When it was received.
+    pub received_at: DateTime<Utc>,
+    /// What the book did with it.
+    pub outcome: Upserted,
+    /// The facility model's settled budget for the tightest ceiling (an explanation).
+    pub settled_budget: Option<serde_json::Value>,
+    /// The facility parameters' fingerprint.
+    pub facility_fingerprint: String,
+}
+
+/// An acknowledgment, as sent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventAcked {
+    /// The `dr.ack/1` document.
+    pub ack: DrAck,
+    /// Whether a repeat of this (event, revision) is answered with this ack (it was taken or
+    /// refused on its merits; refusals for the wrong site or an expired window are not keyed,
+    /// so a corrected copy is judged afresh).
+    pub keyed: bool,
+}
+
+/// An operator opted the site out of an event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OperatorOptOut {
+    /// When.
+    pub at: DateTime<Utc>,
+    /// The event.
+    pub event_id: String,
+    /// The revision held then.
+    pub revision: u64,
+    /// Who (as the caller declared, behind the bearer token).
+    pub operator: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// Why a plan was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlanReason {
+    /// The ceiling in force changed (a phase, a ramp or recovery step, an interval, a revision).
+    Ceiling,
+    /// Jobs started or ended.
+    JobsChanged,
+    /// The closed-loop trim moved.
+    Trim,
+    /// A cap the planner counted on is no longer confirmed (failed, lost or drifted).
+    Unconfirmed,
+    /// Jobs whose caps were unconfirmed are confirmed again: plan them as flexible.
+    Reconfirmed,
+    /// Jobs were suspended: plan the rest with them as fixed load.
+    Suspended,
+    /// The first plan after a start.
+    Start,
+}
+
+/// One job's line in a recorded plan: `[job, cap_w, expected_power_w, expected_tokens_per_s,
+/// floor_w, floor_kind, reason]` (an array, not an object: a 10,000-job plan is recorded,
+/// hashed and flushed on the event path).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanRow(pub Arc<str>, pub f64, pub f64, pub f64, pub f64, pub String, pub String);
+
+/// The column names of [`PlanRow`].
+pub const PLAN_COLUMNS: [&str; 7] = [
+    "job",
+    "cap_w",
+    "expected_power_w",
+    "expected_tokens_per_s",
+    "floor_w",
+    "floor_kind",
+    "reason",
+];
+
+/// A plan's allocation as recorded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecordedAllocation {
+    /// The policy that made it.
+    pub policy: String,
+    /// The budget asked for, W.
+    pub budget: f64,
+    /// The jobs' uncapped draw, W.
+    pub uncapped_power: f64,
+    /// The planned draw, W.
+    pub planned_power: f64,
+    /// What the plan could not cut, W (every floor reached).
+    pub shortfall: f64,
+    /// Jobs of unknown elasticity that had to be capped anyway.
+    pub fallbacks: Vec<Arc<str>>,
+    /// Column names of `rows`.
+    pub columns: Vec<String>,
+    /// One row per job.
+    pub rows: Vec<PlanRow>,
+}
+
+/// A plan: the ceiling it serves, the budget chain, and the caps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanRecorded {
+    /// When.
+    pub at: DateTime<Utc>,
+    /// Why now.
+    pub reason: PlanReason,
+    /// The generation its caps are sent with.
+    pub generation: u64,
+    /// The ceiling in force.
+    pub ceiling: EffectiveCeiling,
+    /// The facility model's ceiling inversion (an explanation).
+    pub facility: serde_json::Value,
+    /// The measured bound (an explanation), when there was a pre-event meter reading.
+    pub measured_reduction: Option<serde_json::Value>,
+    /// The open-loop budget (the larger bound), W.
+    pub base_budget_w: f64,
+    /// The closed-loop trim, W.
+    pub trim_w: f64,
+    /// Draw of jobs counted as fixed load (unconfirmed caps, suspended), W.
+    pub unconfirmed_fixed_w: f64,
+    /// Jobs suspended by the gateway.
+    pub suspended: BTreeSet<Arc<str>>,
+    /// The budget the policy split, W.
+    pub gpu_budget_w: f64,
+    /// The allocation.
+    pub plan: RecordedAllocation,
+    /// Where the curtailment started from.
+    pub curtailment_started: super::budget::OperatingPoint,
+    /// When the caps must end at the latest (`None`: open-ended).
+    pub until: Option<DateTime<Utc>>,
+}
+
+/// Why commands were sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DispatchPurpose {
+    /// The caps of a plan.
+    Plan,
+    /// Unconfirmed caps re-sent to jobs whose nodes answer again.
+    RetryUnconfirmed,
+    /// The last plan's caps re-sent at start.
+    ReapplyAtStart,
+    /// Caps back to the jobs' uncapped limits: the curtailment is over.
+    Restore,
+}
+
+/// One command with what became of it: `[job, cap_w, generation, status, applied_w, detail]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DispatchRow(
+    pub Arc<str>,
+    pub f64,
+    pub u64,
+    pub String,
+    pub Option<f64>,
+    pub Option<String>,
+);
+
+/// The column names of [`DispatchRow`].
+pub const DISPATCH_COLUMNS: [&str; 6] = ["job", "cap_w", "generation", "status", "applied_w", "detail"];
+
+impl DispatchRow {
+    /// The row for a command and its result.
+    #[must_use]
+    pub fn new(command: &CapCommand, result: &CapResult) -> Self {
+        let (status, applied, detail) = match &result.outcome {
+            CapOutcome::Applied { applied, clamped } => {
+                ("applied", Some(applied.value()), clamped.then(|| "clamped".to_string()))
+            }
+            CapOutcome::Stale { latest } => ("stale", None, Some(format!("latest generation {latest}"))),
+            CapOutcome::UnknownJob => ("unknown_job", None, None),
+            CapOutcome::Failed { reason } => ("failed", None, Some(reason.clone())),
+        };
+        DispatchRow(
+            command.job.clone(),
+            (command.cap.value() * 10.0).round() / 10.0,
+            command.generation,
+            status.to_string(),
+            applied,
+            detail,
+        )
+    }
+
+    /// Whether the cap is in force (applied, or superseded by a newer generation).
+    #[must_use]
+    pub fn confirmed(&self) -> bool {
+        self.3 == "applied" || self.3 == "stale"
+    }
+
+    /// Whether the cluster no longer knows the job.
+    #[must_use]
+    pub fn unknown_job(&self) -> bool {
+        self.3 == "unknown_job"
+    }
+}
+
+/// Commands sent and what each became.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CapsDispatched {
+    /// When the answers came.
+    pub at: DateTime<Utc>,
+    /// Why they were sent.
+    pub purpose: DispatchPurpose,
+    /// Column names of `rows`.
+    pub columns: Vec<String>,
+    /// One row per command.
+    pub rows: Vec<DispatchRow>,
+    /// Commands confirmed.
+    pub confirmed: usize,
+    /// Commands not confirmed.
+    pub failed: usize,
+}
+
+/// A confirmed cap found not in force (a GPU reset, a driver reload, a limit raised by hand).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Drifted {
+    /// The job.
+    pub job: Arc<str>,
+    /// The cap the gateway confirmed, W per GPU.
+    pub wanted_w_per_gpu: f64,
+    /// The limit the cluster reports, W per GPU.
+    pub applied_w_per_gpu: f64,
+    /// The confirmed cap's generation.
+    pub generation: u64,
+}
+
+/// Caps the reconcile no longer counts on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CapsDrifted {
+    /// When.
+    pub at: DateTime<Utc>,
+    /// Always `drift` (kept for readers of earlier exports).
+    pub action: String,
+    /// Each drifted job.
+    pub drifted: Vec<Drifted>,
+}
+
+/// Capped jobs the backend stopped measuring (their node does not answer).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CapsLost {
+    /// When.
+    pub at: DateTime<Utc>,
+    /// The jobs.
+    pub unmeasured_capped_jobs: Vec<Arc<str>>,
+}
+
+/// What became of one suspend or resume request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SuspendOutcome {
+    /// The job.
+    pub job: Arc<str>,
+    /// Its expected draw under the plan, W (suspensions only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_w: Option<f64>,
+    /// `suspended`, `resumed` or `failed`.
+    pub outcome: String,
+    /// Why it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// Jobs suspended because caps at every floor could not meet the target.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobsSuspended {
+    /// When.
+    pub at: DateTime<Utc>,
+    /// Why, in words.
+    pub reason: String,
+    /// The plan's shortfall, W.
+    pub shortfall_w: f64,
+    /// Each request.
+    pub jobs: Vec<SuspendOutcome>,
+}
+
+/// Jobs resumed at the end of the curtailment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobsResumed {
+    /// When.
+    pub at: DateTime<Utc>,
+    /// Each request.
+    pub jobs: Vec<SuspendOutcome>,
+}
+
+/// The job set changed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobsChanged {
+    /// When.
+    pub at: DateTime<Utc>,
+    /// Jobs that appeared.
+    pub jobs_started: Vec<Arc<str>>,
+    /// Jobs that ended.
+    pub jobs_ended: Vec<Arc<str>>,
+}
+
+/// What the planner knows of each job's elasticity, where it changed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ElasticityKnown {
+    /// When.
+    pub at: DateTime<Utc>,
+    /// Job → `sweep`, `pfi 2.10`, `predicted 1.85±0.24` or `unknown`.
+    pub elasticity_known: std::collections::BTreeMap<String, String>,
+}
+
+/// One meter and GPU-board reading.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MeterSample {
+    /// When.
+    pub at: DateTime<Utc>,
+    /// The meter, kW.
+    pub meter_kw: f64,
+    /// GPU-board power of the measured jobs, W.
+    pub gpu_board_w: f64,
+    /// The ceiling in force, kW.
+    pub ceiling_kw: Option<f64>,
+    /// The events contributing a ceiling.
+    pub events: Vec<String>,
+    /// The budget of the plan in force, W.
+    pub gpu_budget_w: Option<f64>,
+    /// The trim in force, W.
+    pub trim_w: f64,
+}
+
+/// A closed-loop trim.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Trimmed {
+    /// When.
+    pub at: DateTime<Utc>,
+    /// Which way.
+    pub direction: TrimDirection,
+    /// Before, W.
+    pub trim_w_before: f64,
+    /// After, W.
+    pub trim_w: f64,
+    /// The reading it acted on, kW.
+    pub meter_kw: f64,
+    /// The ceiling, kW.
+    pub ceiling_kw: f64,
+    /// Why, in words.
+    pub reason: String,
+    /// Bounds.
+    pub max_trim_w: f64,
+    /// Most credit (negative), W.
+    pub max_credit_w: f64,
+}
+
+/// No event constrains the site any more: the curtailment is over, and every capped job is
+/// sent back to its uncapped limit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CurtailmentEnded {
+    /// When.
+    pub at: DateTime<Utc>,
+}
+
+/// The gateway started.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Started {
+    /// When.
+    pub at: DateTime<Utc>,
+    /// Events rebuilt from the ledger.
+    pub events_replayed: usize,
+    /// Caps re-sent from the last plan.
+    pub caps_reapplied: usize,
+    /// The cluster backend.
+    pub backend: String,
+    /// The allocation policy.
+    pub policy: PolicyKind,
+}
+
+/// Every kind of thing the gateway records. See the module docs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "entry", rename_all = "snake_case")]
+pub enum Entry {
+    /// A grid event as received.
+    EventReceived(EventReceived),
+    /// How it was understood.
+    EventInterpreted(EventInterpreted),
+    /// What was answered.
+    EventAcked(EventAcked),
+    /// A lifecycle transition.
+    EventPhase(Transition),
+    /// An operator opt-out.
+    OperatorOptOut(OperatorOptOut),
+    /// A plan.
+    Plan(PlanRecorded),
+    /// Commands and their outcomes.
+    CapsDispatched(CapsDispatched),
+    /// Confirmed caps found not in force.
+    CapsDrifted(CapsDrifted),
+    /// Capped jobs no longer measured.
+    CapsLost(CapsLost),
+    /// Jobs suspended.
+    JobsSuspended(JobsSuspended),
+    /// Jobs resumed.
+    JobsResumed(JobsResumed),
+    /// The job set changed.
+    JobsChanged(JobsChanged),
+    /// What is known of jobs' elasticity.
+    ElasticityKnown(ElasticityKnown),
+    /// A meter reading.
+    MeterSample(MeterSample),
+    /// A closed-loop trim.
+    Trimmed(Trimmed),
+    /// The curtailment ended.
+    CurtailmentEnded(CurtailmentEnded),
+    /// The gateway started.
+    Started(Started),
+}
+
+impl Entry {
+    /// The record kind it is stored under.
+    #[must_use]
+    pub fn kind(&self) -> EntryKind {
+        match self {
+            Entry::EventReceived(_) => EntryKind::RawInput,
+            Entry::EventInterpreted(_) => EntryKind::Interpretation,
+            Entry::EventAcked(_) => EntryKind::Ack,
+            Entry::EventPhase(_) => EntryKind::EventState,
+            Entry::OperatorOptOut(_) => EntryKind::Operator,
+            Entry::Plan(_) => EntryKind::Plan,
+            Entry::CapsDispatched(d) if d.purpose == DispatchPurpose::Restore => EntryKind::Restore,
+            Entry::CapsDispatched(_) | Entry::JobsSuspended(_) => EntryKind::Dispatch,
+            Entry::CapsDrifted(_) | Entry::CapsLost(_) => EntryKind::Confirmation,
+            Entry::JobsResumed(_) | Entry::CurtailmentEnded(_) => EntryKind::Restore,
+            Entry::JobsChanged(_) | Entry::ElasticityKnown(_) | Entry::MeterSample(_) => EntryKind::Measurement,
+            Entry::Trimmed(_) => EntryKind::Trim,
+            Entry::Started(_) => EntryKind::Startup,
+        }
+    }
+}
+
+/// An entry with where it goes in the ledger: the event it belongs to (the export's filter) and
+/// its de-duplication key (a repeat of a keyed record is not written twice).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Recorded {
+    /// The entry.
+    pub entry: Entry,
+    /// The grid event it belongs to.
+    pub event: Option<String>,
+    /// De-duplication key.
+    pub dedup_key: Option<String>,
+}
+
+impl Recorded {
+    /// `entry` for `event`, without a key.
+    #[must_use]
+    pub fn new(entry: Entry, event: Option<String>) -> Self {
+        Recorded {
+            entry,
+            event,
+            dedup_key: None,
+        }
+    }
+
+    /// With a de-duplication key.
+    #[must_use]
+    pub fn keyed(mut self, key: String) -> Self {
+        self.dedup_key = Some(key);
+        self
+    }
+}

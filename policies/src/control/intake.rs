@@ -1,0 +1,387 @@
+//! Intake: the rules every grid event passes, whatever protocol brought it (HTTP, MQTT,
+//! OpenADR 2.0b or 3.x), and the acknowledgment it gets.
+//!
+//! In order: the document must be valid; an event for another site, or whose window already
+//! ended, is refused (recorded, answered with an opt-out, and not keyed, so that a corrected copy
+//! is judged afresh); a repeat of an (event, revision) already decided gets the recorded ack; each
+//! interval's target must convert to a meter ceiling; a lower revision than the one held is
+//! stale. What passes is interpreted (ceilings, the baseline used, the facility budget) and
+//! acknowledged. Every decision is entries, recorded before the ack is returned.
+
+use super::entry::{
+    Entry, EventAcked, EventInterpreted, EventReceived, OperatorOptOut, Received, Recorded, Transport, Upserted,
+};
+use super::{Controller, Effect};
+use crate::event::{
+    BaselineEstimate, CeilingTarget, DrAck, EventBook, EventError, GridEvent, KwRange, LevelRule, Opt, PriceRule,
+    SiteContext, to_ceiling,
+};
+use crate::facility::CoolingState;
+use crate::units::{Fraction, Kilowatts, Watts};
+use chrono::{DateTime, Utc};
+
+/// What became of a submission.
+#[derive(Debug, Clone, PartialEq)]
+pub enum IntakeDecision {
+    /// Taken (opt in, or in with a reason: a test event, a cancellation, a price signal).
+    Accepted {
+        /// The acknowledgment.
+        ack: DrAck,
+    },
+    /// This (event, revision) was decided before: the recorded acknowledgment. The caller must
+    /// wait until everything recorded so far is flushed before answering with it.
+    Repeated {
+        /// The acknowledgment recorded for it.
+        ack: DrAck,
+    },
+    /// Valid, but not something this gateway acts on (another site, an ended window, a target
+    /// it cannot convert): recorded, answered with an opt-out.
+    Refused {
+        /// Why.
+        reason: String,
+        /// The opt-out acknowledgment.
+        ack: DrAck,
+    },
+    /// A lower revision than the one held.
+    Stale {
+        /// The revision held.
+        held: u64,
+        /// The opt-out acknowledgment.
+        ack: DrAck,
+    },
+    /// Not a valid event: nothing recorded, nothing changed.
+    Invalid(EventError),
+}
+
+/// A submission's entries (to record, in order, before answering) and its decision.
+#[derive(Debug, Clone)]
+pub struct Intake {
+    /// Effects: the records, and a wake-up of the planner where the book changed.
+    pub effects: Vec<Effect>,
+    /// The decision.
+    pub decision: IntakeDecision,
+}
+
+/// Why an operator action was refused. Nothing changed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum OperatorError {
+    /// No such event.
+    #[error("no event {0:?}")]
+    UnknownEvent(String),
+    /// A field is missing or invalid.
+    #[error("{field}: {message}")]
+    Invalid {
+        /// Field.
+        field: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// The longest operator name and reason accepted, characters.
+const OPERATOR_MAX: usize = 128;
+const REASON_MAX: usize = 1024;
+
+impl Controller {
+    /// The site's rules for converting targets, with the facility maximum derived from the
+    /// jobs' uncapped draw when none is configured.
+    pub(crate) fn site_context(&self) -> SiteContext {
+        let mut site = SiteContext::default();
+        let rules = &self.settings.site;
+        site.facility_max_kw = if rules.facility_max_kw > 0.0 {
+            rules.facility_max_kw
+        } else {
+            let uncapped: Watts = self.jobs.iter().map(|j| j.spec.uncapped_power).sum();
+            self.facility
+                .forward(uncapped, self.nodes(), &CoolingState::Settled)
+                .map_or(0.0, |m| m.hi.value())
+        };
+        for (rule, fraction) in site.level_table.iter_mut().zip(rules.level_shed_fraction) {
+            if let Ok(shed) = Fraction::new(fraction) {
+                *rule = LevelRule {
+                    level: rule.level,
+                    shed,
+                };
+            }
+        }
+        site.price_table = rules
+            .price_table
+            .iter()
+            .filter_map(|row| {
+                Fraction::new(row.shed_fraction).ok().map(|shed| PriceRule {
+                    min_per_mwh: row.min_per_mwh,
+                    shed,
+                })
+            })
+            .collect();
+        site
+    }
+
+    /// Meter-before baseline: the mean metered power over the configured window before `now`.
+    pub(crate) fn baseline(&self, now: DateTime<Utc>) -> Option<BaselineEstimate> {
+        let window = self.settings.site.baseline_window_s;
+        let from = now - chrono::Duration::seconds(i64::try_from(window).unwrap_or(i64::MAX / 2_000));
+        let (sum, n) = self
+            .meter_history
+            .iter()
+            .filter(|(t, _)| *t >= from && *t <= now)
+            .fold((0.0, 0usize), |(s, n), (_, kw)| (s + kw, n + 1));
+        (n > 0).then(|| BaselineEstimate {
+            kw: sum / n as f64,
+            method: "meter_before".to_string(),
+            window_s: window,
+        })
+    }
+
+    /// Nodes behind the meter, as last measured (at least 1).
+    pub(crate) fn nodes(&self) -> u32 {
+        self.telemetry.as_ref().map_or(1, |t| t.nodes.max(1))
+    }
+
+    /// Take a grid event from any transport. `checkpoint` is the ledger head before this
+    /// submission's records (what the counterparty can already verify), echoed in the ack.
+    pub fn submit(
+        &mut self,
+        mut event: GridEvent,
+        transport: Transport,
+        received: Received,
+        checkpoint: &str,
+        now: DateTime<Utc>,
+    ) -> Intake {
+        if let Err(e) = event.validate() {
+            self.counters.events_refused += 1;
+            return Intake {
+                effects: Vec::new(),
+                decision: IntakeDecision::Invalid(e),
+            };
+        }
+        // The protocol that brought it is the event's source, whatever the parser assumed.
+        event.source = transport.source();
+        let opt_out = |reason: String| {
+            let mut ack = DrAck::new(event.id.clone(), event.revision, now, Opt::Out, checkpoint);
+            ack.reason = Some(reason);
+            ack
+        };
+        let received_entry = Entry::EventReceived(EventReceived {
+            received_at: now,
+            source: transport.source(),
+            transport,
+            received,
+        });
+        let id = Some(event.id.clone());
+        let wrong_site = event
+            .site
+            .as_ref()
+            .filter(|site| **site != self.settings.site_id)
+            .map(|site| {
+                format!(
+                    "event is for site {site:?}; this gateway serves {:?}",
+                    self.settings.site_id
+                )
+            });
+        let expired = (!event.cancel)
+            .then(|| event.window.nominal_end())
+            .flatten()
+            .filter(|end| *end <= now)
+            .map(|end| format!("the event's window ended at {end}, before it was received"));
+        let mut effects = Vec::new();
+        if let Some(reason) = wrong_site.or(expired) {
+            let ack = opt_out(reason.clone());
+            self.record(&mut effects, Recorded::new(received_entry, id.clone()));
+            self.record(&mut effects, ack_entry(&ack, false));
+            self.counters.events_refused += 1;
+            return Intake {
+                effects,
+                decision: IntakeDecision::Refused { reason, ack },
+            };
+        }
+        if let Some(ack) = self.acks.get(&(event.id.clone(), event.revision)) {
+            return Intake {
+                effects,
+                decision: IntakeDecision::Repeated { ack: ack.clone() },
+            };
+        }
+        let raw_key = format!("event:{}:{}", event.id, event.revision);
+        let received_record = Recorded::new(received_entry, id.clone()).keyed(raw_key);
+
+        let site = self.site_context();
+        let baseline = self.baseline(now);
+        let mut ceilings: Vec<Option<CeilingTarget>> = Vec::with_capacity(event.intervals.len());
+        for (i, interval) in event.intervals.iter().enumerate() {
+            match to_ceiling(&interval.target, &site, baseline.as_ref()) {
+                Ok(c) => ceilings.push(c),
+                Err(e) => {
+                    let reason = format!("intervals[{i}]: {e}");
+                    let ack = opt_out(reason.clone());
+                    self.record(&mut effects, received_record);
+                    self.record(&mut effects, ack_entry(&ack, true));
+                    self.counters.events_refused += 1;
+                    return Intake {
+                        effects,
+                        decision: IntakeDecision::Refused { reason, ack },
+                    };
+                }
+            }
+        }
+        let pre_event_meter = baseline
+            .as_ref()
+            .map(|b| b.kw)
+            .or_else(|| self.telemetry.as_ref().map(|t| t.meter_kw.value()))
+            .unwrap_or(site.facility_max_kw);
+        let held = self.book.get(&event.id).map(|e| e.revision());
+        if let Some(held) = held.filter(|h| *h > event.revision) {
+            let ack = opt_out(format!("stale revision: {held} is held"));
+            self.record(&mut effects, received_record);
+            self.record(&mut effects, ack_entry(&ack, false));
+            return Intake {
+                effects,
+                decision: IntakeDecision::Stale { held, ack },
+            };
+        }
+        if let Err(e) = EventBook::check_upsert(&event, &ceilings, pre_event_meter) {
+            self.counters.events_refused += 1;
+            return Intake {
+                effects,
+                decision: IntakeDecision::Invalid(e),
+            };
+        }
+        let outcome = if held == Some(event.revision) {
+            Upserted::Duplicate
+        } else if event.cancel {
+            Upserted::Cancelled
+        } else if event.test {
+            Upserted::Test
+        } else if held.is_none() {
+            Upserted::New
+        } else {
+            Upserted::Revised
+        };
+
+        // The interpretation: every target → ceiling, the baseline used, the GPU budget chain.
+        let nodes = self.nodes();
+        let first_ceiling = ceilings.iter().flatten().map(|c| c.ceiling_kw).reduce(f64::min);
+        let budget = first_ceiling.and_then(|kw| {
+            self.facility
+                .ceiling_budget(Kilowatts(kw), nodes, &CoolingState::Settled)
+                .ok()
+        });
+        let expected = budget.as_ref().map(|b| {
+            let lo = self
+                .facility
+                .forward(b.gpu_budget, nodes, &CoolingState::Settled)
+                .map_or(0.0, |m| m.lo.value());
+            KwRange { lo, hi: b.fsl.value() }
+        });
+        let mut ack = DrAck::new(event.id.clone(), event.revision, now, Opt::In, checkpoint);
+        ack.reason = match (outcome, event.test) {
+            (_, true) => Some("test event: recorded, not acted on".to_string()),
+            (Upserted::Duplicate, _) => Some("revision already held".to_string()),
+            (Upserted::Cancelled, _) => Some("cancelled".to_string()),
+            _ if first_ceiling.is_none() => Some("price signal recorded; no price table maps it".to_string()),
+            _ => None,
+        };
+        ack.accepted_target_kw = first_ceiling;
+        ack.expected_meter_kw = expected;
+        let interpreted = Entry::EventInterpreted(EventInterpreted {
+            event: event.clone(),
+            ceilings,
+            baseline,
+            pre_event_meter_kw: pre_event_meter,
+            received_at: now,
+            outcome,
+            settled_budget: budget.as_ref().and_then(|b| serde_json::to_value(b).ok()),
+            facility_fingerprint: self.facility.fingerprint().to_string(),
+        });
+        self.record(&mut effects, received_record);
+        self.record(
+            &mut effects,
+            Recorded::new(interpreted, id).keyed(format!("interpretation:{}:{}", event.id, event.revision)),
+        );
+        self.record(&mut effects, ack_entry(&ack, true));
+        self.counters.events_accepted += 1;
+        // A test event or a repeat cannot change any ceiling: no re-plan (a burst of them would
+        // otherwise cost one pass over the whole book each).
+        if !matches!(outcome, Upserted::Test | Upserted::Duplicate) {
+            effects.push(Effect::Wake);
+        }
+        Intake {
+            effects,
+            decision: IntakeDecision::Accepted { ack },
+        }
+    }
+
+    /// An operator opts the site out of an event (e.g. a must-run emergency): its ceiling stops
+    /// counting at once, the event ends as opted out, the opt-out is recorded with the
+    /// operator's name and reason, and an opt-out acknowledgment for the counterparty.
+    pub fn operator_opt_out(
+        &mut self,
+        event_id: &str,
+        operator: &str,
+        reason: &str,
+        checkpoint: &str,
+        now: DateTime<Utc>,
+    ) -> Result<(DrAck, Vec<Effect>), OperatorError> {
+        let invalid = |field, message: &str| OperatorError::Invalid {
+            field,
+            message: message.to_string(),
+        };
+        let printable = |s: &str| !s.chars().any(char::is_control);
+        if operator.trim().is_empty() || operator.chars().count() > OPERATOR_MAX || !printable(operator) {
+            return Err(invalid(
+                "operator",
+                "give the operator's name (1–128 printable characters)",
+            ));
+        }
+        if reason.trim().is_empty() || reason.chars().count() > REASON_MAX || !printable(reason) {
+            return Err(invalid("reason", "give a reason (1–1024 printable characters)"));
+        }
+        let entry = self
+            .book
+            .get(event_id)
+            .ok_or_else(|| OperatorError::UnknownEvent(event_id.to_string()))?;
+        if entry.release.is_some_and(|r| r.opted_out) {
+            return Err(invalid("event_id", "the site has already opted out of this event"));
+        }
+        let revision = entry.revision();
+        let mut ack = DrAck::new(event_id, revision, now, Opt::Out, checkpoint);
+        ack.reason = Some(format!("operator opt-out: {reason}"));
+        let mut effects = Vec::new();
+        self.record(
+            &mut effects,
+            Recorded::new(
+                Entry::OperatorOptOut(OperatorOptOut {
+                    at: now,
+                    event_id: event_id.to_string(),
+                    revision,
+                    operator: operator.to_string(),
+                    reason: reason.to_string(),
+                }),
+                Some(event_id.to_string()),
+            ),
+        );
+        self.record(&mut effects, ack_entry(&ack, false));
+        effects.push(Effect::OptOutNotice {
+            event_id: event_id.to_string(),
+            reason: reason.to_string(),
+        });
+        effects.push(Effect::Wake);
+        Ok((ack, effects))
+    }
+}
+
+/// The record of an ack. The ack of an (event, revision) decided on its merits keeps a key, so
+/// that a repeat gets the same ack.
+fn ack_entry(ack: &DrAck, keyed: bool) -> Recorded {
+    let record = Recorded::new(
+        Entry::EventAcked(EventAcked {
+            ack: ack.clone(),
+            keyed,
+        }),
+        Some(ack.event_id.clone()),
+    );
+    if keyed {
+        record.keyed(format!("ack:{}:{}", ack.event_id, ack.revision))
+    } else {
+        record
+    }
+}

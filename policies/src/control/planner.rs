@@ -1,0 +1,55 @@
+//! The allocation policy in force, with the curves it estimated kept between plans.
+//!
+//! Estimating a job's curve costs about 7 µs (BENCHMARKS.md); allocating on estimated curves is
+//! linear and fast. Curves are therefore estimated when the job set (or what is known of a job)
+//! changes, and every plan in between only allocates.
+
+use super::config::PolicyKind;
+use crate::alloc::{
+    AllocationPolicy, Budget, CapPlan, CurveAware, JobSpec, PlanError, Prepared, Proportional, Weighting,
+};
+use crate::estimate::CurveFamily;
+use crate::units::Watts;
+use std::sync::Arc;
+
+/// A policy and, for the curve-aware one, its prepared curves.
+pub(crate) enum Planner {
+    Curve {
+        policy: CurveAware,
+        /// Estimated curves for the current job set (re-estimated only when jobs change).
+        cache: Option<Prepared<'static>>,
+    },
+    Proportional(Proportional),
+}
+
+impl Planner {
+    pub(crate) fn new(kind: PolicyKind, family: Arc<CurveFamily>) -> Self {
+        match kind {
+            PolicyKind::Equal => Planner::Proportional(Proportional::new(Weighting::Equal, family)),
+            PolicyKind::PfiPaper => Planner::Proportional(Proportional::new(Weighting::PfiPaper, family)),
+            PolicyKind::Efficiency => Planner::Proportional(Proportional::new(Weighting::Efficiency, family)),
+            PolicyKind::Flexgate => Planner::Curve {
+                policy: CurveAware::flexgate(family),
+                cache: None,
+            },
+        }
+    }
+
+    pub(crate) fn plan(&mut self, jobs: &[JobSpec], budget: Watts) -> Result<CapPlan, PlanError> {
+        match self {
+            Planner::Proportional(p) => p.plan(jobs, Budget::Absolute(budget)),
+            Planner::Curve { policy, cache } => {
+                let fresh = cache
+                    .as_ref()
+                    .is_none_or(|c| c.jobs().len() != jobs.len() || c.jobs().iter().zip(jobs).any(|(a, b)| a != b));
+                if fresh {
+                    *cache = Some(policy.prepare_owned(jobs.to_vec())?);
+                }
+                match cache {
+                    Some(prepared) => Ok(prepared.allocate(Budget::Absolute(budget))),
+                    None => policy.plan(jobs, Budget::Absolute(budget)),
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,264 @@
+//! Reconcile: what the cluster shows against what the gateway confirmed.
+//!
+//! - **Job set.** Jobs that end take their caps with them; jobs that start are planned at the
+//!   next step.
+//! - **Drift.** A confirmed cap the cluster no longer shows (a GPU reset, a driver reload, an
+//!   agent restarted without its state, a limit raised by hand) means the job is no longer known
+//!   to hold it: it counts at its measured draw from now on, the rest is re-planned around it,
+//!   and its cap is re-sent (BACKENDS.md §7). Only drift *upwards* matters: a limit lower than
+//!   wanted (an out-of-band cap) only draws less, and the planner counts what is measured.
+//! - **Lost.** A capped job the backend stopped measuring (its node does not answer) is treated
+//!   the same way, at once, rather than when a later dispatch happens to fail.
+//! - **Retry.** Once a lost job is measured again, its cap is re-sent under a fresh generation;
+//!   until that is confirmed it stays fixed load, so a retry can only over-deliver.
+
+use super::cluster::{CapCommand, JobState, Telemetry};
+use super::entry::{CapsDrifted, CapsLost, Drifted, ElasticityKnown, Entry, JobsChanged, PlanReason, Recorded};
+use super::{Controller, DRIFT_TOLERANCE_W, Effect};
+use crate::alloc::Elasticity;
+use chrono::{DateTime, Utc};
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+/// What is known of a job's elasticity, in a few words for the ledger: `sweep`, `pfi 2.10`,
+/// `predicted 1.85±0.24` (telemetry-predicted, with its standard error) or `unknown`. An auditor
+/// reading why a job was cut as deep as it was needs this next to the plan.
+#[must_use]
+pub fn elasticity_known(elasticity: &Elasticity) -> String {
+    match elasticity {
+        Elasticity::Measured { .. } => "sweep".to_string(),
+        Elasticity::Pfi { value, .. } => format!("pfi {value:.2}"),
+        Elasticity::PredictedPfi { mean, sd, .. } => format!("predicted {mean:.2}±{sd:.2}"),
+        Elasticity::Unknown => "unknown".to_string(),
+    }
+}
+
+/// The fewest suspendable jobs, largest expected draw first, whose draw covers `shortfall_w`.
+#[must_use]
+pub fn select_suspensions(mut candidates: Vec<(Arc<str>, f64)>, shortfall_w: f64) -> Vec<(Arc<str>, f64)> {
+    candidates.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let mut covered = 0.0;
+    let mut chosen = Vec::new();
+    for (job, draw) in candidates {
+        if covered >= shortfall_w {
+            break;
+        }
+        covered += draw.max(0.0);
+        chosen.push((job, draw));
+    }
+    chosen
+}
+
+impl Controller {
+    pub(crate) fn observe_inventory(&mut self, jobs: Vec<JobState>, now: DateTime<Utc>, effects: &mut Vec<Effect>) {
+        let before: HashSet<&Arc<str>> = self.jobs.iter().map(|j| &j.spec.id).collect();
+        let after: HashSet<&Arc<str>> = jobs.iter().map(|j| &j.spec.id).collect();
+        let ended: Vec<Arc<str>> = self
+            .jobs
+            .iter()
+            .map(|j| &j.spec.id)
+            .filter(|id| !after.contains(id))
+            .cloned()
+            .collect();
+        let started: Vec<Arc<str>> = jobs
+            .iter()
+            .map(|j| &j.spec.id)
+            .filter(|id| !before.contains(id))
+            .cloned()
+            .collect();
+        // Caps or suspensions recorded for jobs the cluster no longer runs (ended while the
+        // gateway was down) end too.
+        let mut ended_all = ended;
+        for id in self.caps.keys().chain(self.suspended.iter()) {
+            if !after.contains(id) && !ended_all.contains(id) {
+                ended_all.push(id.clone());
+            }
+        }
+        let order_changed =
+            self.jobs.len() == jobs.len() && self.jobs.iter().zip(&jobs).any(|(a, b)| a.spec.id != b.spec.id);
+        if !started.is_empty() || !ended_all.is_empty() {
+            self.record(
+                effects,
+                Recorded::new(
+                    Entry::JobsChanged(JobsChanged {
+                        at: now,
+                        jobs_started: started.clone(),
+                        jobs_ended: ended_all,
+                    }),
+                    None,
+                ),
+            );
+        }
+        if !started.is_empty() || order_changed || self.jobs.len() != jobs.len() {
+            self.pending = Some(PlanReason::JobsChanged);
+        }
+        self.detect_drift(&jobs, now, effects);
+        self.record_elasticity(&jobs, now, effects);
+        self.jobs = Arc::new(jobs);
+        self.flex_available_kw = self.flex_available_kw();
+    }
+
+    fn detect_drift(&mut self, jobs: &[JobState], now: DateTime<Utc>, effects: &mut Vec<Effect>) {
+        let drifted: Vec<Drifted> = jobs
+            .iter()
+            .filter(|job| !self.suspended.contains(&job.spec.id))
+            .filter_map(|job| {
+                let cap = self.caps.get(&job.spec.id)?;
+                (cap.confirmed && job.applied_cap.value() > cap.cap.value() + DRIFT_TOLERANCE_W).then(|| Drifted {
+                    job: job.spec.id.clone(),
+                    wanted_w_per_gpu: cap.cap.value(),
+                    applied_w_per_gpu: job.applied_cap.value(),
+                    generation: cap.generation,
+                })
+            })
+            .collect();
+        if drifted.is_empty() {
+            return;
+        }
+        for d in &drifted {
+            effects.push(Effect::Warn(format!(
+                "cap drift: job {}'s GPUs are at {:.0} W, above the {:.0} W the gateway set; counting it at its measured draw and re-sending the cap",
+                d.job, d.applied_w_per_gpu, d.wanted_w_per_gpu
+            )));
+        }
+        self.counters.drifts += drifted.len() as u64;
+        let event = self.binding_event();
+        self.record(
+            effects,
+            Recorded::new(
+                Entry::CapsDrifted(CapsDrifted {
+                    at: now,
+                    action: "drift".to_string(),
+                    drifted,
+                }),
+                event,
+            ),
+        );
+        self.pending = Some(PlanReason::Unconfirmed);
+    }
+
+    /// Record what the planner knows of each job's elasticity whenever it changes (a job
+    /// starts, its PFI becomes predicted from telemetry, a tag changes), instead of in every
+    /// plan: plans come at every event revision and must stay fast, knowledge changes rarely.
+    fn record_elasticity(&mut self, jobs: &[JobState], now: DateTime<Utc>, effects: &mut Vec<Effect>) {
+        let changed: BTreeMap<String, String> = jobs
+            .iter()
+            .filter_map(|job| {
+                let known = elasticity_known(&job.spec.elasticity);
+                (self.elasticity_known.get(&job.spec.id) != Some(&known)).then(|| (job.spec.id.to_string(), known))
+            })
+            .collect();
+        if changed.is_empty() {
+            return;
+        }
+        self.record(
+            effects,
+            Recorded::new(
+                Entry::ElasticityKnown(ElasticityKnown {
+                    at: now,
+                    elasticity_known: changed,
+                }),
+                None,
+            ),
+        );
+    }
+
+    pub(crate) fn reconcile_lost(&mut self, t: &Telemetry, now: DateTime<Utc>, effects: &mut Vec<Effect>) {
+        let measured: HashSet<&str> = t.jobs.iter().map(|m| &*m.job).collect();
+        let mut lost: Vec<Arc<str>> = self
+            .caps
+            .iter()
+            .filter(|(job, cap)| cap.confirmed && !measured.contains(&***job) && !self.suspended.contains(*job))
+            .map(|(job, _)| job.clone())
+            .collect();
+        if lost.is_empty() {
+            return;
+        }
+        lost.sort();
+        effects.push(Effect::Warn(format!(
+            "capped jobs not measured (node unreachable?): {}; counting them at their measured draw",
+            lost.join(", ")
+        )));
+        let event = self.binding_event();
+        self.record(
+            effects,
+            Recorded::new(
+                Entry::CapsLost(CapsLost {
+                    at: now,
+                    unmeasured_capped_jobs: lost,
+                }),
+                event,
+            ),
+        );
+        self.pending = Some(PlanReason::Unconfirmed);
+    }
+
+    /// The unconfirmed caps to re-send after a plan: jobs still running, not suspended, measured
+    /// again (their node answers), with a generation older than the plan's. Jobs on nodes that
+    /// do not answer are not retried: that would hold every tick for the call timeout; the
+    /// backend keeps their leases wanted and re-sends them when the node is back.
+    pub(crate) fn retry_unconfirmed(&mut self) -> Option<Vec<CapCommand>> {
+        let plan = self.plan.as_ref()?;
+        if self.caps.values().all(|c| c.confirmed) {
+            return None;
+        }
+        let measured: HashSet<&str> = self
+            .telemetry
+            .as_ref()
+            .map(|t| t.jobs.iter().map(|m| &*m.job).collect())
+            .unwrap_or_default();
+        let running: HashSet<&str> = self.jobs.iter().map(|j| &*j.spec.id).collect();
+        let mut retries: Vec<CapCommand> = self
+            .caps
+            .iter()
+            .filter(|(job, cap)| {
+                !cap.confirmed
+                    && cap.generation < plan.generation
+                    && !self.suspended.contains(*job)
+                    && running.contains(&***job)
+                    && measured.contains(&***job)
+            })
+            .map(|(job, cap)| CapCommand {
+                job: job.clone(),
+                cap: cap.cap,
+                generation: plan.generation,
+                until: plan.until,
+            })
+            .collect();
+        retries.sort_by(|a, b| a.job.cmp(&b.job));
+        (!retries.is_empty()).then_some(retries)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn suspensions_take_the_largest_draws_until_the_shortfall_is_covered() {
+        let jobs = vec![
+            (Arc::from("a"), 100.0),
+            (Arc::from("b"), 300.0),
+            (Arc::from("c"), 200.0),
+        ];
+        let chosen = select_suspensions(jobs.clone(), 250.0);
+        assert_eq!(chosen.iter().map(|(j, _)| &**j).collect::<Vec<_>>(), ["b"]);
+        let chosen = select_suspensions(jobs.clone(), 450.0);
+        assert_eq!(chosen.iter().map(|(j, _)| &**j).collect::<Vec<_>>(), ["b", "c"]);
+        assert_eq!(select_suspensions(jobs, 10_000.0).len(), 3);
+        assert!(select_suspensions(Vec::new(), 10.0).is_empty());
+    }
+
+    #[test]
+    fn elasticity_is_described_in_a_few_words() {
+        assert_eq!(elasticity_known(&Elasticity::Unknown), "unknown");
+        assert_eq!(
+            elasticity_known(&Elasticity::PredictedPfi {
+                mean: 1.854,
+                sd: 0.241,
+                grid: None
+            }),
+            "predicted 1.85±0.24"
+        );
+    }
+}

@@ -1,0 +1,635 @@
+//! Property tests of the gateway's controller over random input sequences: events with
+//! revisions, cancellations and operator opt-outs, back-to-back and overlapping events, jobs
+//! starting and ending, cap commands failing, nodes going silent, and restarts as a fold of the
+//! ledger recorded so far.
+//!
+//! The cluster is a small deterministic model driven through the same effects a real driver
+//! carries out (records appended to an in-memory ledger, cap commands applied or failed,
+//! suspensions), so every invariant is checked on the controller's own decisions:
+//!
+//! 1. a plan's expected draw never exceeds its budget plus its declared shortfall;
+//! 2. once no event is in force and the restore went through, every job runs at its uncapped
+//!    limit and the controller holds no cap;
+//! 3. folding the recorded entries gives the same durable state as live operation;
+//! 4. every acknowledgment returned is among the records of its decision (or, for a repeat,
+//!    was recorded before).
+
+use chrono::{DateTime, Duration, Utc};
+use flexgate_policies::alloc::{CapRange, Elasticity, JobSpec};
+use flexgate_policies::control::cluster::{CapCommand, CapOutcome, CapResult, JobState, JobTelemetry, Telemetry};
+use flexgate_policies::control::config::{ControlConfig, PolicyKind, SiteConfig};
+use flexgate_policies::control::entry::{Entry, Received, SuspendOutcome, Transport};
+use flexgate_policies::control::{Controller, Effect, Input, IntakeDecision, Settings};
+use flexgate_policies::event::{DrAck, EventSource, GridEvent, Interval, Target, Window};
+use flexgate_policies::facility::FacilityParams;
+use flexgate_policies::units::{Kilowatts, TokensPerSec, Watts, WattsPerGpu};
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+const GPUS: u32 = 8;
+const MAX_W: f64 = 700.0;
+
+/// One job of the model cluster.
+#[derive(Debug, Clone)]
+struct ModelJob {
+    id: Arc<str>,
+    uncapped_per_gpu: f64,
+    cap: f64,
+    generation: u64,
+    suspended: bool,
+    suspendable: bool,
+}
+
+impl ModelJob {
+    fn draw(&self) -> f64 {
+        if self.suspended {
+            60.0 * f64::from(GPUS)
+        } else {
+            self.cap.min(self.uncapped_per_gpu) * f64::from(GPUS)
+        }
+    }
+}
+
+/// A cluster that applies caps, fails the ones it is told to, and can lose a node.
+#[derive(Debug, Clone, Default)]
+struct ModelCluster {
+    jobs: Vec<ModelJob>,
+    /// Jobs whose node does not answer: commands fail, telemetry omits them.
+    silent: Vec<Arc<str>>,
+    /// Fail every command while set.
+    failing: bool,
+    next_job: u32,
+}
+
+impl ModelCluster {
+    fn start_job(&mut self, uncapped_per_gpu: f64, suspendable: bool) {
+        self.next_job += 1;
+        self.jobs.push(ModelJob {
+            id: Arc::from(format!("job-{}", self.next_job)),
+            uncapped_per_gpu,
+            cap: MAX_W,
+            generation: 0,
+            suspended: false,
+            suspendable,
+        });
+    }
+
+    fn inventory(&self) -> Vec<JobState> {
+        self.jobs
+            .iter()
+            .enumerate()
+            .map(|(i, j)| JobState {
+                spec: JobSpec {
+                    id: j.id.clone(),
+                    gpus: GPUS,
+                    cap_range: CapRange::H200,
+                    uncapped_power: Watts(j.uncapped_per_gpu * f64::from(GPUS)),
+                    uncapped_tokens: TokensPerSec(10_000.0),
+                    elasticity: if i % 3 == 0 {
+                        Elasticity::Unknown
+                    } else {
+                        Elasticity::PredictedPfi {
+                            mean: 1.2 + 0.3 * (i % 4) as f64,
+                            sd: 0.241,
+                            grid: None,
+                        }
+                    },
+                    max_slowdown: None,
+                },
+                nodes: vec![format!("node-{i}")],
+                applied_cap: WattsPerGpu(j.cap),
+                generation: j.generation,
+                measured_power: Watts(j.draw()),
+                measured_tokens: TokensPerSec(0.0),
+                suspendable: j.suspendable,
+            })
+            .collect()
+    }
+
+    fn telemetry(&self, at: DateTime<Utc>) -> Telemetry {
+        let jobs: Vec<JobTelemetry> = self
+            .jobs
+            .iter()
+            .filter(|j| !self.silent.contains(&j.id))
+            .map(|j| JobTelemetry {
+                job: j.id.clone(),
+                power: Watts(j.draw()),
+                tokens: TokensPerSec(0.0),
+            })
+            .collect();
+        let gpu: f64 = self.jobs.iter().map(ModelJob::draw).sum();
+        Telemetry {
+            at,
+            gpu_board_power: Watts(jobs.iter().map(|j| j.power.value()).sum()),
+            jobs,
+            meter_kw: Kilowatts(20.0 + gpu * 1.35 / 1000.0),
+            nodes: u32::try_from(self.jobs.len()).unwrap_or(1).max(1),
+        }
+    }
+
+    fn apply(&mut self, commands: &[CapCommand]) -> Vec<CapResult> {
+        commands
+            .iter()
+            .map(|c| {
+                let outcome = match self.jobs.iter_mut().find(|j| j.id == c.job) {
+                    None => CapOutcome::UnknownJob,
+                    Some(_) if self.failing || self.silent.contains(&c.job) => CapOutcome::Failed {
+                        reason: "model: node does not answer".into(),
+                    },
+                    Some(j) if c.generation < j.generation => CapOutcome::Stale { latest: j.generation },
+                    Some(j) => {
+                        let applied = c.cap.value().clamp(200.0, MAX_W);
+                        j.cap = applied;
+                        j.generation = c.generation;
+                        CapOutcome::Applied {
+                            applied: WattsPerGpu(applied),
+                            clamped: (applied - c.cap.value()).abs() > 1e-9,
+                        }
+                    }
+                };
+                CapResult {
+                    job: c.job.clone(),
+                    generation: c.generation,
+                    outcome,
+                }
+            })
+            .collect()
+    }
+}
+
+/// What the test drives the controller with.
+#[derive(Debug, Clone)]
+enum Op {
+    /// Submit (event index, revision, ceiling as a share of the uncapped meter, start offset s,
+    /// duration s, cancel, test).
+    Submit(u8, u64, f64, i64, Option<u64>, bool, bool),
+    OptOut(u8),
+    /// Advance time and run a measured tick.
+    Advance(i64),
+    /// Advance time and run an unmeasured tick (the book moved, nothing measured).
+    Wake(i64),
+    JobStarts(f64, bool),
+    JobEnds(usize),
+    NodeSilent(usize),
+    NodesBack,
+    Failing(bool),
+    Restart,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0u8..3, 1u64..4, 0.3f64..1.1, -120i64..900, prop::option::weighted(0.85, 60u64..1800), prop::bool::weighted(0.1), prop::bool::weighted(0.1))
+            .prop_map(|(i, r, f, s, d, c, t)| Op::Submit(i, r, f, s, d, c, t)),
+        1 => (0u8..3).prop_map(Op::OptOut),
+        8 => (5i64..400).prop_map(Op::Advance),
+        2 => (1i64..120).prop_map(Op::Wake),
+        1 => (300.0f64..700.0, any::<bool>()).prop_map(|(w, s)| Op::JobStarts(w, s)),
+        1 => (0usize..8).prop_map(Op::JobEnds),
+        1 => (0usize..8).prop_map(Op::NodeSilent),
+        1 => Just(Op::NodesBack),
+        1 => any::<bool>().prop_map(Op::Failing),
+        1 => Just(Op::Restart),
+    ]
+}
+
+fn settings() -> Settings {
+    let mut facility = FacilityParams::default();
+    // A small site: the default parameters describe 1,000 nodes.
+    let scale = 8.0 / 1000.0;
+    for b in [
+        &mut facility.static_site_kw,
+        &mut facility.fabric_kw,
+        &mut facility.cool_fixed_kw,
+    ] {
+        b.lo *= scale;
+        b.nominal *= scale;
+        b.hi *= scale;
+    }
+    facility.meter_err_kw *= scale;
+    facility.noise_kw *= scale;
+    facility.cooling_meter_err_kw *= scale;
+    Settings {
+        site_id: "site-1".into(),
+        site: SiteConfig::default(),
+        control: ControlConfig::default(),
+        policy: PolicyKind::Flexgate,
+        facility,
+    }
+}
+
+fn event(
+    index: u8,
+    revision: u64,
+    kw: f64,
+    start: DateTime<Utc>,
+    duration_s: Option<u64>,
+    cancel: bool,
+    test: bool,
+) -> GridEvent {
+    GridEvent {
+        id: format!("ev-{index}"),
+        revision,
+        source: EventSource::Http,
+        site: Some("site-1".into()),
+        program: None,
+        issued_at: None,
+        mandatory: false,
+        test,
+        cancel,
+        priority: None,
+        window: Window {
+            start,
+            ramp_s: 120,
+            duration_s,
+            recovery_s: 120,
+            randomize_start_s: 0,
+        },
+        intervals: vec![Interval {
+            offset_s: 0,
+            duration_s: None,
+            target: Target::MeterCeiling { kw },
+        }],
+    }
+}
+
+/// The harness: a controller, the model cluster, the ledger so far, and the clock.
+struct Harness {
+    controller: Controller,
+    cluster: ModelCluster,
+    ledger: Vec<Entry>,
+    now: DateTime<Utc>,
+    acks_seen: Vec<DrAck>,
+}
+
+impl Harness {
+    fn new() -> Self {
+        let mut cluster = ModelCluster::default();
+        for w in [690.0, 650.0, 600.0, 560.0] {
+            cluster.start_job(w, w < 620.0);
+        }
+        let mut h = Harness {
+            controller: Controller::new(settings()).expect("valid settings"),
+            cluster,
+            ledger: Vec::new(),
+            now: DateTime::from_timestamp(1_800_000_000, 0).unwrap_or_default(),
+            acks_seen: Vec::new(),
+        };
+        h.measure_and_tick();
+        h
+    }
+
+    fn uncapped_meter_kw(&self) -> f64 {
+        20.0 + self.cluster.jobs.iter().map(|j| j.uncapped_per_gpu * 8.0).sum::<f64>() * 1.35 / 1000.0
+    }
+
+    /// Carry out effects like the real driver: record, then act and feed results back.
+    fn run(&mut self, effects: Vec<Effect>) {
+        let mut todo: std::collections::VecDeque<Effect> = effects.into();
+        while let Some(effect) = todo.pop_front() {
+            let input = match effect {
+                Effect::Record(r) => {
+                    check_plan(&r.entry);
+                    self.ledger.push(r.entry);
+                    None
+                }
+                Effect::Dispatch { purpose, commands } => {
+                    let results = self.cluster.apply(&commands);
+                    Some(Input::CapResults {
+                        purpose,
+                        commands,
+                        results,
+                    })
+                }
+                Effect::Suspend { jobs, shortfall_w } => {
+                    let outcomes = jobs
+                        .into_iter()
+                        .map(|(job, expected)| {
+                            let found = self.cluster.jobs.iter_mut().find(|j| j.id == job);
+                            let ok = found.is_some_and(|j| {
+                                j.suspended = true;
+                                true
+                            });
+                            SuspendOutcome {
+                                job,
+                                expected_w: Some(expected),
+                                outcome: if ok { "suspended" } else { "failed" }.into(),
+                                reason: (!ok).then(|| "gone".to_string()),
+                            }
+                        })
+                        .collect();
+                    Some(Input::Suspended { outcomes, shortfall_w })
+                }
+                Effect::Resume { jobs } => {
+                    let outcomes = jobs
+                        .into_iter()
+                        .map(|job| {
+                            if let Some(j) = self.cluster.jobs.iter_mut().find(|j| j.id == job) {
+                                j.suspended = false;
+                            }
+                            SuspendOutcome {
+                                job,
+                                expected_w: None,
+                                outcome: "resumed".into(),
+                                reason: None,
+                            }
+                        })
+                        .collect();
+                    Some(Input::Resumed { outcomes })
+                }
+                Effect::Announce(_) | Effect::OptOutNotice { .. } | Effect::Warn(_) | Effect::Wake => None,
+            };
+            if let Some(input) = input {
+                let more = self.controller.handle(input, self.now);
+                for e in more.into_iter().rev() {
+                    todo.push_front(e);
+                }
+            }
+        }
+    }
+
+    fn measure_and_tick(&mut self) {
+        let inv = self
+            .controller
+            .handle(Input::Inventory(self.cluster.inventory()), self.now);
+        self.run(inv);
+        let t = self
+            .controller
+            .handle(Input::Telemetry(self.cluster.telemetry(self.now)), self.now);
+        self.run(t);
+        let tick = self.controller.handle(Input::Tick { measured: true }, self.now);
+        self.run(tick);
+    }
+
+    fn step(&mut self, op: &Op) {
+        match *op {
+            Op::Submit(index, revision, share, start_s, duration_s, cancel, test) => {
+                let kw = share * self.uncapped_meter_kw();
+                let e = event(
+                    index,
+                    revision,
+                    kw,
+                    self.now + Duration::seconds(start_s),
+                    duration_s,
+                    cancel,
+                    test,
+                );
+                let recorded_before = self.ledger.len();
+                let intake = self.controller.submit(
+                    e,
+                    Transport::Http { peer: None },
+                    Received::Bytes("{}".into()),
+                    "checkpoint",
+                    self.now,
+                );
+                let acks_in_effects: Vec<DrAck> = intake
+                    .effects
+                    .iter()
+                    .filter_map(|e| match e {
+                        Effect::Record(r) => match &r.entry {
+                            Entry::EventAcked(a) => Some(a.ack.clone()),
+                            _ => None,
+                        },
+                        _ => None,
+                    })
+                    .collect();
+                self.run(intake.effects);
+                match intake.decision {
+                    IntakeDecision::Accepted { ack }
+                    | IntakeDecision::Refused { ack, .. }
+                    | IntakeDecision::Stale { ack, .. } => {
+                        assert!(acks_in_effects.contains(&ack), "the ack is recorded with its decision");
+                        self.acks_seen.push(ack);
+                    }
+                    IntakeDecision::Repeated { ack } => {
+                        let recorded = self.ledger[..recorded_before]
+                            .iter()
+                            .any(|e| matches!(e, Entry::EventAcked(a) if a.ack == ack));
+                        assert!(recorded, "a repeated ack was recorded before");
+                    }
+                    IntakeDecision::Invalid(_) => {
+                        assert!(acks_in_effects.is_empty(), "nothing recorded for invalid input");
+                    }
+                }
+            }
+            Op::OptOut(index) => {
+                if let Ok((ack, effects)) = self.controller.operator_opt_out(
+                    &format!("ev-{index}"),
+                    "alice",
+                    "must run",
+                    "checkpoint",
+                    self.now,
+                ) {
+                    let recorded = effects.iter().any(
+                        |e| matches!(e, Effect::Record(r) if matches!(&r.entry, Entry::EventAcked(a) if a.ack == ack)),
+                    );
+                    assert!(recorded, "the opt-out ack is recorded with its decision");
+                    self.run(effects);
+                }
+            }
+            Op::Advance(s) => {
+                self.now += Duration::seconds(s);
+                self.measure_and_tick();
+            }
+            Op::Wake(s) => {
+                self.now += Duration::seconds(s);
+                let tick = self.controller.handle(Input::Tick { measured: false }, self.now);
+                self.run(tick);
+            }
+            Op::JobStarts(w, suspendable) => {
+                if self.cluster.jobs.len() < 8 {
+                    self.cluster.start_job(w, suspendable);
+                }
+            }
+            Op::JobEnds(i) => {
+                if !self.cluster.jobs.is_empty() {
+                    let i = i % self.cluster.jobs.len();
+                    self.cluster.jobs.remove(i);
+                }
+            }
+            Op::NodeSilent(i) => {
+                if let Some(j) = self.cluster.jobs.get(i % self.cluster.jobs.len().max(1)) {
+                    self.cluster.silent.push(j.id.clone());
+                }
+            }
+            Op::NodesBack => self.cluster.silent.clear(),
+            Op::Failing(on) => self.cluster.failing = on,
+            Op::Restart => {
+                let rebuilt = fold(&self.ledger);
+                assert_eq!(
+                    rebuilt.durable_state(),
+                    self.controller.durable_state(),
+                    "the fold of the ledger is the live state"
+                );
+                self.controller = rebuilt;
+                let inv = self
+                    .controller
+                    .handle(Input::Inventory(self.cluster.inventory()), self.now);
+                self.run(inv);
+                let reapply = self.controller.reapply_at_start();
+                self.run(reapply);
+                let started = self.controller.started(0, 0, "model", self.now);
+                self.run(started);
+            }
+        }
+    }
+}
+
+fn fold(ledger: &[Entry]) -> Controller {
+    let mut c = Controller::new(settings()).expect("valid settings");
+    for e in ledger {
+        c.apply(e);
+    }
+    c
+}
+
+/// Invariant 1, on every plan recorded.
+fn check_plan(entry: &Entry) {
+    if let Entry::Plan(p) = entry {
+        let a = &p.plan;
+        assert!(
+            a.planned_power <= a.budget + a.shortfall + 1.0,
+            "planned {} W > budget {} W + shortfall {} W",
+            a.planned_power,
+            a.budget,
+            a.shortfall
+        );
+        assert!(p.gpu_budget_w.is_finite() && p.gpu_budget_w >= 0.0);
+        for row in &a.rows {
+            assert!(
+                (200.0 - 1e-6..=MAX_W + 1e-6).contains(&row.1),
+                "cap {} W/GPU out of range",
+                row.1
+            );
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, .. ProptestConfig::default() })]
+
+    #[test]
+    fn the_controller_keeps_its_invariants(ops in prop::collection::vec(op(), 1..60)) {
+        let mut h = Harness::new();
+        for op in &ops {
+            h.step(op);
+        }
+        // Invariant 3 at the end.
+        prop_assert_eq!(fold(&h.ledger).durable_state(), h.controller.durable_state());
+        // Invariant 2: let every event end (the longest is 900 s + 1,800 s + ramps), with the
+        // cluster healthy, then check that nothing of ours is left in force.
+        h.cluster.failing = false;
+        h.cluster.silent.clear();
+        for _ in 0..3 {
+            h.now += Duration::hours(2);
+            h.measure_and_tick();
+        }
+        // Open-ended events (no duration) stay in force until cancelled: cancel them.
+        let open: Vec<(String, u64)> = h
+            .controller
+            .book()
+            .events()
+            .filter(|e| !e.phase.is_terminal() && !e.event.test)
+            .map(|e| (e.event.id.clone(), e.revision()))
+            .collect();
+        for (id, revision) in open {
+            let mut cancel = event(0, revision + 1, 1.0, h.now, Some(60), true, false);
+            cancel.id = id;
+            let intake = h.controller.submit(cancel, Transport::Http { peer: None }, Received::Bytes("{}".into()), "c", h.now);
+            h.run(intake.effects);
+        }
+        for _ in 0..3 {
+            h.now += Duration::hours(1);
+            h.measure_and_tick();
+        }
+        prop_assert!(h.controller.effective_ceiling(h.now).is_none());
+        prop_assert!(h.controller.plan().is_none());
+        prop_assert!(h.controller.caps().is_empty(), "caps left: {:?}", h.controller.caps());
+        prop_assert!(h.controller.suspended().is_empty());
+        let caps: BTreeMap<String, f64> = h.cluster.jobs.iter().map(|j| (j.id.to_string(), j.cap)).collect();
+        prop_assert!(caps.values().all(|c| *c == MAX_W), "jobs left capped: {:?}", caps);
+        prop_assert!(h.cluster.jobs.iter().all(|j| !j.suspended), "jobs left suspended");
+        prop_assert_eq!(fold(&h.ledger).durable_state(), h.controller.durable_state());
+    }
+}
+
+/// The deterministic back-to-back case: event B is submitted and planned at the very instant
+/// A's restore went out, before any inventory shows the restored caps. B's end must restore
+/// every job to its uncapped limit, never to A's caps.
+#[test]
+fn back_to_back_events_restore_the_uncapped_limits() {
+    let mut h = Harness::new();
+    let kw = 0.7 * h.uncapped_meter_kw();
+    let a = event(1, 1, kw, h.now, Some(600), false, false);
+    let intake = h.controller.submit(
+        a,
+        Transport::Http { peer: None },
+        Received::Bytes("{}".into()),
+        "c",
+        h.now,
+    );
+    h.run(intake.effects);
+    // Through A: 120 s ramp, 600 s window, 120 s recovery.
+    let mut capped = false;
+    for _ in 0..85 {
+        h.now += Duration::seconds(10);
+        h.measure_and_tick();
+        capped |= h.cluster.jobs.iter().any(|j| j.cap < MAX_W);
+    }
+    assert!(capped, "A capped jobs");
+    assert!(h.controller.plan().is_none(), "A is over");
+    // Step until the tick at which A's last caps go back, then submit B at once.
+    let b = event(2, 1, 0.75 * h.uncapped_meter_kw(), h.now, Some(300), false, false);
+    let intake = h.controller.submit(
+        b,
+        Transport::Http { peer: None },
+        Received::Bytes("{}".into()),
+        "c",
+        h.now,
+    );
+    h.run(intake.effects);
+    let tick = h.controller.handle(Input::Tick { measured: false }, h.now);
+    h.run(tick);
+    let mut capped = false;
+    for _ in 0..60 {
+        h.now += Duration::seconds(10);
+        h.measure_and_tick();
+        capped |= h.cluster.jobs.iter().any(|j| j.cap < MAX_W);
+    }
+    assert!(capped, "B capped jobs");
+    assert!(h.controller.plan().is_none(), "B is over");
+    assert!(h.cluster.jobs.iter().all(|j| j.cap == MAX_W), "{:?}", h.cluster.jobs);
+}
+
+/// A restore that fails (the node does not answer) is sent again until it is confirmed.
+#[test]
+fn a_failed_restore_is_retried_until_confirmed() {
+    let mut h = Harness::new();
+    let kw = 0.7 * h.uncapped_meter_kw();
+    let a = event(1, 1, kw, h.now, Some(300), false, false);
+    let intake = h.controller.submit(
+        a,
+        Transport::Http { peer: None },
+        Received::Bytes("{}".into()),
+        "c",
+        h.now,
+    );
+    h.run(intake.effects);
+    for _ in 0..20 {
+        h.now += Duration::seconds(10);
+        h.measure_and_tick();
+    }
+    assert!(h.cluster.jobs.iter().any(|j| j.cap < MAX_W), "A capped someone");
+    h.cluster.failing = true;
+    for _ in 0..40 {
+        h.now += Duration::seconds(10);
+        h.measure_and_tick();
+    }
+    assert!(h.controller.plan().is_none(), "A is over");
+    assert!(!h.controller.caps().is_empty(), "the failed restores are still owed");
+    h.cluster.failing = false;
+    h.now += Duration::seconds(10);
+    h.measure_and_tick();
+    assert!(h.controller.caps().is_empty());
+    assert!(h.cluster.jobs.iter().all(|j| j.cap == MAX_W));
+}
