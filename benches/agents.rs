@@ -11,6 +11,7 @@
 //!
 //! `-- --test` runs a small smoke version (used by the test script); `-- --tls` serves the
 //! agents over HTTPS (rustls) and has the gateway verify them against a CA.
+#![allow(clippy::disallowed_methods, reason = "test events and peers run on the wall clock")]
 
 use flexgate::cluster::agents::{AgentNode, AgentTls, AgentsBackend, AgentsConfig};
 use flexgate::cluster::{CapCommand, CapOutcome, ClusterBackend};

@@ -10,6 +10,7 @@
 //!   process, so this is an upper bound on the gateway's own memory.
 //!
 //! `-- --test` runs a small smoke version (used by the test script).
+#![allow(clippy::disallowed_methods, reason = "test events and peers run on the wall clock")]
 
 use chrono::{SecondsFormat, Utc};
 use flexgate::cluster::ClusterBackend;

@@ -16,6 +16,7 @@
 //! how many events the gateway can be flushing at once; see BENCHMARKS.md).
 //!
 //! `-- --test` runs a small smoke version (used by the test script).
+#![allow(clippy::disallowed_methods, reason = "test events and peers run on the wall clock")]
 
 #[allow(dead_code)] // the bench starts brokers, never restarts them
 #[path = "../tests/common/mosquitto.rs"]

@@ -635,7 +635,7 @@ mod tests {
         let new = NewRecord::from(Recorded::new(entry, event.map(str::to_string)));
         Record {
             seq,
-            time: Utc::now(),
+            time: DateTime::UNIX_EPOCH,
             kind: new.kind,
             event: new.event,
             dedup_key: None,

@@ -10,7 +10,6 @@
 use crate::config::{Config, MqttConfig};
 use crate::ledger::{NewRecord, RecordKind};
 use crate::runtime::{Gateway, SubmitError, Transport};
-use chrono::Utc;
 use flexgate_mqtt::{
     AckPayload, GatewayState, IncomingEvent, KwRange, MqttLink, MqttSettings, Opt, ReportInterval, ReportPayload,
     Screen, Secret, SignaturePolicy, StatusPayload, TelemetryPayload, TlsFiles, Topics, TrustedKeys,
@@ -346,7 +345,13 @@ impl Intake {
             .ok()
             .and_then(|v| v.get("revision").and_then(serde_json::Value::as_u64))
             .unwrap_or(0);
-        let mut ack = AckPayload::new(event_id, revision, Utc::now(), Opt::Out, self.gateway.ledger().head().1);
+        let mut ack = AckPayload::new(
+            event_id,
+            revision,
+            self.gateway.clock().now(),
+            Opt::Out,
+            self.gateway.ledger().head().1,
+        );
         ack.reason = Some(reason.chars().take(1000).collect());
         Decision::Answer(ack)
     }

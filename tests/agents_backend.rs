@@ -3,6 +3,7 @@
 //! GPUs, out-of-range caps are clamped and reported, a release restores the pre-event limits,
 //! stale generations are refused, a wrong token and a dead agent give `Failed` with nothing
 //! changed, and the renewal round re-creates a lease an agent lost.
+#![allow(clippy::disallowed_methods, reason = "test events and peers run on the wall clock")]
 
 mod common;
 

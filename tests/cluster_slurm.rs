@@ -16,6 +16,7 @@
 //!
 //! Slurm is started by tests/peers/slurm.sh; only one can run on the machine, so everything
 //! that needs it is one test function. Missing Slurm or agent binary fails, never skips.
+#![allow(clippy::disallowed_methods, reason = "test events and peers run on the wall clock")]
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! Crash recovery with the real binary: `flexgate run` is killed with SIGKILL at random moments
 //! while events arrive, over 20 rounds. After every restart, every acknowledged event is there,
 //! the long event that is active keeps its caps, and at the end the hash chain verifies.
+#![allow(clippy::disallowed_methods, reason = "test events and peers run on the wall clock")]
 
 use flexgate::http_client::request;
 use serde_json::{Value, json};

@@ -1,5 +1,6 @@
 //! The gateway in-process: the HTTP API through the real router, and the whole event lifecycle
 //! on a simulated cluster with tokio's clock paused, so hours of event time run in milliseconds.
+#![allow(clippy::disallowed_methods, reason = "test events and peers run on the wall clock")]
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};

@@ -7,6 +7,7 @@
 //! but not acknowledged to the broker (PUBACKs go in arrival order). After a restart the broker
 //! redelivers all of them: the one never recorded is recorded once, the ones recorded are
 //! recognized, and every event ends up acknowledged with exactly one raw-input record.
+#![allow(clippy::disallowed_methods, reason = "test events and peers run on the wall clock")]
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! The gateway's MQTT side against a real Mosquitto broker on 127.0.0.1 (started per test by
 //! `common::mosquitto`; installed by `tests/peers/setup.sh`). The utility is a plain rumqttc
 //! client: it publishes `dr.event/1` documents and reads the gateway's acks and status.
+#![allow(clippy::disallowed_methods, reason = "test events and peers run on the wall clock")]
 
 mod common;
 

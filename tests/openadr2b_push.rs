@@ -2,6 +2,7 @@
 //! `/OpenADR2/Simple/2.0b/EiEvent`, authenticated with the push token; the VEN answers with
 //! oadrCreatedEvent to the VTN; an operator opt-out goes to the VTN as oadrCreateOpt. openleadr has no push mode, so the VTN here is a small canned
 //! server that registers the VEN and records what it receives.
+#![allow(clippy::disallowed_methods, reason = "test events and peers run on the wall clock")]
 
 use axum::Router;
 use axum::body::Bytes;

@@ -6,6 +6,7 @@
 //! cancel, delta, percent offset, capacity, SIMPLE, target mismatch, re-registration, reports),
 //! on the real clock: openleadr schedules by wall time. Every message we send passes openleadr's
 //! XSD validation, or it would answer HTTP 400 and the scenario would stall and fail.
+#![allow(clippy::disallowed_methods, reason = "test events and peers run on the wall clock")]
 
 use chrono::{SecondsFormat, Utc};
 use flexgate::config::{Config, OpenAdr2bConfig};

@@ -5,6 +5,7 @@
 //! The business side (program, VEN, events, modifications, cancellation, deletion) is plain
 //! HTTP + JSON with the BL token, as a utility's back office would send it. The gateway polls
 //! every second on the real clock.
+#![allow(clippy::disallowed_methods, reason = "test events and peers run on the wall clock")]
 
 use chrono::{SecondsFormat, Utc};
 use flexgate::config::{Config, OpenAdr3Config};

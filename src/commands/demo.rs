@@ -7,7 +7,7 @@ use crate::http_client;
 use crate::runtime::Clock;
 use crate::serve::Server;
 use anyhow::{Context, Result, bail};
-use chrono::{Duration as ChronoDuration, SecondsFormat, Utc};
+use chrono::{Duration as ChronoDuration, SecondsFormat};
 use clap::Args;
 use flexgate_policies::alloc::{AllocationPolicy, Budget, Proportional, Weighting};
 use flexgate_policies::estimate::CurveFamily;
@@ -86,7 +86,7 @@ async fn demo(args: &DemoArgs) -> Result<()> {
     config.backend = BackendConfig::Sim(sim_config.clone());
     let sim = SimCluster::new(sim_config).context("building the simulated cluster")?;
     let backend: Arc<dyn ClusterBackend> = sim.clone();
-    let clock = Clock::starting_at(Utc::now(), args.speed);
+    let clock = Clock::accelerated(args.speed);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let server = Server::start(config.clone(), clock, Some(backend), listener).await?;
     let addr = server.addr;
@@ -341,7 +341,7 @@ fn tempdir_path() -> Result<PathBuf> {
     let base = std::env::temp_dir().join(format!(
         "flexgate-demo-{}-{}",
         std::process::id(),
-        Utc::now().timestamp_millis()
+        crate::runtime::clock::wall_now().timestamp_millis()
     ));
     std::fs::create_dir_all(&base)?;
     Ok(base)

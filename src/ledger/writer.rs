@@ -16,7 +16,6 @@
 
 use super::store::{Store, check_record};
 use super::{Appended, LedgerError, MAX_BATCH, NewRecord, Record, Shared};
-use chrono::Utc;
 use sled::Transactional;
 use sled::transaction::{ConflictableTransactionError, TransactionError};
 use std::collections::HashMap;
@@ -199,7 +198,7 @@ fn stage_and_write(
             }
         }
         let seq = tail.seq + 1;
-        let time = Utc::now();
+        let time = crate::runtime::clock::wall_now();
         // The canonical text of a record is its members in sorted key order (body, dedup_key,
         // event, hash, kind, prev_hash, seq, time), so it is assembled from the canonical body
         // and the small fields without copying the body into a whole-record `Value` (a plan of

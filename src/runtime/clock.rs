@@ -8,6 +8,16 @@ use chrono::{DateTime, Duration as ChronoDuration, Utc};
 use std::time::Duration;
 use tokio::time::Instant;
 
+/// The machine's UTC wall clock, the only place the gateway reads it (clippy's
+/// `disallowed-methods` refuses `Utc::now` anywhere else). Decisions use a [`Clock`]; this is
+/// for what must be on the wall clock whatever the event clock says: lease expiries that agents
+/// check against their own clocks, the time a ledger record was written, unique file names.
+#[must_use]
+#[allow(clippy::disallowed_methods, reason = "the one place the wall clock is read")]
+pub fn wall_now() -> DateTime<Utc> {
+    Utc::now()
+}
+
 /// Maps tokio's monotonic time to UTC, optionally accelerated.
 #[derive(Debug, Clone, Copy)]
 pub struct Clock {
@@ -20,7 +30,13 @@ impl Clock {
     /// Real time: UTC now, advancing at the pace of tokio's clock.
     #[must_use]
     pub fn real() -> Self {
-        Self::starting_at(Utc::now(), 1.0)
+        Self::starting_at(wall_now(), 1.0)
+    }
+
+    /// A clock that reads UTC now and runs `speed` times faster than tokio's clock (the demo).
+    #[must_use]
+    pub fn accelerated(speed: f64) -> Self {
+        Self::starting_at(wall_now(), speed)
     }
 
     /// A clock that reads `wall` now and runs `speed` times faster than tokio's clock.
@@ -66,7 +82,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn paused_time_drives_the_wall_clock() {
-        let start = Utc::now();
+        let start = wall_now();
         let clock = Clock::starting_at(start, 1.0);
         tokio::time::sleep(Duration::from_secs(3600)).await;
         let elapsed = clock.now() - start;
@@ -75,7 +91,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn accelerated_clock_and_instants_agree() {
-        let start = Utc::now();
+        let start = wall_now();
         let clock = Clock::starting_at(start, 60.0);
         let target = start + ChronoDuration::minutes(30);
         tokio::time::sleep_until(clock.instant_of(target)).await;

@@ -433,7 +433,8 @@ impl AgentsBackend {
     }
 
     fn expiry(&self, until: Option<DateTime<Utc>>) -> DateTime<Utc> {
-        let by_ttl = Utc::now() + self.ttl();
+        // Agents check expiries against their own (wall) clocks.
+        let by_ttl = crate::runtime::clock::wall_now() + self.ttl();
         until.map_or(by_ttl, |u| u.min(by_ttl))
     }
 
@@ -649,7 +650,7 @@ impl AgentsBackend {
 
     /// One renewal round (also the reconcile: a lease the agent no longer holds is re-sent).
     pub async fn renew_all(&self) {
-        let now = Utc::now();
+        let now = crate::runtime::clock::wall_now();
         let wanted: Vec<((Arc<str>, usize), WantedLease)> = {
             let mut known = self.known();
             // A lease past the event's end is not renewed; the agent's expiry restores it.
@@ -1075,7 +1076,7 @@ impl ClusterBackend for AgentsBackend {
             .map(|m| m.nominal)
             .unwrap_or(Kilowatts(estimated / 1000.0));
         Ok(Telemetry {
-            at: Utc::now(),
+            at: crate::runtime::clock::wall_now(),
             gpu_board_power: per_job.iter().map(|j| j.power).sum(),
             jobs: per_job,
             meter_kw: meter,
