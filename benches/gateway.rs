@@ -9,6 +9,11 @@
 //!   after it measured, accepted an event and planned. The simulated cluster lives in the same
 //!   process, so this is an upper bound on the gateway's own memory.
 //!
+//! - with a node whose port accepts connections and never answers (a black hole) next to one
+//!   real agent (the agent library, in this process): `GET /v1/status` and `POST /v1/events`
+//!   over HTTP on 127.0.0.1, p50/p99/max over 200 requests each, while every control pass waits
+//!   out the black hole's timeouts (`-- --black-hole` runs only this part).
+//!
 //! `-- --test` runs a small smoke version (used by the test script).
 #![allow(clippy::disallowed_methods, reason = "test events and peers run on the wall clock")]
 
@@ -67,14 +72,145 @@ fn show(name: &str, mut samples: Vec<Duration>) {
     );
 }
 
+/// A real agent (the library, 8 simulated GPUs) on 127.0.0.1.
+async fn agent(token: &str) -> String {
+    use flexgate_agent::{Agent, AgentConfig, auth::Auth, clock::SystemClock, gpu::sim::SimGpus, gpu::sim::SimOptions};
+    let clock = Arc::new(SystemClock);
+    let auth = Auth::from_secrets(token, None).expect("token");
+    let gpus = SimGpus::new(&SimOptions::h200("n1", 8), clock.clone()).expect("sim GPUs");
+    let agent = Agent::with_clock(AgentConfig::new("n1", auth), Box::new(gpus), clock).expect("agent");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(agent.serve(listener, std::future::pending::<()>()));
+    url
+}
+
+/// Accepts connections and never answers.
+async fn black_hole() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    url
+}
+
+/// Status reads and event acks over HTTP while a black-hole node holds every control pass.
+async fn black_hole_bench(requests: usize) {
+    use flexgate::cluster::agents::{AgentNode, AgentsConfig};
+    let token = "bench-agent-token-0123456789";
+    let dir = tempfile::tempdir().expect("dir");
+    let token_file = dir.path().join("agents.token");
+    std::fs::write(&token_file, token).expect("token file");
+    let mut config = Config::default();
+    config.gateway.data_dir = dir.path().join("data");
+    config.gateway.api_token = "bench".into();
+    config.gateway.telemetry_interval_s = 1;
+    config.facility = facility_for_nodes(2);
+    config.backend = flexgate::config::BackendConfig::Agents(AgentsConfig {
+        nodes: vec![
+            AgentNode {
+                name: "n1".into(),
+                url: agent(token).await,
+                metrics_url: None,
+            },
+            AgentNode {
+                name: "hole".into(),
+                url: black_hole().await,
+                metrics_url: None,
+            },
+        ],
+        token_file: Some(token_file),
+        timeout_ms: 1_000,
+        retries: 1,
+        dispatch_deadline_ms: 3_000,
+        concurrency: 16,
+        renew_every_s: 1,
+        slurm: None,
+        pfi_predictor: None,
+        tls: None,
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let server = flexgate::serve::Server::start(config, Clock::real(), None, listener)
+        .await
+        .expect("server");
+    let addr = server.addr;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let meter = loop {
+        if let Some(kw) = server.gateway.status().await.measured_meter_kw {
+            break kw;
+        }
+        assert!(Instant::now() < deadline, "no meter reading");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let post = |id: String, kw: f64| {
+        let start = Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true);
+        serde_json::json!({"schema": "dr.event/1", "event_id": id, "revision": 1, "site": "site-1",
+            "target": {"form": "ceiling", "point": "meter", "kw": kw},
+            "window": {"start": start, "ramp_s": 0, "duration_s": 3600, "recovery_s": 0}})
+        .to_string()
+        .into_bytes()
+    };
+    let r = flexgate::http_client::request(
+        addr,
+        "POST",
+        "/v1/events",
+        Some("bench"),
+        Some(&post("hold".into(), meter * 0.8)),
+    )
+    .await
+    .expect("post");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let pass = Instant::now();
+    server.gateway.tick(true).await.expect("tick");
+    let pass = pass.elapsed();
+    let (mut reads, mut acks) = (Vec::with_capacity(requests), Vec::with_capacity(requests));
+    for i in 0..requests {
+        let t = Instant::now();
+        let r = flexgate::http_client::request(addr, "GET", "/v1/status", None, None)
+            .await
+            .expect("status");
+        reads.push(t.elapsed());
+        assert_eq!(r.status, 200);
+        let t = Instant::now();
+        let r = flexgate::http_client::request(
+            addr,
+            "POST",
+            "/v1/events",
+            Some("bench"),
+            Some(&post(format!("ev-{i}"), meter * 2.0)),
+        )
+        .await
+        .expect("post");
+        acks.push(t.elapsed());
+        assert_eq!(r.status, 200, "{}", r.text());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    println!(
+        "black-hole node next to a real agent: one control pass takes {:.2} s",
+        pass.as_secs_f64()
+    );
+    show("GET /v1/status during control passes", reads);
+    show("POST /v1/events → ack during control passes", acks);
+    server.shutdown().await;
+}
+
 fn main() {
     let smoke = std::env::args().any(|a| a == "--test");
+    let only_black_hole = std::env::args().any(|a| a == "--black-hole");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("runtime");
     runtime.block_on(async {
+        if only_black_hole {
+            black_hole_bench(200).await;
+            return;
+        }
         let (nodes, revisions) = if smoke { (40, 20) } else { (1_650, 2_000) };
         let dir = tempfile::tempdir().expect("dir");
         let (gw, jobs) = gateway(dir.path(), nodes).await;
@@ -101,6 +237,7 @@ fn main() {
         show("… → caps dispatched, confirmations flushed", plan);
         drop(gw);
 
+        black_hole_bench(if smoke { 10 } else { 200 }).await;
         if smoke {
             return;
         }

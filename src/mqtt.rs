@@ -8,14 +8,14 @@
 //! ledger's de-duplication makes the redelivery harmless.
 
 use crate::config::{Config, MqttConfig};
-use crate::ledger::{NewRecord, RecordKind};
+use crate::ledger::{Entry, Recorded};
 use crate::runtime::{Gateway, SubmitError, Transport};
 use flexgate_mqtt::{
     AckPayload, GatewayState, IncomingEvent, KwRange, MqttLink, MqttSettings, Opt, ReportInterval, ReportPayload,
     Screen, Secret, SignaturePolicy, StatusPayload, TelemetryPayload, TlsFiles, Topics, TrustedKeys,
 };
+use flexgate_policies::control::entry::{PeerAnswer, WireContent, WireProtocol, WireSent};
 use flexgate_policies::event::{DrAck, Opt as DrOpt};
-use serde_json::json;
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
@@ -250,19 +250,15 @@ impl MqttBridge {
             tracing::warn!(event = %event_id, "MQTT report publish: {e}");
             return;
         }
-        let recorded = gateway
-            .ledger()
-            .append(NewRecord {
-                kind: RecordKind::Outbound,
-                event: Some(event_id.to_string()),
-                dedup_key: None,
-                body: json!({
-                    "transport": "mqtt",
-                    "topic": self.link.topics().report(event_id).unwrap_or_default(),
-                    "report": report,
-                }),
-            })
-            .await;
+        let entry = Entry::WireSent(WireSent {
+            at: gateway.clock().now(),
+            protocol: WireProtocol::Mqtt,
+            peer: self.link.topics().report(event_id).unwrap_or_default(),
+            message: "dr.report/1".into(),
+            content: WireContent::Json(serde_json::to_value(&report).unwrap_or_default()),
+            answer: PeerAnswer::Published,
+        });
+        let recorded = gateway.record(Recorded::new(entry, Some(event_id.to_string()))).await;
         if let Err(e) = recorded {
             tracing::warn!(event = %event_id, "MQTT report published but not recorded: {e}");
         }

@@ -345,6 +345,18 @@ async fn the_gateway_follows_a_real_openleadr_vtn() {
         site.event(&id).await.is_none(),
         "an event for someone else must not reach the book"
     );
+    // The VEN's own decision is in the ledger with its reason, not only inside the XML sent.
+    let decided = gw
+        .ledger()
+        .iter_from(1)
+        .filter_map(Result::ok)
+        .find(|r| r.body["entry"] == "adapter_opted_out" && r.body["event_id"] == json!(id))
+        .expect("the VEN's opt-out is recorded");
+    assert!(
+        decided.body["reason"].as_str().unwrap_or("").contains("eiTarget"),
+        "{}",
+        decided.body
+    );
 
     // 9. The VTN forgets us: the VEN re-registers and keeps working.
     let before = site.vtn.state().await["registrations"].as_array().map_or(0, Vec::len);
@@ -409,5 +421,59 @@ async fn the_gateway_follows_a_real_openleadr_vtn() {
         inbound >= 8 && outbound >= 8,
         "ledger holds {inbound} distributes and {outbound} created events"
     );
+    site.server.shutdown().await;
+}
+
+/// Two events back to back from a real VTN: B starts about a second after A ends (so after A's
+/// restore, within one or two control ticks). When both are over, no cap is left: every job is
+/// back at its uncapped limit (a curtailed snapshot once became B's "pre-event" state).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn back_to_back_events_from_openleadr_leave_every_job_uncapped() {
+    let site = start_site().await;
+    let gw = site.server.gateway.clone();
+    let meter = eventually("a meter reading", 20, async || gw.status().await.measured_meter_kw).await;
+    let a_start = Utc::now() + chrono::Duration::seconds(4);
+    let a_end = a_start + chrono::Duration::seconds(12);
+    let b_start = a_end + chrono::Duration::seconds(1);
+    let at = |t: chrono::DateTime<Utc>| t.to_rfc3339_opts(SecondsFormat::Secs, true);
+    let a = site
+        .add_event(
+            json!({"signal_name": "LOAD_DISPATCH", "signal_type": "setpoint", "start": at(a_start),
+                          "intervals": [{"duration_s": 12, "value": (0.7 * meter).round()}]}),
+        )
+        .await;
+    let b = site
+        .add_event(
+            json!({"signal_name": "LOAD_DISPATCH", "signal_type": "setpoint", "start": at(b_start),
+                          "intervals": [{"duration_s": 12, "value": (0.75 * meter).round()}]}),
+        )
+        .await;
+    // A caps jobs while it is in force.
+    eventually("A capping jobs", 20, async || {
+        let capped = gw.jobs().await.iter().any(|j| j.cap_w < 699.0);
+        (capped && gw.status().await.active_events.contains(&a)).then_some(())
+    })
+    .await;
+    // B takes over right after A.
+    eventually("B in force", 30, async || {
+        gw.status().await.active_events.contains(&b).then_some(())
+    })
+    .await;
+    // After both: nothing in force, no plan, every job at 700 W as the cluster reports it.
+    eventually(
+        "every job back at its uncapped limit after both events",
+        40,
+        async || {
+            let status = gw.status().await;
+            let jobs = gw.jobs().await;
+            let uncapped = jobs.iter().all(|j| j.cap_w >= 699.9 && j.confirmed);
+            (status.active_events.is_empty() && gw.plan().await.is_none() && uncapped && !jobs.is_empty()).then_some(())
+        },
+    )
+    .await;
+    for id in [&a, &b] {
+        let state = site.event(id).await.expect("event")["summary"]["state"].clone();
+        assert_eq!(state, "completed", "{id}: {state}");
+    }
     site.server.shutdown().await;
 }

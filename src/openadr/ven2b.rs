@@ -7,18 +7,21 @@
 
 use super::map::{Labels, MapPolicy, Timing, cancellation, grid_event};
 use crate::config::{Config, OpenAdr2bConfig};
-use crate::ledger::{NewRecord, RecordKind};
+use crate::ledger::{Entry, Recorded};
 use crate::runtime::{Gateway, SubmitError, Transport, WireRef};
 use chrono::{DateTime, TimeDelta, Utc};
 use flexgate_openadr::http::oadr2b::Oadr2bHttp;
+use flexgate_openadr::http::oadr2b::TransportError;
 use flexgate_openadr::oadr2b::outgoing::{OptType, Outgoing};
 use flexgate_openadr::oadr2b::signal::SignalMeaning;
 use flexgate_openadr::oadr2b::ven::{
     Action, DistributeOutcome, EventChange, EventUpdate, OptDecision, Registration, TelemetrySample, Ven, VenConfig,
 };
 use flexgate_openadr::oadr2b::{Message, Response};
+use flexgate_policies::control::entry::{
+    AdapterOptedOut, PeerAnswer, WireContent, WireProtocol, WireReceived, WireSent,
+};
 use flexgate_policies::event::{EventSource, Opt};
-use serde_json::json;
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -136,7 +139,8 @@ impl Ven2b {
                 match exchange {
                     Ok(exchange) => {
                         if !matches!(out, Outgoing::Poll { .. }) {
-                            self.record_outbound(&out, &exchange.sent).await;
+                            self.record_outbound(&out, exchange.sent.clone(), PeerAnswer::Accepted)
+                                .await;
                         }
                         match exchange.reply {
                             Ok(Some(reply)) => {
@@ -154,6 +158,19 @@ impl Ven2b {
                     }
                     Err(e) => {
                         tracing::warn!("OpenADR 2.0b {}: {e}", out.name());
+                        if !matches!(out, Outgoing::Poll { .. }) {
+                            let answer = match &e {
+                                TransportError::Status { status, body, .. } => PeerAnswer::Refused {
+                                    status: Some(*status),
+                                    detail: body.clone(),
+                                },
+                                other => PeerAnswer::Unanswered {
+                                    detail: other.to_string(),
+                                },
+                            };
+                            self.record_outbound(&out, flexgate_openadr::oadr2b::encode(&out), answer)
+                                .await;
+                        }
                         self.ven.request_failed(now, &out, e)
                     }
                 }
@@ -208,46 +225,31 @@ impl Ven2b {
     }
 
     async fn record_inbound(&mut self, raw: &[u8], message: &str) {
-        let body = json!({
-            "transport": "openadr2b",
-            "vtn": self.http.base(),
-            "message": message,
-            "bytes": String::from_utf8_lossy(raw),
+        let entry = Entry::WireReceived(WireReceived {
+            at: self.gateway.clock().now(),
+            protocol: WireProtocol::OpenAdr2b,
+            peer: self.http.base().to_string(),
+            message: message.to_string(),
+            content: WireContent::Text(String::from_utf8_lossy(raw).into_owned()),
         });
-        match self
-            .gateway
-            .ledger()
-            .append(NewRecord {
-                kind: RecordKind::RawInput,
-                event: None,
-                dedup_key: None,
-                body,
-            })
-            .await
-        {
+        match self.gateway.record(Recorded::new(entry, None)).await {
             Ok(appended) => self.last_inbound_seq = appended.seq,
             Err(e) => tracing::error!("ledger: cannot record an OpenADR message: {e}"),
         }
     }
 
-    async fn record_outbound(&self, out: &Outgoing, sent: &str) {
-        let body = json!({
-            "transport": "openadr2b",
-            "vtn": self.http.url_for(out),
-            "message": out.name(),
-            "bytes": sent,
+    /// Records what was sent and what the VTN answered (an HTTP error or no answer included:
+    /// a refused report is evidence too).
+    async fn record_outbound(&self, out: &Outgoing, sent: String, answer: PeerAnswer) {
+        let entry = Entry::WireSent(WireSent {
+            at: self.gateway.clock().now(),
+            protocol: WireProtocol::OpenAdr2b,
+            peer: self.http.url_for(out),
+            message: out.name().to_string(),
+            content: WireContent::Text(sent),
+            answer,
         });
-        if let Err(e) = self
-            .gateway
-            .ledger()
-            .append(NewRecord {
-                kind: RecordKind::Outbound,
-                event: None,
-                dedup_key: None,
-                body,
-            })
-            .await
-        {
+        if let Err(e) = self.gateway.record(Recorded::new(entry, None)).await {
             tracing::error!("ledger: cannot record an OpenADR message: {e}");
         }
     }
@@ -266,8 +268,25 @@ impl Ven2b {
                 EventChange::Refused {
                     event_id,
                     modification_number,
-                    ..
-                } => self.cancel(now, &event_id, u64::from(modification_number)).await,
+                    code,
+                    reason,
+                } => {
+                    // The VEN answered this version by itself: record its decision and why,
+                    // beside the oadrCreatedEvent bytes that carry it.
+                    let entry = Entry::AdapterOptedOut(AdapterOptedOut {
+                        at: now,
+                        protocol: WireProtocol::OpenAdr2b,
+                        event_id: event_id.clone(),
+                        revision: u64::from(modification_number),
+                        code,
+                        reason: reason.clone(),
+                    });
+                    if let Err(e) = self.gateway.record(Recorded::new(entry, Some(event_id.clone()))).await {
+                        tracing::error!("ledger: cannot record the VEN's opt-out of {event_id}: {e}");
+                    }
+                    tracing::info!(%event_id, code, "OpenADR 2.0b event opted out by the VEN: {reason}");
+                    self.cancel(now, &event_id, u64::from(modification_number)).await;
+                }
             }
         }
         match outcome.pending {

@@ -8,16 +8,17 @@
 
 use super::map::{Labels, MapPolicy, Timing, cancellation, grid_event};
 use crate::config::{Config, OpenAdr3Config};
-use crate::ledger::{NewRecord, RecordKind};
+use crate::ledger::{Entry, Recorded};
 use crate::runtime::{Gateway, SubmitError, Transport, WireRef};
 use chrono::{DateTime, Utc};
+use flexgate_openadr::oadr3::client::ClientError;
 use flexgate_openadr::oadr3::{
     Auth, ChangeKind, Client, Event, EventTracker, Interval, IntervalPeriod, Polled, Report, ReportPayloadDescriptor,
     ReportResource, ValuesMap, event_targets,
 };
 use flexgate_openadr::oadr3::{IsoDuration, PayloadValue};
+use flexgate_policies::control::entry::{PeerAnswer, WireContent, WireProtocol, WireReceived, WireSent};
 use flexgate_policies::event::{EventSource, Opt};
-use serde_json::json;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -156,23 +157,14 @@ impl Ven3 {
     /// Records what the VTN said about one event (the client decoded it; the JSON is the
     /// object as received, re-serialized).
     async fn record(&self, event: &Event, change: &str) -> u64 {
-        let body = json!({
-            "transport": "openadr3",
-            "vtn": self.client.base_url(),
-            "change": change,
-            "object": event,
+        let entry = Entry::WireReceived(WireReceived {
+            at: self.gateway.clock().now(),
+            protocol: WireProtocol::OpenAdr3,
+            peer: self.client.base_url().to_string(),
+            message: format!("event ({change})"),
+            content: WireContent::Json(serde_json::to_value(event).unwrap_or_default()),
         });
-        match self
-            .gateway
-            .ledger()
-            .append(NewRecord {
-                kind: RecordKind::RawInput,
-                event: event.id.clone(),
-                dedup_key: None,
-                body,
-            })
-            .await
-        {
+        match self.gateway.record(Recorded::new(entry, event.id.clone())).await {
             Ok(appended) => appended.seq,
             Err(e) => {
                 tracing::error!("ledger: cannot record an OpenADR 3 event: {e}");
@@ -324,21 +316,46 @@ impl Ven3 {
             return;
         };
         let body = serde_json::to_value(&report).unwrap_or_default();
-        match self.client.post_report(&report).await {
-            Ok(_) => {
-                let _ = self
-                    .gateway
-                    .ledger()
-                    .append(NewRecord {
-                        kind: RecordKind::Outbound,
-                        event: Some(id.to_string()),
-                        dedup_key: None,
-                        body: json!({"transport": "openadr3", "vtn": self.client.base_url(), "report": body}),
-                    })
-                    .await;
+        let answer = match self.client.post_report(&report).await {
+            Ok(_) => PeerAnswer::Accepted,
+            Err(e) => {
+                tracing::warn!(event = %id, "OpenADR 3 report not accepted: {e}");
+                answer_of(&e)
             }
-            Err(e) => tracing::warn!(event = %id, "OpenADR 3 report not accepted: {e}"),
+        };
+        // Sent and refused alike: what the VTN was told, and what it answered.
+        let entry = Entry::WireSent(WireSent {
+            at: self.gateway.clock().now(),
+            protocol: WireProtocol::OpenAdr3,
+            peer: self.client.base_url().to_string(),
+            message: "report".into(),
+            content: WireContent::Json(body),
+            answer,
+        });
+        if let Err(e) = self.gateway.record(Recorded::new(entry, Some(id.to_string()))).await {
+            tracing::error!(event = %id, "ledger: cannot record an OpenADR 3 report: {e}");
         }
+    }
+}
+
+/// What a failed request tells about the VTN's answer: a status it refused with, or no answer.
+fn answer_of(e: &ClientError) -> PeerAnswer {
+    let refused = |status: u16| PeerAnswer::Refused {
+        status: Some(status),
+        detail: e.to_string(),
+    };
+    match e {
+        ClientError::Connect { .. } | ClientError::Timeout { .. } | ClientError::Transport { .. } => {
+            PeerAnswer::Unanswered { detail: e.to_string() }
+        }
+        ClientError::Unauthorized { .. } => refused(401),
+        ClientError::Forbidden { .. } => refused(403),
+        ClientError::NotFound { .. } => refused(404),
+        ClientError::Status { status, .. } => refused(*status),
+        _ => PeerAnswer::Refused {
+            status: None,
+            detail: e.to_string(),
+        },
     }
 }
 

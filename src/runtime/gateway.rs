@@ -200,6 +200,13 @@ impl Gateway {
         self.ledger.close().await
     }
 
+    /// Record what a protocol adapter received, sent or decided by itself (its wire messages,
+    /// its own opt-outs). These entries change nothing the controller decides on; they are what
+    /// an auditor needs to see beside the gateway's own decisions. Resolves once flushed.
+    pub async fn record(&self, recorded: crate::ledger::Recorded) -> Result<crate::ledger::Appended, LedgerError> {
+        self.ledger.append(NewRecord::from(recorded)).await
+    }
+
     /// The snapshot reads are served from.
     pub(crate) fn published(&self) -> Arc<Published> {
         self.published.read().unwrap_or_else(PoisonError::into_inner).clone()

@@ -536,6 +536,103 @@ pub struct Started {
     pub policy: PolicyKind,
 }
 
+/// A grid-side protocol, for the records of its wire messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WireProtocol {
+    /// OpenADR 2.0b (XML over HTTP).
+    #[serde(rename = "openadr2b")]
+    OpenAdr2b,
+    /// OpenADR 3.x (JSON over HTTP).
+    #[serde(rename = "openadr3")]
+    OpenAdr3,
+    /// MQTT.
+    Mqtt,
+}
+
+/// A wire message's content, verbatim.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WireContent {
+    /// A text document (XML), lossy only for invalid UTF-8.
+    Text(String),
+    /// A JSON document, as received or sent.
+    Json(serde_json::Value),
+}
+
+/// A protocol message received from the grid side (before any interpretation).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WireReceived {
+    /// When.
+    pub at: DateTime<Utc>,
+    /// The protocol.
+    pub protocol: WireProtocol,
+    /// Who sent it: the VTN's URL, the MQTT topic.
+    pub peer: String,
+    /// The message's name (`oadrDistributeEvent`, `event`, …).
+    pub message: String,
+    /// The content.
+    pub content: WireContent,
+}
+
+/// What the peer answered to something we sent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "answer", rename_all = "snake_case")]
+pub enum PeerAnswer {
+    /// Taken (a success status; the reply, if any, is recorded as received).
+    Accepted,
+    /// Refused: an error status, with what the peer said.
+    Refused {
+        /// The HTTP status, when there was one.
+        status: Option<u16>,
+        /// What the peer said, or why the exchange failed.
+        detail: String,
+    },
+    /// No answer came (connection refused, timeout): it may or may not have arrived.
+    Unanswered {
+        /// Why.
+        detail: String,
+    },
+    /// Published; the protocol gives no answer to wait for (MQTT QoS 0/1 publish of reports).
+    Published,
+}
+
+/// A protocol message we sent to the grid side, with the peer's answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WireSent {
+    /// When the answer (or its absence) was known.
+    pub at: DateTime<Utc>,
+    /// The protocol.
+    pub protocol: WireProtocol,
+    /// To whom: the URL or topic.
+    pub peer: String,
+    /// The message's name (`oadrCreatedEvent`, `report`, …).
+    pub message: String,
+    /// The content.
+    pub content: WireContent,
+    /// What the peer answered.
+    pub answer: PeerAnswer,
+}
+
+/// The protocol adapter answered an event by itself, before the gateway saw it (OpenADR 2.0b:
+/// an eiTarget that is not ours, a program we are not enrolled in, an unsupported signal, an
+/// out-of-range value): the decision and its reason, beside the bytes sent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AdapterOptedOut {
+    /// When.
+    pub at: DateTime<Utc>,
+    /// The protocol.
+    pub protocol: WireProtocol,
+    /// The protocol's event id.
+    pub event_id: String,
+    /// The protocol's revision (modificationNumber).
+    pub revision: u64,
+    /// The response code sent (2.0b: 200, 454, 460).
+    pub code: u16,
+    /// Why.
+    pub reason: String,
+}
+
 /// Every kind of thing the gateway records. See the module docs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "entry", rename_all = "snake_case")]
@@ -574,6 +671,12 @@ pub enum Entry {
     CurtailmentEnded(CurtailmentEnded),
     /// The gateway started.
     Started(Started),
+    /// A protocol message received.
+    WireReceived(WireReceived),
+    /// A protocol message sent, with the answer.
+    WireSent(WireSent),
+    /// A protocol adapter's own opt-out.
+    AdapterOptedOut(AdapterOptedOut),
 }
 
 impl Entry {
@@ -594,6 +697,9 @@ impl Entry {
             Entry::JobsChanged(_) | Entry::ElasticityKnown(_) | Entry::MeterSample(_) => EntryKind::Measurement,
             Entry::Trimmed(_) => EntryKind::Trim,
             Entry::Started(_) => EntryKind::Startup,
+            Entry::WireReceived(_) => EntryKind::RawInput,
+            Entry::WireSent(_) => EntryKind::Outbound,
+            Entry::AdapterOptedOut(_) => EntryKind::Ack,
         }
     }
 }

@@ -437,7 +437,12 @@ impl Controller {
     /// (right after deciding) and at recovery (reading the ledger back).
     pub fn apply(&mut self, entry: &Entry) {
         match entry {
-            Entry::EventReceived(_) | Entry::Started(_) => {}
+            // What protocol adapters record changes nothing the controller decides on.
+            Entry::EventReceived(_)
+            | Entry::Started(_)
+            | Entry::WireReceived(_)
+            | Entry::WireSent(_)
+            | Entry::AdapterOptedOut(_) => {}
             Entry::EventInterpreted(e) => {
                 let _ = Arc::make_mut(&mut self.book).upsert(
                     e.event.clone(),
