@@ -12,6 +12,7 @@ use std::path::PathBuf;
 /// Examples:
 ///   flexgate log verify --data ./flexgate-data
 ///   flexgate log export --format csv --event ev-2026-0142 > ev.csv
+///   flexgate log migrate --data ./old-data --to ./new-data/ledger
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub struct LogArgs {
@@ -44,6 +45,15 @@ enum LogCommand {
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
     },
+    /// Rewrite a ledger of schema 1 (written before typed entries) as typed entries in a new
+    /// ledger directory, which this version replays. The old chain must verify; it is left
+    /// untouched (keep it as evidence). The new ledger's first record holds the old record
+    /// count and head hash; every old record follows in order.
+    Migrate {
+        /// The new ledger directory (it must not exist or be empty), e.g. NEW_DATA/ledger.
+        #[arg(long, value_name = "DIR")]
+        to: PathBuf,
+    },
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -54,6 +64,23 @@ enum Format {
 
 /// Run the command.
 pub fn run(args: &LogArgs) -> Result<()> {
+    if let LogCommand::Migrate { to } = &args.what {
+        let from = args.data.join("ledger");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("cannot start the runtime")?;
+        let report = runtime.block_on(crate::ledger::migrate::migrate(&from, to))?;
+        println!(
+            "migrated {} records from {} (head {}) into {} (head {}); keep the old directory as evidence",
+            report.records,
+            from.display(),
+            report.old_head,
+            to.display(),
+            report.new_head
+        );
+        return Ok(());
+    }
     let dir = args.data.join("ledger");
     if !dir.exists() {
         bail!(
@@ -76,6 +103,7 @@ pub fn run(args: &LogArgs) -> Result<()> {
                 failure.reason
             ),
         },
+        LogCommand::Migrate { .. } => Ok(()),
         LogCommand::Export { format, event, out } => {
             let format = match format {
                 Format::Jsonl => crate::ledger::ExportFormat::Jsonl,

@@ -78,6 +78,7 @@
 //! To examine a store without touching it, copy the directory first.
 
 mod canonical;
+pub mod migrate;
 mod raw;
 mod store;
 #[cfg(test)]
@@ -180,7 +181,8 @@ impl From<Recorded> for NewRecord {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error(
     "record {seq} ({kind:?}) is not a typed ledger entry ({reason}); a ledger written by flexgate before typed \
-     entries (schema 1) cannot be replayed: convert it with `flexgate log migrate --data OLD --to NEW`"
+     entries (schema 1) cannot be replayed: stop, convert it with `flexgate log migrate --data OLD_DATA --to \
+     NEW_DATA/ledger` and start on NEW_DATA (the old directory stays as evidence)"
 )]
 pub struct NotAnEntry {
     /// The record.

@@ -501,10 +501,11 @@ pub struct Trimmed {
     pub trim_w_before: f64,
     /// After, W.
     pub trim_w: f64,
-    /// The reading it acted on, kW.
-    pub meter_kw: f64,
-    /// The ceiling, kW.
-    pub ceiling_kw: f64,
+    /// The reading it acted on, kW (`None` in trims migrated from schema 1, which did not
+    /// record it apart from the reason's words).
+    pub meter_kw: Option<f64>,
+    /// The ceiling, kW (`None` as above).
+    pub ceiling_kw: Option<f64>,
     /// Why, in words.
     pub reason: String,
     /// Bounds.
@@ -534,6 +535,22 @@ pub struct Started {
     pub backend: String,
     /// The allocation policy.
     pub policy: PolicyKind,
+}
+
+/// The first record of a ledger migrated from an earlier schema: it anchors the new chain to
+/// the old one (whose directory is kept as evidence).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LedgerMigrated {
+    /// When the migration ran.
+    pub at: DateTime<Utc>,
+    /// The schema migrated from.
+    pub from_schema: u32,
+    /// Records in the old ledger (all of them follow, in order).
+    pub records: u64,
+    /// The old ledger's head hash.
+    pub head_hash: String,
+    /// When the old ledger's first record was written.
+    pub first_record_at: DateTime<Utc>,
 }
 
 /// A grid-side protocol, for the records of its wire messages.
@@ -677,6 +694,8 @@ pub enum Entry {
     WireSent(WireSent),
     /// A protocol adapter's own opt-out.
     AdapterOptedOut(AdapterOptedOut),
+    /// This ledger was migrated from an earlier schema.
+    LedgerMigrated(LedgerMigrated),
 }
 
 impl Entry {
@@ -700,6 +719,7 @@ impl Entry {
             Entry::WireReceived(_) => EntryKind::RawInput,
             Entry::WireSent(_) => EntryKind::Outbound,
             Entry::AdapterOptedOut(_) => EntryKind::Ack,
+            Entry::LedgerMigrated(_) => EntryKind::Checkpoint,
         }
     }
 }

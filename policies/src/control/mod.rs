@@ -54,7 +54,7 @@ use entry::{
 };
 use planner::Planner;
 use serde::Serialize;
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 /// How much meter history is kept in memory for baselines and reports (the ledger keeps all).
@@ -262,7 +262,7 @@ pub struct Snapshot {
     /// The latest telemetry.
     pub telemetry: Option<Arc<Telemetry>>,
     /// Meter history (six hours).
-    pub meter_history: Arc<VecDeque<(DateTime<Utc>, f64)>>,
+    pub meter_history: imbl::Vector<(DateTime<Utc>, f64)>,
     /// The trim, W.
     pub trim_w: f64,
     /// Jobs suspended by the gateway.
@@ -289,7 +289,8 @@ pub struct Controller {
     trim_w: f64,
     last_dispatch: Option<DateTime<Utc>>,
     elasticity_known: HashMap<Arc<str>, String>,
-    meter_history: Arc<VecDeque<(DateTime<Utc>, f64)>>,
+    /// Persistent: a snapshot shares it instead of copying six hours of samples.
+    meter_history: imbl::Vector<(DateTime<Utc>, f64)>,
     next_generation: u64,
     // Observed: fed again after a restart.
     jobs: Arc<Vec<JobState>>,
@@ -321,7 +322,7 @@ impl Controller {
             trim_w: 0.0,
             last_dispatch: None,
             elasticity_known: HashMap::new(),
-            meter_history: Arc::default(),
+            meter_history: imbl::Vector::new(),
             next_generation: 1,
             jobs: Arc::default(),
             telemetry: None,
@@ -422,7 +423,7 @@ impl Controller {
             "trim_w": self.trim_w,
             "last_dispatch": self.last_dispatch,
             "elasticity_known": known,
-            "meter_history": &*self.meter_history,
+            "meter_history": &self.meter_history,
             "next_generation": self.next_generation,
         })
     }
@@ -442,7 +443,8 @@ impl Controller {
             | Entry::Started(_)
             | Entry::WireReceived(_)
             | Entry::WireSent(_)
-            | Entry::AdapterOptedOut(_) => {}
+            | Entry::AdapterOptedOut(_)
+            | Entry::LedgerMigrated(_) => {}
             Entry::EventInterpreted(e) => {
                 let _ = Arc::make_mut(&mut self.book).upsert(
                     e.event.clone(),
@@ -510,7 +512,7 @@ impl Controller {
                 }
             }
             Entry::MeterSample(m) => {
-                let history = Arc::make_mut(&mut self.meter_history);
+                let history = &mut self.meter_history;
                 history.push_back((m.at, m.meter_kw));
                 let keep_from = m.at - chrono::Duration::seconds(HISTORY_KEEP_S);
                 while history.front().is_some_and(|(at, _)| *at < keep_from) {
@@ -738,8 +740,8 @@ impl Controller {
                     direction: change.direction,
                     trim_w_before: input.trim_w,
                     trim_w: change.trim_w,
-                    meter_kw: input.meter_kw,
-                    ceiling_kw: input.ceiling_kw,
+                    meter_kw: Some(input.meter_kw),
+                    ceiling_kw: Some(input.ceiling_kw),
                     reason,
                     max_trim_w: change.max_trim_w,
                     max_credit_w: change.max_credit_w,

@@ -42,7 +42,8 @@
 //! restrictive (lowest) wins ([`EventBook::effective_ceiling`]). Test events run their lifecycle
 //! (they are acknowledged and reported) but never contribute.
 
-use std::collections::BTreeMap;
+use imbl::OrdMap;
+use std::sync::Arc;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
@@ -225,7 +226,11 @@ pub struct EffectiveCeiling {
 /// replaying the same upserts in the same order gives the same book.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct EventBook {
-    entries: BTreeMap<String, BookEntry>,
+    /// A persistent (structurally shared) map: the gateway publishes a snapshot of the book
+    /// after every decision, and with thousands of events held (terminal ones still deduplicate
+    /// late copies) a copy per submission would make a burst of events quadratic.
+    /// Values are shared too, so that copying a node on a write copies pointers, not events.
+    entries: OrdMap<Arc<str>, Arc<BookEntry>>,
 }
 
 /// The start delay of event `id` in `[0, max_s]`, derived from the id (64-bit FNV-1a).
@@ -272,7 +277,7 @@ impl EventBook {
         if let Err(error) = check_inputs(&event, &ceilings, pre_event_meter_kw) {
             return UpsertOutcome::Rejected { error };
         }
-        if let Some(held) = self.entries.get(&event.id) {
+        if let Some(held) = self.entries.get(event.id.as_str()) {
             let r = held.revision();
             if event.revision < r {
                 return UpsertOutcome::IgnoredStale { held_revision: r };
@@ -285,12 +290,15 @@ impl EventBook {
             return self.cancel(event, ceilings, pre_event_meter_kw, now);
         }
         let test = event.test;
-        let id = event.id.clone();
-        let (entry, new) = match self.entries.remove(&id) {
+        let id: Arc<str> = Arc::from(event.id.as_str());
+        let (entry, new) = match self.entries.remove(&*id) {
             None => (BookEntry::new(event, ceilings, pre_event_meter_kw, now), true),
-            Some(old) => (replace(old, event, ceilings, pre_event_meter_kw, now), false),
+            Some(old) => (
+                replace(Arc::unwrap_or_clone(old), event, ceilings, pre_event_meter_kw, now),
+                false,
+            ),
         };
-        self.entries.insert(id, entry);
+        self.entries.insert(id, Arc::new(entry));
         if test {
             UpsertOutcome::TestOnly { new }
         } else {
@@ -309,7 +317,7 @@ impl EventBook {
             revision: event.revision,
             received_at: now,
         };
-        if let Some(entry) = self.entries.get_mut(&event.id) {
+        if let Some(entry) = self.entries.get_mut(event.id.as_str()).map(Arc::make_mut) {
             match entry.phase_at(now) {
                 Phase::Pending => {
                     entry.release = Some(Release {
@@ -356,7 +364,7 @@ impl EventBook {
             opted_out: false,
         });
         entry.cancel = Some(record);
-        self.entries.insert(id, entry);
+        self.entries.insert(Arc::from(id.as_str()), Arc::new(entry));
         UpsertOutcome::Cancelled { new: true }
     }
 
@@ -364,7 +372,7 @@ impl EventBook {
     /// count and it ends as [`Phase::OptedOut`] (recorded by the next [`EventBook::advance`]).
     /// Returns false for an unknown event or one already opted out.
     pub fn opt_out(&mut self, id: &str, now: DateTime<Utc>) -> bool {
-        let Some(entry) = self.entries.get_mut(id) else {
+        let Some(entry) = self.entries.get_mut(id).map(Arc::make_mut) else {
             return false;
         };
         if entry.release.is_some_and(|r| r.opted_out) {
@@ -397,7 +405,10 @@ impl EventBook {
     /// instant), and is idempotent: a second call with the same `now` returns nothing.
     pub fn advance(&mut self, now: DateTime<Utc>) -> Vec<Transition> {
         let mut out = Vec::new();
-        for (id, entry) in &mut self.entries {
+        let mut moved = Vec::new();
+        // Read first, write only the entries that moved: the map is persistent (a snapshot of
+        // the book costs nothing), and a write copies the path to the entry it changes.
+        for (id, entry) in &self.entries {
             // Terminal phases never change (a new revision replaces the entry).
             if entry.phase.is_terminal() {
                 continue;
@@ -406,7 +417,7 @@ impl EventBook {
             for (at, phase) in entry.phase_points() {
                 if at <= now && phase > cur {
                     out.push(Transition {
-                        event_id: id.clone(),
+                        event_id: id.to_string(),
                         from: cur,
                         to: phase,
                         at: at.max(entry.accepted_at),
@@ -414,7 +425,14 @@ impl EventBook {
                     cur = phase;
                 }
             }
-            entry.phase = cur;
+            if cur != entry.phase {
+                moved.push((id.clone(), cur));
+            }
+        }
+        for (id, phase) in moved {
+            if let Some(entry) = self.entries.get_mut(&*id).map(Arc::make_mut) {
+                entry.phase = phase;
+            }
         }
         out.sort_by_key(|t| t.at);
         out
@@ -451,7 +469,7 @@ impl EventBook {
             let Some(c) = entry.ceiling_at(now) else {
                 continue;
             };
-            events.push(id.clone());
+            events.push(id.to_string());
             if best.is_none_or(|(b, _, _)| c < b) {
                 best = Some((c, id, phase));
             }
@@ -478,13 +496,13 @@ impl EventBook {
 
     /// Every entry, by id.
     pub fn events(&self) -> impl Iterator<Item = &BookEntry> {
-        self.entries.values()
+        self.entries.values().map(|e| &**e)
     }
 
     /// The entry of event `id`.
     #[must_use]
     pub fn get(&self, id: &str) -> Option<&BookEntry> {
-        self.entries.get(id)
+        self.entries.get(id).map(|e| &**e)
     }
 
     /// Number of entries (terminal ones included: they still deduplicate late copies).
