@@ -419,8 +419,8 @@ pub struct MqttConfig {
     #[serde(default)]
     pub key_file: Option<PathBuf>,
     /// Event signatures: `off`, `optional` (a present `sig` must verify) or `required`.
-    #[serde(default = "default_signatures")]
-    pub signatures: String,
+    #[serde(default)]
+    pub signatures: flexgate_mqtt::signature::SignaturePolicy,
     /// Ed25519 public keys (hex or base64, 32 bytes) whose signatures are trusted.
     #[serde(default)]
     pub trusted_keys: Vec<String>,
@@ -431,10 +431,6 @@ pub struct MqttConfig {
 
 fn default_mqtt_prefix() -> String {
     "dr".to_string()
-}
-
-fn default_signatures() -> String {
-    "optional".to_string()
 }
 
 fn default_mqtt_telemetry_s() -> u64 {
@@ -453,7 +449,7 @@ impl MqttConfig {
             ca_file: None,
             cert_file: None,
             key_file: None,
-            signatures: default_signatures(),
+            signatures: flexgate_mqtt::signature::SignaturePolicy::default(),
             trusted_keys: Vec::new(),
             telemetry_interval_s: default_mqtt_telemetry_s(),
         }
@@ -467,13 +463,7 @@ impl MqttConfig {
                 format!("{:?} must start with mqtt:// or mqtts://", self.url),
             );
         }
-        if !["off", "optional", "required"].contains(&self.signatures.as_str()) {
-            return invalid(
-                "mqtt.signatures",
-                format!("{:?}: use off, optional or required", self.signatures),
-            );
-        }
-        if self.signatures == "required" && self.trusted_keys.is_empty() {
+        if self.signatures == flexgate_mqtt::signature::SignaturePolicy::Required && self.trusted_keys.is_empty() {
             return invalid(
                 "mqtt.trusted_keys",
                 "signatures = \"required\" needs at least one trusted Ed25519 public key".into(),

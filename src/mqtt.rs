@@ -15,7 +15,7 @@ use flexgate_mqtt::{
     Screen, Secret, SignaturePolicy, StatusPayload, TelemetryPayload, TlsFiles, Topics, TrustedKeys,
 };
 use flexgate_policies::control::entry::{PeerAnswer, WireContent, WireProtocol, WireSent};
-use flexgate_policies::event::{DrAck, Opt as DrOpt};
+use flexgate_policies::event::{DrAck, Opt as DrOpt, Phase};
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
@@ -96,11 +96,7 @@ impl MqttBridge {
                 key_file: cfg.key_file.clone(),
             });
         }
-        let policy = match cfg.signatures.as_str() {
-            "required" => SignaturePolicy::Required,
-            "off" => SignaturePolicy::Off,
-            _ => SignaturePolicy::Optional,
-        };
+        let policy = cfg.signatures;
         let keys = TrustedKeys::parse(&cfg.trusted_keys).map_err(|e| bad(&e))?;
         let (link, incoming) = MqttLink::connect(settings).map_err(|e| bad(&e))?;
         Ok(MqttBridge {
@@ -271,10 +267,10 @@ impl MqttBridge {
         payload.meter_kw = status.measured_meter_kw;
         payload.gpu_board_kw = status.measured_gpu_w.map(|w| w / 1000.0);
         payload.log_checkpoint = Some(status.log_checkpoint.clone());
-        payload.phase = Some(match status.phase.as_deref() {
-            Some("ramping") => flexgate_mqtt::Phase::RampingDown,
-            Some("active") => flexgate_mqtt::Phase::Holding,
-            Some("recovering") => flexgate_mqtt::Phase::RampingUp,
+        payload.phase = Some(match self.intake.gateway.phase() {
+            Some(Phase::Ramping) => flexgate_mqtt::Phase::RampingDown,
+            Some(Phase::Active) => flexgate_mqtt::Phase::Holding,
+            Some(Phase::Recovering) => flexgate_mqtt::Phase::RampingUp,
             _ => flexgate_mqtt::Phase::Idle,
         });
         if let Err(e) = self.link.publish_status(&payload).await {

@@ -411,6 +411,17 @@ impl Gateway {
         StatusView::build(&self.published().snapshot, self.clock.now(), &self.ledger.head().1)
     }
 
+    /// The phase of the binding event now (`None`: nothing constrains the site).
+    #[must_use]
+    pub fn phase(&self) -> Option<Phase> {
+        let published = self.published();
+        published
+            .snapshot
+            .book
+            .effective_ceiling(self.clock.now())
+            .map(|c| c.phase)
+    }
+
     /// Events for `GET /v1/events`.
     pub async fn events(&self) -> Vec<EventView> {
         let published = self.published();

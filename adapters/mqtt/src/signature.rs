@@ -46,8 +46,10 @@ pub const MAX_SIGNED_BYTES: usize = 64 * 1024;
 /// The largest integer magnitude a signed document may carry (2^53, as in RFC 8785).
 pub const MAX_SAFE_INTEGER: u64 = 1 << 53;
 
-/// What a received document must prove.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// What a received document must prove. In configuration files: `required`, `optional` or
+/// `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum SignaturePolicy {
     /// Every document must carry a `sig` that one of the trusted keys verifies.
     Required,
