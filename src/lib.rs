@@ -5,15 +5,14 @@
 //! files, terminals and charts; it holds no allocation math and no protocol parsing.
 #![forbid(unsafe_code)]
 
-pub mod api;
-pub mod audit;
+// Grid side (utilities in), cluster side (GPUs out), reports (auditors), and the driver of the
+// decision core between them; ARCHITECTURE.md has the map.
 pub mod cluster;
 pub mod commands;
 pub mod config;
+pub mod grid;
 pub mod http_client;
 pub mod ledger;
-pub mod mqtt;
-pub mod openadr;
-pub mod plot;
+pub mod reports;
 pub mod runtime;
 pub mod serve;

@@ -3,10 +3,10 @@
 //! Startup takes its listener and its shutdown signal as arguments, so tests and the demo run
 //! the real gateway in-process on port 0.
 
-use crate::api;
 use crate::cluster::ClusterBackend;
 use crate::cluster::sim::SimCluster;
 use crate::config::{BackendConfig, Config};
+use crate::grid::http;
 use crate::ledger::{Ledger, LedgerError};
 use crate::runtime::{Clock, Gateway};
 use std::future::Future;
@@ -106,23 +106,23 @@ impl Server {
             let _ = rx.wait_for(|stop| *stop).await;
         };
         let mut tasks = Vec::new();
-        let mut router = api::router(gateway.clone(), &token);
+        let mut router = http::router(gateway.clone(), &token);
         if let Some(cfg) = &openadr2b {
-            let ven = crate::openadr::ven2b::Ven2b::new(gateway.clone(), &full_config, cfg)
+            let ven = crate::grid::openadr::ven2b::Ven2b::new(gateway.clone(), &full_config, cfg)
                 .map_err(|e| ServeError::OpenAdr(e.to_string()))?;
             let (to_ven, pushed) = tokio::sync::mpsc::channel(64);
             if let (Some(_), Some(push_token)) = (&cfg.push_url, &cfg.push_token) {
-                router = router.merge(crate::openadr::push::router(push_token, to_ven));
+                router = router.merge(crate::grid::openadr::push::router(push_token, to_ven));
             }
             tasks.push(tokio::spawn(ven.run(stopped.clone(), pushed)));
         }
         if let Some(cfg) = &openadr3 {
-            let client = crate::openadr::ven3::Ven3::new(gateway.clone(), &full_config, cfg)
+            let client = crate::grid::openadr::ven3::Ven3::new(gateway.clone(), &full_config, cfg)
                 .map_err(|e| ServeError::OpenAdr(e.to_string()))?;
             tasks.push(tokio::spawn(client.run(stopped.clone())));
         }
         if let Some(cfg) = &full_config.mqtt {
-            let bridge = crate::mqtt::MqttBridge::connect(gateway.clone(), &full_config, cfg)
+            let bridge = crate::grid::mqtt::MqttBridge::connect(gateway.clone(), &full_config, cfg)
                 .map_err(|e| ServeError::OpenAdr(e.to_string()))?;
             tasks.push(tokio::spawn(bridge.run(stopped.clone())));
         }

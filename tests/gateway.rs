@@ -64,7 +64,7 @@ fn event(id: &str, revision: u64, ceiling_kw: f64, start_in_s: i64, duration_s: 
 }
 
 async fn post(gw: &Arc<Gateway>, body: &Value, token: Option<&str>) -> (StatusCode, Value) {
-    let router = flexgate::api::router(gw.clone(), TOKEN);
+    let router = flexgate::grid::http::router(gw.clone(), TOKEN);
     let mut req = Request::post("/v1/events").header("content-type", "application/json");
     if let Some(t) = token {
         req = req.header("authorization", format!("Bearer {t}"));
@@ -79,7 +79,7 @@ async fn post(gw: &Arc<Gateway>, body: &Value, token: Option<&str>) -> (StatusCo
 }
 
 async fn get(gw: &Arc<Gateway>, path: &str) -> (StatusCode, Vec<u8>) {
-    let router = flexgate::api::router(gw.clone(), TOKEN);
+    let router = flexgate::grid::http::router(gw.clone(), TOKEN);
     let response = router
         .oneshot(Request::get(path).body(Body::empty()).expect("request"))
         .await
@@ -371,7 +371,7 @@ async fn an_operator_opt_out_lifts_the_ceiling_is_recorded_and_survives_a_restar
     gw.tick(true).await.expect("tick");
     assert!(gw.status().await.meter_ceiling_kw.is_some());
 
-    let router = flexgate::api::router(gw.clone(), TOKEN);
+    let router = flexgate::grid::http::router(gw.clone(), TOKEN);
     let body = json!({"event_id": "ev-op", "operator": "alice", "reason": "must-run training deadline"}).to_string();
     let unauthorized = router
         .clone()
@@ -435,7 +435,7 @@ async fn an_operator_opt_out_lifts_the_ceiling_is_recorded_and_survives_a_restar
     // The audit shows the opt-out with the operator's name and reason, the lifecycle ends
     // with it, and no interval is reported as if its ceiling were still in force after it.
     let records = flexgate::commands::audit::read_records(dir.path()).expect("records");
-    let report = flexgate::audit::build(&records, "ev-op", 900)
+    let report = flexgate::reports::audit::build(&records, "ev-op", 900)
         .expect("typed entries")
         .expect("report");
     assert_eq!(report.opt_outs.len(), 1);

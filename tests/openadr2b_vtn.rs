@@ -209,7 +209,7 @@ async fn the_gateway_follows_a_real_openleadr_vtn() {
     let site = start_site().await;
     let gw = site.server.gateway.clone();
     // The VEN saved its registration where a restart finds it.
-    let saved = std::fs::read_to_string(site.data_dir.join(flexgate::openadr::ven2b::REGISTRATION_FILE))
+    let saved = std::fs::read_to_string(site.data_dir.join(flexgate::grid::openadr::ven2b::REGISTRATION_FILE))
         .expect("registration file");
     assert!(saved.contains(&site.ven_id), "{saved}");
     let meter = eventually("a meter reading", 20, async || gw.status().await.measured_meter_kw).await;

@@ -65,7 +65,7 @@ pub fn read_records(data: &std::path::Path) -> Result<Vec<crate::ledger::Record>
 /// Run the command.
 pub fn run(args: &AuditArgs) -> Result<()> {
     let records = read_records(&args.data)?;
-    let report = crate::audit::build(&records, &args.event, args.baseline_window_s)?
+    let report = crate::reports::audit::build(&records, &args.event, args.baseline_window_s)?
         .with_context(|| format!("no event {:?} in the ledger at {}", args.event, args.data.display()))?;
     match args.format {
         Format::Md => print!("{}", report.to_markdown()),

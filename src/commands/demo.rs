@@ -185,7 +185,8 @@ async fn demo(args: &DemoArgs) -> Result<()> {
 
     let records = super::audit::read_records(&data)?;
     let verified = crate::ledger::verify(&data.join("ledger"));
-    let report = crate::audit::build(&records, "demo-001", 600)?.context("the demo event is not in the ledger")?;
+    let report =
+        crate::reports::audit::build(&records, "demo-001", 600)?.context("the demo event is not in the ledger")?;
     println!(
         "\nAudit summary (flexgate audit --event demo-001 --data {}):",
         data.display()

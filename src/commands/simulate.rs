@@ -1,7 +1,7 @@
 //! `flexgate simulate`: the paper's fleet experiment, reproduced and beaten.
 
 use super::{read_input, write_output};
-use crate::plot::{AxisFormat, Chart, LineStyle, Series};
+use crate::reports::plot::{AxisFormat, Chart, LineStyle, Series};
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
 use flexgate_policies::fleet::experiment::{PAPER_PREDICTOR_RMSE, PRODUCTION_FINE_TUNING_SHARE, STRATEGIES};

@@ -8,7 +8,7 @@
 //! by hand avoids pulling a font rasteriser and a plotting stack into an operational CLI.
 //!
 //! ```
-//! use flexgate::plot::{AxisFormat, Chart, LineStyle, Series};
+//! use flexgate::reports::plot::{AxisFormat, Chart, LineStyle, Series};
 //! let svg = Chart::new("Throughput under a power cut", "power cut", "tokens/s per job")
 //!     .x_format(AxisFormat::Percent)
 //!     .series(Series::new("proportional", [(0.0, 1000.0), (0.1, 950.0)]))

@@ -2,7 +2,7 @@
 //! meter shows, rebuilt from the ledger alone so an auditor can reproduce it from an export.
 
 use crate::ledger::{Entry, NotAnEntry, Record};
-use crate::plot::{AxisFormat, Chart, LineStyle, Series};
+use crate::reports::plot::{AxisFormat, Chart, LineStyle, Series};
 use chrono::{DateTime, Duration as ChronoDuration, Utc};
 use flexgate_policies::control::entry::{EventInterpreted, EventReceived, OperatorOptOut, Received, Trimmed};
 use flexgate_policies::event::{DrAck, Phase, Transition};
