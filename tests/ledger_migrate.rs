@@ -35,6 +35,17 @@ async fn schema1_ledger(dir: &Path) {
     ledger.close().await.expect("close");
 }
 
+/// `flexgate log migrate --data OLD --to TO`, as an operator runs it.
+fn migrate(old: &Path, to: &Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_flexgate"))
+        .args(["log", "migrate", "--data"])
+        .arg(old)
+        .arg("--to")
+        .arg(to)
+        .output()
+        .expect("flexgate log migrate")
+}
+
 async fn start(data: &Path) -> Result<Arc<Gateway>, StartError> {
     let facility = facility_for_nodes(16);
     let sim = SimCluster::new(SimConfig {
@@ -72,24 +83,12 @@ async fn a_schema_1_ledger_is_refused_then_migrated_and_replayed() {
 
     // Migrated by the command an operator runs.
     let new = dir.path().join("new");
-    let out = Command::new(env!("CARGO_BIN_EXE_flexgate"))
-        .args(["log", "migrate", "--data"])
-        .arg(&old)
-        .arg("--to")
-        .arg(new.join("ledger"))
-        .output()
-        .expect("flexgate log migrate");
+    let out = migrate(&old, &new.join("ledger"));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(said.contains("migrated 27 records"), "{said}");
     // Migrating again into the same place is refused (nothing is overwritten).
-    let again = Command::new(env!("CARGO_BIN_EXE_flexgate"))
-        .args(["log", "migrate", "--data"])
-        .arg(&old)
-        .arg("--to")
-        .arg(new.join("ledger"))
-        .output()
-        .expect("flexgate log migrate");
+    let again = migrate(&old, &new.join("ledger"));
     assert!(!again.status.success());
     assert!(String::from_utf8_lossy(&again.stderr).contains("not empty"));
 

@@ -348,6 +348,29 @@ impl Harness {
         }
     }
 
+    /// Submit `event` over HTTP now and carry out what the controller decided.
+    fn submit(&mut self, event: GridEvent) {
+        let intake = self.controller.submit(
+            event,
+            Transport::Http { peer: None },
+            Received::Bytes("{}".into()),
+            "c",
+            self.now,
+        );
+        self.run(intake.effects);
+    }
+
+    /// `ticks` measured ticks 10 s apart; whether any job was capped meanwhile.
+    fn run_for(&mut self, ticks: usize) -> bool {
+        let mut capped = false;
+        for _ in 0..ticks {
+            self.now += Duration::seconds(10);
+            self.measure_and_tick();
+            capped |= self.cluster.jobs.iter().any(|j| j.cap < MAX_W);
+        }
+        capped
+    }
+
     fn measure_and_tick(&mut self) {
         let inv = self
             .controller
@@ -560,43 +583,23 @@ proptest! {
 fn back_to_back_events_restore_the_uncapped_limits() {
     let mut h = Harness::new();
     let kw = 0.7 * h.uncapped_meter_kw();
-    let a = event(1, 1, kw, h.now, Some(600), false, false);
-    let intake = h.controller.submit(
-        a,
-        Transport::Http { peer: None },
-        Received::Bytes("{}".into()),
-        "c",
-        h.now,
-    );
-    h.run(intake.effects);
+    h.submit(event(1, 1, kw, h.now, Some(600), false, false));
     // Through A: 120 s ramp, 600 s window, 120 s recovery.
-    let mut capped = false;
-    for _ in 0..85 {
-        h.now += Duration::seconds(10);
-        h.measure_and_tick();
-        capped |= h.cluster.jobs.iter().any(|j| j.cap < MAX_W);
-    }
-    assert!(capped, "A capped jobs");
+    assert!(h.run_for(85), "A capped jobs");
     assert!(h.controller.plan().is_none(), "A is over");
-    // Step until the tick at which A's last caps go back, then submit B at once.
-    let b = event(2, 1, 0.75 * h.uncapped_meter_kw(), h.now, Some(300), false, false);
-    let intake = h.controller.submit(
-        b,
-        Transport::Http { peer: None },
-        Received::Bytes("{}".into()),
-        "c",
+    // B is submitted and planned at the instant of A's restore, before any new inventory.
+    h.submit(event(
+        2,
+        1,
+        0.75 * h.uncapped_meter_kw(),
         h.now,
-    );
-    h.run(intake.effects);
+        Some(300),
+        false,
+        false,
+    ));
     let tick = h.controller.handle(Input::Tick { measured: false }, h.now);
     h.run(tick);
-    let mut capped = false;
-    for _ in 0..60 {
-        h.now += Duration::seconds(10);
-        h.measure_and_tick();
-        capped |= h.cluster.jobs.iter().any(|j| j.cap < MAX_W);
-    }
-    assert!(capped, "B capped jobs");
+    assert!(h.run_for(60), "B capped jobs");
     assert!(h.controller.plan().is_none(), "B is over");
     assert!(h.cluster.jobs.iter().all(|j| j.cap == MAX_W), "{:?}", h.cluster.jobs);
 }
@@ -606,25 +609,10 @@ fn back_to_back_events_restore_the_uncapped_limits() {
 fn a_failed_restore_is_retried_until_confirmed() {
     let mut h = Harness::new();
     let kw = 0.7 * h.uncapped_meter_kw();
-    let a = event(1, 1, kw, h.now, Some(300), false, false);
-    let intake = h.controller.submit(
-        a,
-        Transport::Http { peer: None },
-        Received::Bytes("{}".into()),
-        "c",
-        h.now,
-    );
-    h.run(intake.effects);
-    for _ in 0..20 {
-        h.now += Duration::seconds(10);
-        h.measure_and_tick();
-    }
-    assert!(h.cluster.jobs.iter().any(|j| j.cap < MAX_W), "A capped someone");
+    h.submit(event(1, 1, kw, h.now, Some(300), false, false));
+    assert!(h.run_for(20), "A capped someone");
     h.cluster.failing = true;
-    for _ in 0..40 {
-        h.now += Duration::seconds(10);
-        h.measure_and_tick();
-    }
+    h.run_for(40);
     assert!(h.controller.plan().is_none(), "A is over");
     assert!(!h.controller.caps().is_empty(), "the failed restores are still owed");
     h.cluster.failing = false;

@@ -259,8 +259,8 @@ fn print_before_after(
         .filter_map(|j| Some((j["id"].as_str()?.to_string(), j)))
         .collect();
     println!(
-        "\nIn the middle of the hold (plan #{}, policy {}):",
-        plan["seq"],
+        "\nIn the middle of the hold (plan generation {}, policy {}):",
+        plan["generation"],
         plan["policy"].as_str().unwrap_or("")
     );
     println!(
