@@ -363,10 +363,18 @@ impl MqttLink {
 
     /// Publishes the retained `dr.status/1` (QoS 1) and remembers it: the link republishes the
     /// latest status (with a fresh `ts`) after every reconnect, replacing the Last Will's
-    /// `offline`.
+    /// `offline`. A status goes out only once the broker has acknowledged the event
+    /// subscription (until then it is kept and sent at the SubAck), so a utility that sees the
+    /// gateway online can publish an event and know it will be received.
     pub async fn publish_status(&self, status: &StatusPayload) -> Result<(), LinkError> {
         let bytes = to_json(status)?;
         *lock(&self.shared.status) = Some(status.clone());
+        if !matches!(
+            *self.state().borrow(),
+            ConnectionState::Connected { subscribed: true, .. }
+        ) {
+            return Ok(());
+        }
         self.publish(self.shared.topics.status(), bytes, true).await
     }
 
@@ -614,6 +622,8 @@ impl Runner {
                                 *subscribed = true;
                             }
                         });
+                        // Online only now: an event published after this status is received.
+                        self.republish_status();
                     }
                     if suback.return_codes.contains(&SubscribeReasonCode::Failure) {
                         self.stats.refused_subscriptions.fetch_add(1, Ordering::Relaxed);
@@ -652,7 +662,7 @@ impl Runner {
     }
 
     /// On every ConnAck: subscribe again (brokers and rumqttc do not reliably restore
-    /// subscriptions: rumqtt#250) and republish the latest status over the Will's `offline`.
+    /// subscriptions: rumqtt#250). The status follows at the SubAck.
     fn after_connack(&self) {
         let filter = self.topics.events_filter();
         if self.client.try_subscribe(filter.clone(), QoS::AtLeastOnce).is_err() {
@@ -661,6 +671,10 @@ impl Runner {
                 let _ = client.subscribe(filter, QoS::AtLeastOnce).await;
             });
         }
+    }
+
+    /// Once subscribed: republish the latest status over the Will's `offline`.
+    fn republish_status(&self) {
         let status = {
             let mut guard = lock(&self.status);
             match guard.as_mut() {
