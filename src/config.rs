@@ -54,23 +54,10 @@ impl Default for Config {
     }
 }
 
-/// Facility parameters for a site of `nodes` 8-GPU nodes: the model's defaults describe the
-/// 1,000-node worked example of FACILITY_AND_GRID.md §1.4, so the site-level fixed loads
-/// (static load, fabric and storage, fixed cooling) are scaled to the node count; per-node and
-/// per-kW terms are unchanged.
+/// Facility parameters for a site of `nodes` 8-GPU nodes ([`FacilityParams::for_nodes`]).
 #[must_use]
 pub fn facility_for_nodes(nodes: u32) -> FacilityParams {
-    let mut p = FacilityParams::default();
-    let scale = f64::from(nodes.max(1)) / 1000.0;
-    for b in [&mut p.static_site_kw, &mut p.fabric_kw, &mut p.cool_fixed_kw] {
-        b.lo *= scale;
-        b.nominal *= scale;
-        b.hi *= scale;
-    }
-    p.meter_err_kw *= scale;
-    p.noise_kw *= scale;
-    p.cooling_meter_err_kw *= scale;
-    p
+    FacilityParams::for_nodes(nodes)
 }
 
 /// Where and how the gateway runs.

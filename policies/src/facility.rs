@@ -307,6 +307,25 @@ fn check_bounded(field: &str, b: Bounded, domain: Domain) -> Result<(), Facility
 }
 
 impl FacilityParams {
+    /// The defaults scaled to a site of `nodes` 8-GPU nodes: the defaults describe a
+    /// 1,000-node site, so the site-level fixed loads (static load, fabric and storage, fixed
+    /// cooling) and the meter's error and noise are scaled to the node count; per-node and
+    /// per-kW terms are unchanged.
+    #[must_use]
+    pub fn for_nodes(nodes: u32) -> Self {
+        let mut p = FacilityParams::default();
+        let scale = f64::from(nodes.max(1)) / 1000.0;
+        for b in [&mut p.static_site_kw, &mut p.fabric_kw, &mut p.cool_fixed_kw] {
+            b.lo *= scale;
+            b.nominal *= scale;
+            b.hi *= scale;
+        }
+        p.meter_err_kw *= scale;
+        p.noise_kw *= scale;
+        p.cooling_meter_err_kw *= scale;
+        p
+    }
+
     /// Check every parameter: finite, loads and times `≥ 0`, efficiencies in `(0, 1]`, and
     /// `lo ≤ nominal ≤ hi`. The error names the first offending field.
     pub fn validate(&self) -> Result<(), FacilityError> {

@@ -194,21 +194,8 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 fn settings() -> Settings {
-    let mut facility = FacilityParams::default();
     // A small site: the default parameters describe 1,000 nodes.
-    let scale = 8.0 / 1000.0;
-    for b in [
-        &mut facility.static_site_kw,
-        &mut facility.fabric_kw,
-        &mut facility.cool_fixed_kw,
-    ] {
-        b.lo *= scale;
-        b.nominal *= scale;
-        b.hi *= scale;
-    }
-    facility.meter_err_kw *= scale;
-    facility.noise_kw *= scale;
-    facility.cooling_meter_err_kw *= scale;
+    let facility = FacilityParams::for_nodes(8);
     Settings {
         site_id: "site-1".into(),
         site: SiteConfig::default(),
