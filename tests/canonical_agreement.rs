@@ -1,7 +1,8 @@
-//! The ledger's hash chain and the MQTT event signatures both hash RFC 8785 canonical JSON,
-//! with two implementations today (the ledger's is total; the signatures' parses strictly and
-//! refuses integers beyond 2^53). An auditor checking a signed event against its ledger record
-//! needs both to produce the same bytes: for every value the signatures accept, they must.
+//! The ledger's hash chain and the MQTT event signatures both hash RFC 8785 canonical JSON
+//! through the one implementation in `flexgate-jcs` (the ledger with exact integers, the
+//! signatures refusing integers beyond 2^53, after their own strict parse). An auditor checking
+//! a signed event against its ledger record needs both entry points to produce the same bytes:
+//! for every value the signatures accept, from the value and from its text, they must.
 
 use proptest::prelude::*;
 use serde_json::{Map, Number, Value};
@@ -37,6 +38,12 @@ proptest! {
         let ledger = flexgate::ledger::canonical_json(&v);
         let signatures = flexgate_mqtt::signature::canonical_json(&v).expect("within ±2^53");
         prop_assert_eq!(ledger.as_bytes(), signatures.as_slice());
+        // The signature check reads the document's text through its strict parser.
+        if v.is_object() && v.get("sig").is_none() {
+            let text = v.to_string();
+            let from_text = flexgate_mqtt::signature::canonical_without_sig(text.as_bytes()).expect("a valid document");
+            prop_assert_eq!(ledger.as_bytes(), from_text.as_slice());
+        }
     }
 }
 

@@ -12,21 +12,21 @@
 //! ```
 //!
 //! where `prev_hash_bytes` are the 32 raw bytes of the previous record's hash (hex-decoded;
-//! 32 zero bytes, [`GENESIS_HASH`] in hex, before record 1) and `canonical_json` is the RFC 8785
-//! style form of [`canonical_json`] (see its module docs for the one documented deviation: exact
-//! integers beyond 2^53). Changing, inserting, deleting or reordering any record breaks the chain,
-//! which [`verify`] reports with the first sequence number that does not check out. The chain
-//! alone does not stop the owner of the disk from rewriting *everything* after a point; that needs
-//! the head hash anchored elsewhere (checkpoints echoed to the utility, §4 of the design).
+//! 32 zero bytes, [`GENESIS_HASH`] in hex, before record 1) and [`canonical_json`] is RFC 8785
+//! canonical JSON from the workspace's one implementation (the `flexgate-jcs` crate, shared with
+//! the MQTT signatures; its docs name the one deviation: integers beyond 2^53 written exactly).
+//! Changing, inserting, deleting or reordering any record breaks the chain, which [`verify`]
+//! reports with the first sequence number that does not check out. The chain alone does not stop
+//! the owner of the disk from rewriting *everything* after a point; that needs the head hash
+//! anchored elsewhere (the checkpoints echoed to the utility in every acknowledgement).
 //!
 //! Each record is stored as exactly that canonical text (with `hash` added in its sorted place),
 //! and verification hashes the *stored bytes* minus the `hash` member instead of re-serialising a
-//! parsed record: serde_json's default float parser is not correctly rounded (about one random
-//! double in five reads back one ULP off; see `raw.rs`), so a parse → canonicalise round trip
-//! could fail an untouched record. An outside auditor can check a JSONL export line the same way
-//! (delete `,"hash":"…"`, hash the rest after the previous hash's bytes), or canonicalise with a
-//! correctly rounding parser. The same caveat applies to readers: floats in bodies returned by
-//! [`Ledger::get`]/[`Ledger::iter_from`] may differ from what was appended in the last bit.
+//! parsed record. The workspace enables serde_json's `float_roundtrip`, so a parse →
+//! canonicalise round trip gives the same bytes too; hashing the stored bytes is kept because it
+//! is cheaper and does not depend on any parser's float rounding (see `raw.rs`). An outside
+//! auditor can check a JSONL export line the same way (delete `,"hash":"…"`, hash the rest after
+//! the previous hash's bytes), or canonicalise it with any correctly rounding JCS library.
 //!
 //! # Storage layout (sled 0.34)
 //!
@@ -77,7 +77,6 @@
 //! Note that opening a sled store is never strictly read-only: sled may write recovery state.
 //! To examine a store without touching it, copy the directory first.
 
-mod canonical;
 pub mod migrate;
 mod raw;
 mod store;
@@ -85,7 +84,7 @@ mod store;
 mod tests;
 mod writer;
 
-pub use canonical::canonical_json;
+pub use flexgate_jcs::canonical_json;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};

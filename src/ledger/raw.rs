@@ -1,11 +1,11 @@
 //! Byte-level access to the members of a stored record's JSON text, without parsing numbers.
 //!
-//! Why: serde_json's default float parser (this workspace does not enable `float_roundtrip`) is
-//! only "best effort": about one random double in five does not survive `to_string` → `from_str`
-//! (e.g. `1429.1796795561945` reads back as `…943`). Re-parsing a stored record and
-//! re-canonicalising it could therefore change the bytes and fail verification of an untouched
-//! record. So the hash is checked over the stored bytes themselves (minus the `hash` member), and
-//! exports copy stored bytes; typed decoding is used only for the meaning of the fields.
+//! Why: verification hashes the stored bytes themselves (minus the `hash` member) and exports
+//! copy stored bytes, so that a record's check never depends on how a JSON parser rounds floats.
+//! serde_json's default float parser is only "best effort" (about one random double in five did
+//! not survive `to_string` → `from_str`, e.g. `1429.1796795561945` read back as `…943`); the
+//! workspace now enables `float_roundtrip`, but a ledger must verify the same under any build of
+//! its reader. Typed decoding is used only for the meaning of the fields.
 
 use std::ops::Range;
 

@@ -2,7 +2,7 @@
 //! behind `verify`, and `export`. Shared by the live [`super::Ledger`] and the offline functions.
 
 #[cfg(test)]
-use super::canonical::canonical_json;
+use flexgate_jcs::canonical_json;
 use super::raw;
 use super::{ExportFormat, GENESIS_HASH, LedgerError, Record, VerifyFailure, VerifyReport};
 #[cfg(test)]

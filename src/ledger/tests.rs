@@ -518,9 +518,9 @@ fn ledger_canonical_json_sorts_nested_keys_and_is_stable() {
 #[test]
 fn ledger_canonical_json_matches_the_rfc_8785_example() {
     // RFC 8785 §3.2.2 / §3.2.3 sample input and output.
-    // The numbers are Rust literals: serde_json's default float parser is not correctly rounded
-    // (it reads 333333333.33333329 one ULP off), and that is a property of the parser, not of
-    // canonicalisation.
+    // The numbers are Rust literals, so the test is about canonicalisation alone, whatever the
+    // parser (the workspace's serde_json has `float_roundtrip`; without it 333333333.33333329
+    // reads one ULP off).
     let input = r#"{
         "string": "\u20ac$\u000F\u000aA'\u0042\u0022\u005c\\\"\/",
         "literals": [null, true, false]
@@ -620,8 +620,9 @@ fn xorshift(state: &mut u64) -> u64 {
 
 #[tokio::test]
 async fn ledger_floats_that_serde_json_misreads_still_verify() {
-    // serde_json (without `float_roundtrip`) reads "1429.1796795561945" back as ...943; about
-    // one random double in five does not round-trip. Hashes and exports must not depend on it.
+    // serde_json without `float_roundtrip` reads "1429.1796795561945" back as ...943; about one
+    // random double in five does not round-trip. The workspace enables the feature, but hashes
+    // and exports must not depend on any parser's rounding: they use the stored bytes.
     let dir = tempfile::tempdir().unwrap();
     let ledger = Ledger::open(dir.path()).await.unwrap();
     let mut state = 0x9E37_79B9_7F4A_7C15u64;

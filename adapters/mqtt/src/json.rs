@@ -64,6 +64,27 @@ impl Node {
             Value::Object(m) => Node::Obj(m.iter().map(|(k, v)| (k.clone(), Node::from_value(v))).collect()),
         }
     }
+
+    /// The same tree as a `serde_json::Value`, for canonicalisation. Lossless because keys are
+    /// unique; `None` only for a non-finite float, which no parsed document holds.
+    pub(crate) fn to_value(&self) -> Option<serde_json::Value> {
+        use serde_json::Value;
+        Some(match self {
+            Node::Null => Value::Null,
+            Node::Bool(b) => Value::Bool(*b),
+            Node::U(u) => Value::from(*u),
+            Node::I(i) => Value::from(*i),
+            Node::F(f) => Value::Number(serde_json::Number::from_f64(*f)?),
+            Node::Str(s) => Value::String(s.clone()),
+            Node::Arr(items) => Value::Array(items.iter().map(Node::to_value).collect::<Option<_>>()?),
+            Node::Obj(members) => Value::Object(
+                members
+                    .iter()
+                    .map(|(k, v)| Some((k.clone(), v.to_value()?)))
+                    .collect::<Option<_>>()?,
+            ),
+        })
+    }
 }
 
 /// Parses one JSON document (nothing may follow it), refusing duplicate keys. The error is

@@ -37,14 +37,14 @@ use base64::Engine;
 use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
 use base64::engine::{DecodePaddingMode, general_purpose};
 use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
-use std::fmt::Write as _;
+use flexgate_jcs::{CanonicalError, Integers};
 
 use crate::json::{Node, parse_strict};
 
 /// Largest document the signature check reads, bytes (the `dr.event/1` limit).
 pub const MAX_SIGNED_BYTES: usize = 64 * 1024;
 /// The largest integer magnitude a signed document may carry (2^53, as in RFC 8785).
-pub const MAX_SAFE_INTEGER: u64 = 1 << 53;
+pub const MAX_SAFE_INTEGER: u64 = flexgate_jcs::MAX_SAFE_INTEGER;
 
 /// What a received document must prove. In configuration files: `required`, `optional` or
 /// `off`.
@@ -295,123 +295,17 @@ fn parse_document(bytes: &[u8]) -> Result<(Node, Option<Node>), SignatureError> 
     Ok((node, sig))
 }
 
+/// The canonical bytes of a strictly parsed tree: the one RFC 8785 implementation of the
+/// workspace (`flexgate-jcs`, shared with the ledger) under its integer rule that refuses
+/// magnitudes above 2^53. The tree has no duplicate keys (the strict parse refused them), so
+/// turning it into a `serde_json::Value` loses nothing.
 fn canonical_node(node: &Node) -> Result<Vec<u8>, SignatureError> {
-    let mut out = String::new();
-    write_canonical(node, &mut out)?;
-    Ok(out.into_bytes())
-}
-
-fn write_canonical(node: &Node, out: &mut String) -> Result<(), SignatureError> {
-    match node {
-        Node::Null => out.push_str("null"),
-        Node::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        Node::U(u) => {
-            if *u > MAX_SAFE_INTEGER {
-                return Err(SignatureError::UnsafeInteger(u.to_string()));
-            }
-            let _ = write!(out, "{u}");
-        }
-        Node::I(i) => {
-            if i.unsigned_abs() > MAX_SAFE_INTEGER {
-                return Err(SignatureError::UnsafeInteger(i.to_string()));
-            }
-            let _ = write!(out, "{i}");
-        }
-        Node::F(f) => out.push_str(&es_number(*f)?),
-        Node::Str(s) => write_string(s, out),
-        Node::Arr(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_canonical(item, out)?;
-            }
-            out.push(']');
-        }
-        Node::Obj(members) => {
-            let mut sorted: Vec<&(String, Node)> = members.iter().collect();
-            sorted.sort_by(|(a, _), (b, _)| a.encode_utf16().cmp(b.encode_utf16()));
-            out.push('{');
-            for (i, (k, v)) in sorted.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_string(k, out);
-                out.push(':');
-                write_canonical(v, out)?;
-            }
-            out.push('}');
-        }
-    }
-    Ok(())
-}
-
-fn write_string(s: &str, out: &mut String) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\u{8}' => out.push_str("\\b"),
-            '\t' => out.push_str("\\t"),
-            '\n' => out.push_str("\\n"),
-            '\u{c}' => out.push_str("\\f"),
-            '\r' => out.push_str("\\r"),
-            c if u32::from(c) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-}
-
-/// ECMAScript `Number.prototype.toString` of a double (ECMA-262 §6.1.6.1.20), which RFC 8785
-/// §3.2.2.3 prescribes. Rust's `{:e}` gives the shortest round-trip digits, which are the
-/// digits ECMAScript uses.
-fn es_number(x: f64) -> Result<String, SignatureError> {
-    if !x.is_finite() {
-        return Err(SignatureError::NonFinite);
-    }
-    if x == 0.0 {
-        return Ok("0".into());
-    }
-    let sci = format!("{:e}", x.abs());
-    let (mantissa, exp) = sci.split_once('e').ok_or(SignatureError::NonFinite)?;
-    let exp: i32 = exp.parse().map_err(|_| SignatureError::NonFinite)?;
-    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
-    let k = i32::try_from(digits.len()).map_err(|_| SignatureError::NonFinite)?;
-    let n = exp + 1;
-    let mut s = String::new();
-    if x < 0.0 {
-        s.push('-');
-    }
-    // Indexing below is by byte; `digits` is ASCII.
-    let split = |at: i32| digits.split_at(usize::try_from(at).unwrap_or(0).min(digits.len()));
-    if k <= n && n <= 21 {
-        s.push_str(&digits);
-        s.extend(std::iter::repeat_n('0', usize::try_from(n - k).unwrap_or(0)));
-    } else if 0 < n && n <= 21 {
-        let (int, frac) = split(n);
-        s.push_str(int);
-        s.push('.');
-        s.push_str(frac);
-    } else if -6 < n && n <= 0 {
-        s.push_str("0.");
-        s.extend(std::iter::repeat_n('0', usize::try_from(-n).unwrap_or(0)));
-        s.push_str(&digits);
-    } else {
-        let (first, rest) = split(1);
-        s.push_str(first);
-        if !rest.is_empty() {
-            s.push('.');
-            s.push_str(rest);
-        }
-        let e = n - 1;
-        let _ = write!(s, "e{}{}", if e < 0 { '-' } else { '+' }, e.unsigned_abs());
-    }
-    Ok(s)
+    let value = node.to_value().ok_or(SignatureError::NonFinite)?;
+    flexgate_jcs::canonical_json_with(&value, Integers::SafeOnly)
+        .map(String::into_bytes)
+        .map_err(|e| match e {
+            CanonicalError::UnsafeInteger(text) => SignatureError::UnsafeInteger(text),
+        })
 }
 
 #[cfg(test)]
@@ -441,38 +335,6 @@ mod tests {
     }
 
     #[test]
-    #[allow(clippy::excessive_precision)] // the inputs are RFC 8785's, digit for digit
-    fn es_numbers_match_rfc8785_examples() {
-        // RFC 8785 Appendix B and ECMAScript behaviour.
-        for (x, want) in [
-            (0.0, "0"),
-            (-0.0, "0"),
-            (8000.0, "8000"),
-            (0.5, "0.5"),
-            (-1.5, "-1.5"),
-            (1e21, "1e+21"),
-            (1e20, "100000000000000000000"),
-            (123456789012345680000.0, "123456789012345680000"),
-            (1e-7, "1e-7"),
-            (0.000001, "0.000001"),
-            (1.2345e-7, "1.2345e-7"),
-            (5e-324, "5e-324"),
-            (1.7976931348623157e308, "1.7976931348623157e+308"),
-            (9007199254740992.0, "9007199254740992"),
-            (295147905179352830000.0, "295147905179352830000"),
-            (4.50, "4.5"),
-            (2e-3, "0.002"),
-            (0.000_001_234_5, "0.0000012345"),
-            (333333333.33333329, "333333333.3333333"),
-            (1e23, "1e+23"),
-            (-1e-7, "-1e-7"),
-        ] {
-            assert_eq!(es_number(x).unwrap(), want, "{x:e}");
-        }
-        assert!(es_number(f64::NAN).is_err());
-    }
-
-    #[test]
     fn canonical_form_sorts_escapes_and_normalizes() {
         let doc = "{ \"b\" : [1, 2.50, -0.0, 1e3], \"a\" : \"x\\u0001\\n\\u00e9\\ud83d\\ude00\\u2028\", \"sig\":\"zz\", \"\\u20ac\":1, \"\\ud83d\\ude00\":2, \"\\ufb33\":3 }";
         let c = String::from_utf8(canonical_without_sig(doc.as_bytes()).unwrap()).unwrap();
@@ -485,6 +347,11 @@ mod tests {
         // Nested "sig" members are data, not the signature.
         let c = canonical_without_sig(br#"{"x":{"sig":1}}"#).unwrap();
         assert_eq!(c, br#"{"x":{"sig":1}}"#);
+        // Floats are read correctly rounded (serde_json's `float_roundtrip`): RFC 8785's own
+        // example, which a publisher's JCS library writes as 333333333.3333333. Without the
+        // feature the parser read it one ULP off and every such signature failed.
+        let c = canonical_without_sig(br#"{"x":333333333.33333329,"y":1E30,"z":1429.1796795561945}"#).unwrap();
+        assert_eq!(c, br#"{"x":333333333.3333333,"y":1e+30,"z":1429.1796795561945}"#);
     }
 
     #[test]
