@@ -122,130 +122,28 @@
 //! - **Events**: see [`DistributeOutcome`] and [`EventChange`] for the lifecycle rules.
 //! - **Reports**: see [`TelemetrySample`] and [`ReportConfig`].
 
+mod config;
 mod events;
+mod registration;
 mod reports;
+mod retry;
 
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use serde::{Deserialize, Serialize};
 
+pub use config::{RetryConfig, VenConfig};
 pub use events::{
     CancelReason, DistributeOutcome, EventChange, EventSchedule, EventState, EventUpdate, KnownEvent, OptDecision,
     PendingDistribute, SignalTargets,
 };
+pub use registration::Registration;
 pub use reports::{ReportConfig, TelemetrySample};
 
 use super::Message;
 use super::outgoing::{OptType, Outgoing, ResponseOut};
 use reports::ActiveReport;
-
-/// How the VEN identifies itself, what it accepts, and how it paces itself.
-#[derive(Debug, Clone, PartialEq)]
-pub struct VenConfig {
-    /// `oadrVenName` sent at registration.
-    pub ven_name: String,
-    /// A venID assigned out of band (some VTNs require it at registration); the VTN's answer
-    /// wins if it differs.
-    pub ven_id: Option<String>,
-    /// The vtnID we expect. A distribute or registration from another vtnID is refused (452).
-    /// When `None`, the vtnID learned at registration is enforced instead.
-    pub expected_vtn_id: Option<String>,
-    /// Market contexts we are enrolled in. An event in another context is opted out of. Empty =
-    /// accept every context.
-    pub market_contexts: Vec<String>,
-    /// Our groupIDs, for eiTarget matching.
-    pub group_ids: Vec<String>,
-    /// Our resourceIDs, for eiTarget matching.
-    pub resource_ids: Vec<String>,
-    /// Our partyIDs, for eiTarget matching.
-    pub party_ids: Vec<String>,
-    /// Poll at this period whatever the VTN asks.
-    pub poll_override: Option<TimeDelta>,
-    /// Poll period when the VTN names none (10 s, like openleadr).
-    pub default_poll: TimeDelta,
-    /// Pull (`true`, the VEN polls) or push (`false`, the VTN posts to `transport_address`).
-    pub http_pull: bool,
-    /// Where the VTN pushes to (push mode only).
-    pub transport_address: Option<String>,
-    /// The telemetry reports offered to the VTN.
-    pub reports: ReportConfig,
-    /// Backoff after transport failures.
-    pub retry: RetryConfig,
-    /// Most consecutive immediate re-polls after a poll that returned a message.
-    pub max_drain_polls: u32,
-}
-
-impl VenConfig {
-    /// Defaults: pull mode, 10 s default poll, every market context, no target identities
-    /// besides the venID, default reports and backoff.
-    pub fn new(ven_name: impl Into<String>) -> Self {
-        VenConfig {
-            ven_name: ven_name.into(),
-            ven_id: None,
-            expected_vtn_id: None,
-            market_contexts: Vec::new(),
-            group_ids: Vec::new(),
-            resource_ids: Vec::new(),
-            party_ids: Vec::new(),
-            poll_override: None,
-            default_poll: TimeDelta::seconds(10),
-            http_pull: true,
-            transport_address: None,
-            reports: ReportConfig::default(),
-            retry: RetryConfig::default(),
-            max_drain_polls: 10,
-        }
-    }
-}
-
-/// Capped exponential backoff: the n-th consecutive failure waits `min(base × 2^(n-1), max)`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RetryConfig {
-    /// First delay (2 s).
-    pub base: TimeDelta,
-    /// Cap (5 min; at most one day).
-    pub max: TimeDelta,
-    /// Attempts (the first send included) before a non-registration message is dropped (5).
-    pub max_attempts: u32,
-}
-
-impl Default for RetryConfig {
-    fn default() -> Self {
-        RetryConfig {
-            base: TimeDelta::seconds(2),
-            max: TimeDelta::minutes(5),
-            max_attempts: 5,
-        }
-    }
-}
-
-/// What the VTN assigned at registration. Persist it: a restart with it skips registration.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Registration {
-    /// `ei:venID`: put in every message.
-    pub ven_id: String,
-    /// `ei:registrationID`: needed to re-register or cancel.
-    pub registration_id: String,
-    /// `ei:vtnID`: distributes from another VTN are refused.
-    pub vtn_id: Option<String>,
-    /// `oadrRequestedOadrPollFreq`, when the VTN gave one.
-    #[serde(rename = "poll_freq_ms", with = "opt_millis", default)]
-    pub poll_freq: Option<TimeDelta>,
-}
-
-mod opt_millis {
-    use chrono::TimeDelta;
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
-    pub fn serialize<S: Serializer>(v: &Option<TimeDelta>, s: S) -> Result<S::Ok, S::Error> {
-        v.map(|d| d.num_milliseconds()).serialize(s)
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<TimeDelta>, D::Error> {
-        Ok(Option::<i64>::deserialize(d)?.and_then(TimeDelta::try_milliseconds))
-    }
-}
+use retry::{Retry, resets_backoff};
 
 /// One side effect for the caller to execute, in order.
 #[derive(Debug, Clone, PartialEq)]
@@ -291,13 +189,6 @@ pub enum VenError {
     },
 }
 
-#[derive(Debug, Clone)]
-struct Retry {
-    due: DateTime<Utc>,
-    out: Outgoing,
-    attempts: u32,
-}
-
 /// The VEN state machine. See the [module documentation](self) for the contract.
 #[derive(Debug, Clone)]
 pub struct Ven {
@@ -329,31 +220,7 @@ impl Ven {
     /// A VEN with `cfg`, resuming `saved` (from an earlier [`Action::Persist`]) if given.
     /// Nothing happens until [`Ven::start`].
     pub fn new(cfg: VenConfig, saved: Option<Registration>) -> Result<Ven, VenError> {
-        if cfg.ven_name.trim().is_empty() {
-            return Err(VenError::Config("ven_name is empty".into()));
-        }
-        if cfg.default_poll <= TimeDelta::zero() {
-            return Err(VenError::Config("default_poll must be positive".into()));
-        }
-        if cfg.poll_override.is_some_and(|p| p <= TimeDelta::zero()) {
-            return Err(VenError::Config("poll_override must be positive".into()));
-        }
-        let retry = &cfg.retry;
-        if retry.base <= TimeDelta::zero()
-            || retry.max < retry.base
-            || retry.max > TimeDelta::days(1)
-            || retry.max_attempts == 0
-        {
-            return Err(VenError::Config(
-                "retry needs 0 < base <= max <= 1 day and max_attempts >= 1".into(),
-            ));
-        }
-        if !cfg.http_pull && cfg.transport_address.is_none() {
-            return Err(VenError::Config(
-                "push mode (http_pull = false) needs a transport_address".into(),
-            ));
-        }
-        cfg.reports.validate()?;
+        cfg.validate()?;
         Ok(Ven {
             cfg,
             reg: saved,
@@ -487,96 +354,12 @@ impl Ven {
         actions
     }
 
-    /// Reports that `out` could not be delivered (connection, TLS, HTTP status, undecodable
-    /// reply). The message is retried after a capped exponential backoff; polls pause instead.
-    pub fn request_failed(&mut self, now: DateTime<Utc>, out: &Outgoing, error: impl std::fmt::Display) -> Vec<Action> {
-        let mut actions = Vec::new();
-        self.failures = self.failures.saturating_add(1);
-        let attempts = self
-            .resent
-            .iter()
-            .position(|(o, _)| o == out)
-            .map(|i| self.resent.remove(i).1)
-            .unwrap_or(1);
-        let name = out.name();
-        // Polls and registration back off on the run of failures; other messages on their own
-        // attempts (a later successful poll must not make their retries hammer the VTN).
-        let delay = match out {
-            Outgoing::Poll { .. } | Outgoing::QueryRegistration { .. } | Outgoing::CreatePartyRegistration { .. } => {
-                self.backoff(self.failures)
-            }
-            _ => self.backoff(attempts),
-        };
-        match out {
-            Outgoing::Poll { .. } => {
-                self.poll_hold = Some(now + delay);
-                self.drain_at = None;
-                self.warn(
-                    &mut actions,
-                    format!("{name} failed: {error}; polls pause for {}s", delay.num_seconds()),
-                );
-            }
-            Outgoing::QueryRegistration { .. } | Outgoing::CreatePartyRegistration { .. } => {
-                self.warn(
-                    &mut actions,
-                    format!("{name} failed: {error}; retry in {}s", delay.num_seconds()),
-                );
-                self.retries.push(Retry {
-                    due: now + delay,
-                    out: out.clone(),
-                    attempts,
-                });
-            }
-            _ if attempts >= self.cfg.retry.max_attempts => {
-                let why = format!("{name} failed: {error}; dropped after {attempts} attempts");
-                self.warn(&mut actions, why);
-                if matches!(out, Outgoing::CancelPartyRegistration { .. }) && self.phase == Phase::Cancelling {
-                    self.warn(
-                        &mut actions,
-                        "the VTN never confirmed our cancellation; forgetting the registration anyway".into(),
-                    );
-                    self.finish_cancel(&mut actions);
-                }
-            }
-            _ => {
-                self.warn(
-                    &mut actions,
-                    format!("{name} failed: {error}; retry in {}s", delay.num_seconds()),
-                );
-                self.retries.push(Retry {
-                    due: now + delay,
-                    out: out.clone(),
-                    attempts,
-                });
-            }
-        }
-        actions
-    }
-
     /// Runs what is due at `now`: retries, polls (regular and draining), report samples and
     /// report sends. Call it whenever `now >= next_wakeup()`; calling it early is harmless.
     pub fn tick(&mut self, now: DateTime<Utc>) -> Vec<Action> {
         let mut actions = Vec::new();
         // Retries first: they are older than anything produced now.
-        let (due, later): (Vec<Retry>, Vec<Retry>) = std::mem::take(&mut self.retries)
-            .into_iter()
-            .partition(|r| r.due <= now);
-        self.retries = later;
-        for r in due {
-            let still_wanted = match &r.out {
-                Outgoing::QueryRegistration { .. } => self.phase == Phase::Querying,
-                Outgoing::CreatePartyRegistration { .. } => self.phase == Phase::Registering,
-                Outgoing::CancelPartyRegistration { .. } => self.phase == Phase::Cancelling,
-                _ => self.phase == Phase::Registered,
-            };
-            if still_wanted {
-                self.resent.push((r.out.clone(), r.attempts + 1));
-                if self.resent.len() > 64 {
-                    self.resent.remove(0);
-                }
-                actions.push(Action::Send(r.out));
-            }
-        }
+        self.send_due_retries(now, &mut actions);
         if self.phase == Phase::Registered {
             let mut polled = false;
             if let Some(due) = self.next_poll.filter(|d| *d <= now) {
@@ -711,97 +494,7 @@ impl Ven {
         self.create_opt(now, event_id, OptType::OptOut, reason)
     }
 
-    /// Leaves the program: sends oadrCancelPartyRegistration; when the VTN confirms (or the
-    /// request finally fails) the registration is forgotten (`Persist(None)`), live events are
-    /// cancelled and the VEN stops. Before registration completes, it just stops.
-    pub fn cancel_registration(&mut self, _now: DateTime<Utc>) -> Vec<Action> {
-        let mut actions = Vec::new();
-        match (self.phase, self.reg.clone()) {
-            (Phase::Registered, Some(reg)) => {
-                self.phase = Phase::Cancelling;
-                self.next_poll = None;
-                self.drain_at = None;
-                self.retries.clear();
-                let out = Outgoing::CancelPartyRegistration {
-                    request_id: self.next_id("req"),
-                    registration_id: reg.registration_id,
-                    ven_id: reg.ven_id,
-                };
-                self.send(&mut actions, out);
-            }
-            (Phase::Querying | Phase::Registering, _) => {
-                self.warn(&mut actions, "registration abandoned before it completed".into());
-                self.finish_cancel(&mut actions);
-            }
-            _ => self.warn(&mut actions, "cancel_registration: not registered".into()),
-        }
-        actions
-    }
-
     // ----- dispatch helpers -----
-
-    /// Replies that end a registration or cancellation exchange whatever they are. Returns
-    /// `true` when `msg` was consumed here.
-    fn unexpected_reply(
-        &mut self,
-        now: DateTime<Utc>,
-        reply_to: Option<&Outgoing>,
-        msg: &Message,
-        actions: &mut Vec<Action>,
-    ) -> bool {
-        match reply_to {
-            Some(out @ (Outgoing::QueryRegistration { .. } | Outgoing::CreatePartyRegistration { .. }))
-                if !matches!(msg, Message::CreatedPartyRegistration(_))
-                    && matches!(self.phase, Phase::Querying | Phase::Registering) =>
-            {
-                // e.g. openleadr's oadrRequestReregistration, or an oadrResponse with an error:
-                // without this the VEN would wait for a registration answer forever.
-                let why = format!("the VTN answered {} with {}", out.name(), summary(msg));
-                self.registration_failed(now, why, actions);
-                true
-            }
-            Some(Outgoing::CancelPartyRegistration { .. }) if self.phase == Phase::Cancelling => {
-                let ok = match msg {
-                    Message::CanceledPartyRegistration(c) => c.response.code.trim() == "200",
-                    Message::Response(r) => r.response.code.trim() == "200",
-                    _ => false,
-                };
-                if !ok {
-                    let why = format!(
-                        "the VTN answered our cancellation with {}; the registration is forgotten anyway",
-                        summary(msg)
-                    );
-                    self.warn(actions, why);
-                }
-                self.finish_cancel(actions);
-                true
-            }
-            _ => false,
-        }
-    }
-
-    fn on_request_reregistration(
-        &mut self,
-        now: DateTime<Utc>,
-        r: super::RequestReregistration,
-        actions: &mut Vec<Action>,
-    ) {
-        let ven_id = self.ven_id();
-        if let Some(v) = r.ven_id.as_deref().filter(|v| self.ven_id_mismatch(v)) {
-            let why = format!("oadrRequestReregistration for venID {v:?}, which is not ours");
-            self.warn(actions, why.clone());
-            let response = ResponseOut {
-                code: 452,
-                description: why,
-                request_id: String::new(),
-            };
-            self.send(actions, Outgoing::Response { response, ven_id });
-        } else {
-            let response = ResponseOut::ok("");
-            self.send(actions, Outgoing::Response { response, ven_id });
-            self.begin_reregistration(now, "the VTN requested re-registration", actions);
-        }
-    }
 
     fn on_vtn_register_report(&mut self, r: super::RegisterReport, actions: &mut Vec<Action>) {
         // We take no reports from the VTN; acknowledging its metadata is all 2.0b asks.
@@ -816,262 +509,6 @@ impl Ven {
         };
         let ven_id = self.ven_id();
         self.send(actions, Outgoing::RegisteredReport { response, ven_id });
-    }
-
-    // ----- registration -----
-
-    fn begin_query(&mut self, now: DateTime<Utc>, actions: &mut Vec<Action>) {
-        self.phase = Phase::Querying;
-        self.next_poll = None;
-        self.drain_at = None;
-        let out = Outgoing::QueryRegistration {
-            request_id: self.next_id("req"),
-        };
-        self.send_registration(now, out, actions);
-    }
-
-    /// Sends at once, or after a backoff when registration keeps being restarted.
-    fn send_registration(&mut self, now: DateTime<Utc>, out: Outgoing, actions: &mut Vec<Action>) {
-        if self.reg_restarts > 1 {
-            let delay = self.backoff(self.reg_restarts - 1);
-            self.retries.push(Retry {
-                due: now + delay,
-                out,
-                attempts: 0,
-            });
-        } else {
-            self.send(actions, out);
-        }
-    }
-
-    fn create_party_registration(&mut self, renew: bool) -> Outgoing {
-        let (registration_id, ven_id) = match (&self.reg, renew) {
-            (Some(r), true) => (Some(r.registration_id.clone()), Some(r.ven_id.clone())),
-            _ => (None, self.cfg.ven_id.clone()),
-        };
-        Outgoing::CreatePartyRegistration {
-            request_id: self.next_id("req"),
-            registration_id,
-            ven_id,
-            ven_name: self.cfg.ven_name.clone(),
-            http_pull: self.cfg.http_pull,
-            transport_address: self.cfg.transport_address.clone(),
-            report_only: false,
-            xml_signature: false,
-        }
-    }
-
-    fn begin_reregistration(&mut self, now: DateTime<Utc>, why: &str, actions: &mut Vec<Action>) {
-        if self.phase != Phase::Registered {
-            return;
-        }
-        self.warn(actions, format!("re-registering: {why}"));
-        self.reg_restarts = self.reg_restarts.saturating_add(1);
-        self.next_poll = None;
-        self.drain_at = None;
-        if self.reg.is_some() {
-            self.phase = Phase::Registering;
-            let out = self.create_party_registration(true);
-            self.send_registration(now, out, actions);
-        } else {
-            self.begin_query(now, actions);
-        }
-    }
-
-    fn registration_failed(&mut self, now: DateTime<Utc>, why: String, actions: &mut Vec<Action>) {
-        self.failures = self.failures.saturating_add(1);
-        let delay = self.backoff(self.failures);
-        self.warn(
-            actions,
-            format!(
-                "registration failed: {why}; registering afresh in {}s",
-                delay.num_seconds()
-            ),
-        );
-        if self.reg.take().is_some() {
-            actions.push(Action::Persist(None));
-        }
-        self.phase = Phase::Querying;
-        let out = Outgoing::QueryRegistration {
-            request_id: self.next_id("req"),
-        };
-        self.retries.push(Retry {
-            due: now + delay,
-            out,
-            attempts: 0,
-        });
-    }
-
-    fn on_created_party_registration(
-        &mut self,
-        now: DateTime<Utc>,
-        reply_to: Option<&Outgoing>,
-        c: super::CreatedPartyRegistration,
-        actions: &mut Vec<Action>,
-    ) {
-        let to_query = match reply_to {
-            Some(Outgoing::QueryRegistration { .. }) => true,
-            Some(Outgoing::CreatePartyRegistration { .. }) => false,
-            Some(other) => {
-                let why = format!("oadrCreatedPartyRegistration in reply to {}; ignored", other.name());
-                self.warn(actions, why);
-                return;
-            }
-            None => self.phase == Phase::Querying,
-        };
-        let expected_phase = if to_query { Phase::Querying } else { Phase::Registering };
-        if self.phase != expected_phase {
-            self.warn(
-                actions,
-                "oadrCreatedPartyRegistration arrived out of sequence; ignored".into(),
-            );
-            return;
-        }
-        if c.response.code.trim() != "200" {
-            self.registration_failed(now, format!("the VTN answered {}", describe(&c.response)), actions);
-            return;
-        }
-        let expected_vtn = self.cfg.expected_vtn_id.as_deref();
-        if let (Some(exp), Some(got)) = (expected_vtn, c.vtn_id.as_deref())
-            && exp != got.trim()
-        {
-            self.registration_failed(now, format!("vtnID {got:?} is not the expected {exp:?}"), actions);
-            return;
-        }
-        if to_query {
-            if !c.profiles.is_empty() && !c.profiles.iter().any(|p| p.trim() == "2.0b") {
-                self.warn(
-                    actions,
-                    format!(
-                        "the VTN lists profiles {:?} without 2.0b; registering anyway",
-                        c.profiles
-                    ),
-                );
-            }
-            self.queried_vtn_id = c.vtn_id;
-            self.phase = Phase::Registering;
-            let out = self.create_party_registration(false);
-            self.send(actions, out);
-            return;
-        }
-        let Some(registration_id) = c.registration_id.filter(|r| !r.trim().is_empty()) else {
-            self.registration_failed(
-                now,
-                "the VTN gave no registrationID (registration refused)".into(),
-                actions,
-            );
-            return;
-        };
-        let sent_ven_id = match reply_to {
-            Some(Outgoing::CreatePartyRegistration { ven_id, .. }) => ven_id.clone(),
-            _ => None,
-        };
-        let Some(ven_id) = c.ven_id.filter(|v| !v.trim().is_empty()).or(sent_ven_id) else {
-            self.registration_failed(now, "the VTN gave no venID".into(), actions);
-            return;
-        };
-        if let Some(mine) = self.cfg.ven_id.as_deref().filter(|m| *m != ven_id) {
-            self.warn(
-                actions,
-                format!("the VTN assigned venID {ven_id:?} instead of the configured {mine:?}; using it"),
-            );
-        }
-        let reg = Registration {
-            ven_id,
-            registration_id,
-            vtn_id: c.vtn_id.or_else(|| self.queried_vtn_id.clone()),
-            poll_freq: c.poll_freq,
-        };
-        self.failures = 0;
-        self.reg = Some(reg.clone());
-        actions.push(Action::Persist(Some(reg)));
-        self.after_registered(now, actions);
-    }
-
-    fn after_registered(&mut self, now: DateTime<Utc>, actions: &mut Vec<Action>) {
-        self.phase = Phase::Registered;
-        let out = Outgoing::RegisterReport {
-            request_id: self.next_id("req"),
-            ven_id: self.ven_id(),
-            reports: self.cfg.reports.metadata(now),
-        };
-        self.send(actions, out);
-        let out = Outgoing::RequestEvent {
-            request_id: self.next_id("req"),
-            ven_id: self.ven_id(),
-        };
-        self.send(actions, out);
-        self.drains = 0;
-        self.drain_at = None;
-        self.poll_hold = None;
-        self.next_poll = self.cfg.http_pull.then_some(now);
-    }
-
-    fn on_vtn_cancel_registration(
-        &mut self,
-        now: DateTime<Utc>,
-        c: super::CancelPartyRegistration,
-        actions: &mut Vec<Action>,
-    ) {
-        let ours = self.reg.as_ref().map(|r| r.registration_id.clone());
-        let wrong_reg = ours.as_deref().is_some_and(|r| r != c.registration_id.trim());
-        let wrong_ven = c.ven_id.as_deref().is_some_and(|v| self.ven_id_mismatch(v));
-        if wrong_reg || wrong_ven {
-            let why = format!(
-                "oadrCancelPartyRegistration for registrationID {:?} / venID {:?}, which is not ours",
-                c.registration_id, c.ven_id
-            );
-            self.warn(actions, why.clone());
-            let out = Outgoing::CanceledPartyRegistration {
-                response: ResponseOut {
-                    code: 452,
-                    description: why,
-                    request_id: c.request_id,
-                },
-                registration_id: ours,
-                ven_id: self.ven_id(),
-            };
-            self.send(actions, out);
-            return;
-        }
-        let out = Outgoing::CanceledPartyRegistration {
-            response: ResponseOut::ok(c.request_id),
-            registration_id: Some(c.registration_id),
-            ven_id: self.ven_id(),
-        };
-        self.send(actions, out);
-        if ours.is_none() {
-            return;
-        }
-        self.warn(actions, "the VTN cancelled our registration; registering afresh".into());
-        self.forget_registration(actions);
-        self.reg_restarts = self.reg_restarts.saturating_add(1);
-        self.begin_query(now, actions);
-    }
-
-    /// Drops the registration and everything bound to it; live events are cancelled.
-    fn forget_registration(&mut self, actions: &mut Vec<Action>) {
-        if self.reg.take().is_some() {
-            actions.push(Action::Persist(None));
-        }
-        self.reports.clear();
-        self.retries.clear();
-        self.resent.clear();
-        self.next_poll = None;
-        self.drain_at = None;
-        let changes = self.drop_all_events(CancelReason::RegistrationEnded);
-        if !changes.is_empty() {
-            actions.push(Action::Events(DistributeOutcome {
-                request_id: String::new(),
-                changes,
-                pending: None,
-            }));
-        }
-    }
-
-    fn finish_cancel(&mut self, actions: &mut Vec<Action>) {
-        self.forget_registration(actions);
-        self.phase = Phase::Stopped;
     }
 
     fn on_response(
@@ -1151,42 +588,6 @@ impl Ven {
 
     fn warn(&self, actions: &mut Vec<Action>, w: String) {
         actions.push(Action::Warn(w));
-    }
-
-    fn backoff(&self, failures: u32) -> TimeDelta {
-        let mut d = self.cfg.retry.base;
-        for _ in 1..failures.min(40) {
-            d = d * 2;
-            if d >= self.cfg.retry.max {
-                return self.cfg.retry.max;
-            }
-        }
-        d.min(self.cfg.retry.max)
-    }
-}
-
-/// Whether a reply shows the VTN is reachable and accepting us, so the backoff starts over.
-/// Registration replies never do: only a completed registration resets it (otherwise a VTN
-/// that refuses every registration would be asked again every `base`).
-fn resets_backoff(msg: &Message) -> bool {
-    match msg {
-        Message::CreatedPartyRegistration(_) => false,
-        Message::Response(r) => r.response.code.trim() == "200",
-        _ => true,
-    }
-}
-
-/// A message for a log line: its name, plus the response code when it carries one.
-fn summary(msg: &Message) -> String {
-    let response = match msg {
-        Message::Response(r) => Some(&r.response),
-        Message::CanceledPartyRegistration(c) => Some(&c.response),
-        Message::CreatedPartyRegistration(c) => Some(&c.response),
-        _ => None,
-    };
-    match response {
-        Some(r) => format!("{} {}", msg.name(), describe(r)),
-        None => msg.name().to_string(),
     }
 }
 
