@@ -11,18 +11,20 @@
 //!
 //! Certificate set-up is where deployments fail most, and it fails at start, not on the first
 //! request: every [`TlsError`] names the file that is wrong and the usual cause (swapped files,
-//! an encrypted key, a key from another certificate request, DER instead of PEM).
+//! an encrypted key, a key from another certificate request, DER instead of PEM). Reading the
+//! files is the workspace's one PEM loader (`flexgate-tlsfiles`, [`PemError`]); what is
+//! particular to the agent (key/certificate match, the client CA verifier) is here.
 //!
 //! Only rustls with the ring provider is used (TLS 1.3 and 1.2, no aws-lc-rs), and the
 //! configuration never logs or echoes key material: errors carry paths, not contents.
 
-use rustls::RootCertStore;
 use rustls::crypto::CryptoProvider;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::sign::{CertifiedKey, SingleCertAndKey};
 use std::path::{Path, PathBuf};
+
+pub use flexgate_tlsfiles::PemError;
+use flexgate_tlsfiles::{load_certificates, load_private_key, load_root_store};
 use std::sync::Arc;
 
 /// Where the agent's TLS material is: the `[tls]` section of the config file, or
@@ -47,45 +49,10 @@ pub struct TlsFiles {
 /// and what is usually the cause.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
-    /// A file could not be read (missing, permissions, a directory).
-    #[error("cannot read {what} {path}: {error}")]
-    Read {
-        /// Which setting names the file (`cert_file`, `key_file`, `client_ca_file`).
-        what: &'static str,
-        /// The file.
-        path: PathBuf,
-        /// The operating system's reason (part of the message, not a separate `source()`, so
-        /// that `{:#}` chains do not print it twice).
-        error: std::io::Error,
-    },
-    /// A PEM section could not be decoded (broken base64, a missing END line).
-    #[error("{what} {path} is not valid PEM: {reason}")]
-    Malformed {
-        /// Which setting names the file.
-        what: &'static str,
-        /// The file.
-        path: PathBuf,
-        /// The decoder's message.
-        reason: String,
-    },
-    /// A certificate file holds no certificate.
-    #[error("{what} {path} contains no PEM certificate{hint}")]
-    NoCertificate {
-        /// Which setting names the file (`cert_file` or `client_ca_file`).
-        what: &'static str,
-        /// The file.
-        path: PathBuf,
-        /// The likely cause, starting with `": "`, or empty.
-        hint: &'static str,
-    },
-    /// The key file holds no private key.
-    #[error("key_file {path} contains no PEM private key{hint}")]
-    NoKey {
-        /// The file.
-        path: PathBuf,
-        /// The likely cause, starting with `": "`, or empty.
-        hint: &'static str,
-    },
+    /// A certificate, key or CA file that cannot be read or holds the wrong thing (the message
+    /// names the setting, the file and the usual cause).
+    #[error(transparent)]
+    Files(#[from] PemError),
     /// The key parses as PEM but the crypto provider cannot use it.
     #[error(
         "key_file {path} holds a private key that cannot be used: {reason} (supported: RSA, ECDSA P-256/P-384, Ed25519)"
@@ -115,16 +82,6 @@ pub enum TlsError {
         /// The key file.
         key: PathBuf,
     },
-    /// A certificate of the client CA file could not be used as a trust anchor.
-    #[error("client_ca_file {path}: certificate {index} is not a usable CA certificate: {reason}")]
-    BadCa {
-        /// The file.
-        path: PathBuf,
-        /// Position in the file, from 0.
-        index: usize,
-        /// rustls' reason.
-        reason: String,
-    },
     /// Anything else rustls refused.
     #[error("TLS configuration: {0}")]
     Rustls(String),
@@ -137,88 +94,20 @@ pub fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-fn read(what: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
-    std::fs::read(path).map_err(|error| TlsError::Read {
-        what,
-        path: path.to_path_buf(),
-        error,
-    })
-}
-
-/// Reads every certificate of a PEM file. An empty result is an error with a hint when the file
-/// is empty, holds a private key instead, or looks like DER.
-pub fn load_certificates(what: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let pem = read(what, path)?;
-    let certs = CertificateDer::pem_slice_iter(&pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| TlsError::Malformed {
-            what,
-            path: path.to_path_buf(),
-            reason: e.to_string(),
-        })?;
-    if certs.is_empty() {
-        let holds_key = PrivateKeyDer::from_pem_slice(&pem).is_ok();
-        let hint = if pem.iter().all(u8::is_ascii_whitespace) {
-            ": the file is empty"
-        } else if holds_key && what == "cert_file" {
-            ": it holds a private key (are cert_file and key_file swapped?)"
-        } else if holds_key {
-            ": it holds a private key, not CA certificates"
-        } else if pem.first() == Some(&0x30) {
-            ": it looks like DER; convert it with `openssl x509 -inform der -in FILE -out FILE.pem`"
-        } else {
-            ": expected -----BEGIN CERTIFICATE----- sections"
-        };
-        return Err(TlsError::NoCertificate {
-            what,
-            path: path.to_path_buf(),
-            hint,
-        });
-    }
-    Ok(certs)
-}
-
-/// Reads the private key of a PEM file (the first one), with a hint when the file is empty,
-/// holds a certificate instead, or holds an encrypted key.
-pub fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
-    let pem = read("key_file", path)?;
-    PrivateKeyDer::from_pem_slice(&pem).map_err(|_| {
-        let hint = if pem.iter().all(u8::is_ascii_whitespace) {
-            ": the file is empty"
-        } else if CertificateDer::pem_slice_iter(&pem).any(|c| c.is_ok()) {
-            ": it holds a certificate (are cert_file and key_file swapped?)"
-        } else if String::from_utf8_lossy(&pem).contains("ENCRYPTED") {
-            ": the key is encrypted; decrypt it with `openssl pkey -in KEY -out KEY.plain` (mode 0600)"
-        } else if pem.first() == Some(&0x30) {
-            ": it looks like DER; convert it with `openssl pkey -inform der -in FILE -out FILE.pem`"
-        } else {
-            ": expected a -----BEGIN PRIVATE KEY----- (or RSA / EC PRIVATE KEY) section"
-        };
-        TlsError::NoKey {
-            path: path.to_path_buf(),
-            hint,
-        }
-    })
-}
-
 fn client_verifier(
     path: &Path,
     provider: &Arc<CryptoProvider>,
 ) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, TlsError> {
-    let mut roots = RootCertStore::empty();
-    for (index, cert) in load_certificates("client_ca_file", path)?.into_iter().enumerate() {
-        roots.add(cert).map_err(|e| TlsError::BadCa {
-            path: path.to_path_buf(),
-            index,
-            reason: e.to_string(),
-        })?;
-    }
+    let roots = load_root_store("client_ca_file", path)?;
     WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
         .build()
-        .map_err(|e| TlsError::BadCa {
-            path: path.to_path_buf(),
-            index: 0,
-            reason: e.to_string(),
+        .map_err(|e| {
+            TlsError::Files(PemError::BadCa {
+                what: "client_ca_file",
+                path: path.to_path_buf(),
+                index: 0,
+                reason: e.to_string(),
+            })
         })
 }
 
@@ -231,7 +120,7 @@ fn client_verifier(
 pub fn server_config(files: &TlsFiles) -> Result<Arc<rustls::ServerConfig>, TlsError> {
     let provider = provider();
     let chain = load_certificates("cert_file", &files.cert_file)?;
-    let key = load_key(&files.key_file)?;
+    let key = load_private_key("key_file", &files.key_file)?;
     let signing_key = provider
         .key_provider
         .load_private_key(key)
@@ -292,7 +181,7 @@ mod tests {
         std::fs::write(&der, [0x30, 0x82, 0x01, 0x00, 0x01]).expect("write");
         let e = load_certificates("cert_file", &der).expect_err("refused");
         assert!(e.to_string().contains("DER"), "{e}");
-        let e = load_key(&der).expect_err("refused");
+        let e = load_private_key("key_file", &der).expect_err("refused");
         assert!(e.to_string().contains("DER"), "{e}");
         let text = dir.path().join("text");
         std::fs::write(&text, "hello").expect("write");

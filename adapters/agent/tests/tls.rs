@@ -8,7 +8,7 @@ use chrono::{TimeDelta, Utc};
 use common::{CONTROL, READ, Resp, Running, TestServer, agent, command, exchange, parse_response, t0, write_token};
 use flexgate_agent::GpuControl;
 use flexgate_agent::gpu::sim::SimGpus;
-use flexgate_agent::tls::{TlsError, TlsFiles, server_config};
+use flexgate_agent::tls::{PemError, TlsError, TlsFiles, server_config};
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde_json::json;
@@ -426,7 +426,10 @@ fn good_files_build_a_config_that_speaks_http_1_1() {
 fn swapped_certificate_and_key_files_are_named_with_a_hint() {
     let pki = pki();
     let e = server_config(&pki.files("server-key.pem", "server.pem", None)).expect_err("refused");
-    assert!(matches!(e, TlsError::NoCertificate { what: "cert_file", .. }), "{e}");
+    assert!(
+        matches!(e, TlsError::Files(PemError::NoCertificate { what: "cert_file", .. })),
+        "{e}"
+    );
     let e = e.to_string();
     assert!(
         e.contains("cert_file") && e.contains("server-key.pem") && e.contains("swapped"),
@@ -463,7 +466,10 @@ fn a_key_of_another_certificate_is_a_mismatch() {
 fn missing_empty_and_encrypted_files_are_explained() {
     let pki = pki();
     let e = server_config(&pki.files("nope.pem", "server-key.pem", None)).expect_err("refused");
-    assert!(matches!(e, TlsError::Read { what: "cert_file", .. }), "{e}");
+    assert!(
+        matches!(e, TlsError::Files(PemError::Read { what: "cert_file", .. })),
+        "{e}"
+    );
     assert!(e.to_string().contains("nope.pem"), "{e}");
     let e = config_error(&pki.files("server.pem", "missing-key.pem", None));
     assert!(

@@ -3,13 +3,15 @@
 //!
 //! Certificate set-up is where broker connections fail most, so every error names the file
 //! and the usual cause (swapped certificate and key, a DER file, an encrypted key, a key that
-//! belongs to another certificate).
+//! belongs to another certificate). The files are read by the workspace's one PEM loader
+//! (`flexgate-tlsfiles`, [`PemError`]).
 
 use rustls::RootCertStore;
 use rustls::crypto::CryptoProvider;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use std::path::{Path, PathBuf};
+
+pub use flexgate_tlsfiles::PemError;
+use flexgate_tlsfiles::{load_certificates, load_private_key, load_root_store};
 use std::sync::Arc;
 
 /// Where the certificates are. All files are PEM.
@@ -28,34 +30,10 @@ pub struct TlsFiles {
 /// A certificate or key problem, worded for the person editing the configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
-    /// A file could not be read.
-    #[error("cannot read {what} {path}: {source}")]
-    Read {
-        /// Which setting named the file.
-        what: &'static str,
-        /// The file.
-        path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
-    /// A certificate file holds no certificate.
-    #[error("{what} {path} contains no PEM certificate{hint}")]
-    NoCertificate {
-        /// Which setting named the file.
-        what: &'static str,
-        /// The file.
-        path: PathBuf,
-        /// The likely cause, if one is recognizable.
-        hint: &'static str,
-    },
-    /// The key file holds no private key.
-    #[error("key_file {path} contains no PEM private key{hint}")]
-    NoKey {
-        /// The file.
-        path: PathBuf,
-        /// The likely cause, if one is recognizable.
-        hint: &'static str,
-    },
+    /// A certificate, key or CA file that cannot be read or holds the wrong thing (the message
+    /// names the setting, the file and the usual cause).
+    #[error(transparent)]
+    Files(#[from] PemError),
     /// Only one of cert_file / key_file is set.
     #[error("cert_file and key_file go together: {0} is set, the other is not")]
     HalfIdentity(&'static str),
@@ -69,16 +47,6 @@ pub enum TlsError {
         cert: PathBuf,
         /// The key file.
         key: PathBuf,
-    },
-    /// A CA certificate was rejected.
-    #[error("ca_file {path}: certificate {index} is not a valid CA certificate: {reason}")]
-    BadCa {
-        /// The CA file.
-        path: PathBuf,
-        /// Position of the certificate in the file (0-based).
-        index: usize,
-        /// What rustls said.
-        reason: String,
     },
     /// No CA file and no system bundle: nothing could establish trust in the broker.
     #[error(
@@ -96,69 +64,10 @@ pub fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-fn read(what: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
-    std::fs::read(path).map_err(|source| TlsError::Read {
-        what,
-        path: path.to_path_buf(),
-        source,
-    })
-}
-
-/// Reads every certificate of a PEM file, with a hint when the file holds a key or DER.
-pub fn load_certificates(what: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let pem = read(what, path)?;
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem).filter_map(Result::ok).collect();
-    if certs.is_empty() {
-        let hint = if PrivateKeyDer::from_pem_slice(&pem).is_ok() {
-            ": it holds a private key (are cert_file and key_file swapped?)"
-        } else if pem.first() == Some(&0x30) {
-            ": it looks like DER; convert it with `openssl x509 -inform der -in FILE -out FILE.pem`"
-        } else if pem.is_empty() {
-            ": the file is empty"
-        } else {
-            ""
-        };
-        return Err(TlsError::NoCertificate {
-            what,
-            path: path.to_path_buf(),
-            hint,
-        });
-    }
-    Ok(certs)
-}
-
-/// Reads the private key of a PEM file, with a hint when the file holds a certificate instead.
-pub fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
-    let pem = read("key_file", path)?;
-    PrivateKeyDer::from_pem_slice(&pem).map_err(|_| {
-        let hint = if CertificateDer::pem_slice_iter(&pem).any(|c| c.is_ok()) {
-            ": it holds a certificate (are cert_file and key_file swapped?)"
-        } else if String::from_utf8_lossy(&pem).contains("ENCRYPTED") {
-            ": the key is encrypted; decrypt it with `openssl pkcs8 -in KEY -out KEY.plain`"
-        } else if pem.first() == Some(&0x30) {
-            ": it looks like DER; convert it with `openssl pkey -inform der -in KEY -out KEY.pem`"
-        } else {
-            ""
-        };
-        TlsError::NoKey {
-            path: path.to_path_buf(),
-            hint,
-        }
-    })
-}
-
 fn roots(files: &TlsFiles) -> Result<RootCertStore, TlsError> {
     let mut roots = RootCertStore::empty();
     match &files.ca_file {
-        Some(path) => {
-            for (index, cert) in load_certificates("ca_file", path)?.into_iter().enumerate() {
-                roots.add(cert).map_err(|e| TlsError::BadCa {
-                    path: path.clone(),
-                    index,
-                    reason: e.to_string(),
-                })?;
-            }
-        }
+        Some(path) => roots = load_root_store("ca_file", path)?,
         None => {
             for path in ["/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt"] {
                 if let Ok(certs) = load_certificates("system CA bundle", Path::new(path)) {
@@ -188,7 +97,7 @@ pub fn client_config(files: &TlsFiles) -> Result<rustls::ClientConfig, TlsError>
         (None, Some(_)) => Err(TlsError::HalfIdentity("key_file")),
         (Some(cert), Some(key)) => {
             let chain = load_certificates("cert_file", cert)?;
-            let private = load_key(key)?;
+            let private = load_private_key("key_file", key)?;
             builder.with_client_auth_cert(chain, private).map_err(|e| match e {
                 rustls::Error::InconsistentKeys(_) => TlsError::KeyMismatch {
                     cert: cert.clone(),

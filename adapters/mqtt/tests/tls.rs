@@ -5,7 +5,7 @@
 mod common;
 
 use common::{WAIT, event_doc, observer, settings, start_broker};
-use flexgate_mqtt::tls::{TlsError, client_config};
+use flexgate_mqtt::tls::{PemError, TlsError, client_config};
 use flexgate_mqtt::{ConnectionState, LinkError, MqttLink, MqttSettings, TlsFiles, Topics};
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use rumqttc::QoS;
@@ -98,11 +98,14 @@ fn good_files_build_a_config() {
 fn swapped_certificate_and_key_are_recognized() {
     let pki = pki();
     let e = tls_error(&pki.files("ca.pem", Some(("client-key.pem", "client.pem"))));
-    assert!(matches!(e, TlsError::NoCertificate { what: "cert_file", .. }), "{e}");
+    assert!(
+        matches!(e, TlsError::Files(PemError::NoCertificate { what: "cert_file", .. })),
+        "{e}"
+    );
     assert!(e.to_string().contains("swapped"), "{e}");
     let e = tls_error(&pki.files("ca.pem", Some(("client.pem", "client.pem"))));
     assert!(
-        matches!(e, TlsError::NoKey { .. }) && e.to_string().contains("swapped"),
+        matches!(e, TlsError::Files(PemError::NoKey { .. })) && e.to_string().contains("swapped"),
         "{e}"
     );
     let e = tls_error(&pki.files("client-key.pem", None));
@@ -116,7 +119,10 @@ fn swapped_certificate_and_key_are_recognized() {
 fn missing_empty_der_and_encrypted_files_are_explained() {
     let pki = pki();
     let e = tls_error(&pki.files("nope.pem", None));
-    assert!(matches!(e, TlsError::Read { what: "ca_file", .. }), "{e}");
+    assert!(
+        matches!(e, TlsError::Files(PemError::Read { what: "ca_file", .. })),
+        "{e}"
+    );
     assert!(e.to_string().contains("nope.pem"), "{e}");
     let e = tls_error(&pki.files("empty.pem", None));
     assert!(e.to_string().contains("empty"), "{e}");
@@ -145,7 +151,10 @@ async fn a_broken_tls_setup_fails_at_connect_not_in_the_reconnect_loop() {
     let mut s = MqttSettings::new("mqtts://localhost:8883", "gw", Topics::for_site("s").unwrap()).unwrap();
     s.tls = Some(pki.files("client-key.pem", None));
     let e = MqttLink::connect(s).expect_err("refused");
-    assert!(matches!(e, LinkError::Tls(TlsError::NoCertificate { .. })), "{e}");
+    assert!(
+        matches!(e, LinkError::Tls(TlsError::Files(PemError::NoCertificate { .. }))),
+        "{e}"
+    );
 }
 
 /// A TLS 1.2 endpoint with the `localhost` certificate that requires a client certificate from

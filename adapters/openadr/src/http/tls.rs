@@ -3,15 +3,18 @@
 //!
 //! Certificate set-up is where OpenADR deployments fail most (openleadr issues #67, #71, #78,
 //! #163, #171), so every error here says which file was wrong and what is usually the cause.
+//! The files are read by the workspace's one PEM loader (`flexgate-tlsfiles`, [`PemError`]).
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+pub use flexgate_tlsfiles::PemError;
+use flexgate_tlsfiles::{load_certificates, load_private_key, load_root_store};
 
 /// Where the certificates are. All paths are PEM files.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -33,23 +36,10 @@ pub struct TlsSettings {
 /// A certificate or key problem, worded for the person editing the configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
-    /// A file could not be read.
-    #[error("cannot read {what} {path}: {source}")]
-    Read {
-        what: &'static str,
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    /// A certificate file holds no certificate.
-    #[error("{what} {path} contains no PEM certificate{hint}")]
-    NoCertificate {
-        what: &'static str,
-        path: PathBuf,
-        hint: &'static str,
-    },
-    /// The key file holds no private key.
-    #[error("key_file {path} contains no PEM private key{hint}")]
-    NoKey { path: PathBuf, hint: &'static str },
+    /// A certificate, key or CA file that cannot be read or holds the wrong thing (the message
+    /// names the setting, the file and the usual cause).
+    #[error(transparent)]
+    Files(#[from] PemError),
     /// Only one of cert_file / key_file is set.
     #[error("cert_file and key_file go together: {0} is set, the other is not")]
     HalfIdentity(&'static str),
@@ -59,13 +49,6 @@ pub enum TlsError {
          the same certificate request"
     )]
     KeyMismatch { cert: PathBuf, key: PathBuf },
-    /// A CA file certificate was rejected.
-    #[error("ca_file {path}: certificate {index} is not a valid CA certificate: {reason}")]
-    BadCa {
-        path: PathBuf,
-        index: usize,
-        reason: String,
-    },
     /// A fingerprint that is not 10 (or 32) hex bytes.
     #[error("vtn_fingerprint {0:?} is not a fingerprint: expected 10 hex bytes like aa:bb:cc:dd:ee:ff:00:11:22:33")]
     BadFingerprint(String),
@@ -110,53 +93,6 @@ fn normalize_fingerprint(pin: &str) -> Result<String, TlsError> {
     Ok(tail.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":"))
 }
 
-fn read(what: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
-    std::fs::read(path).map_err(|source| TlsError::Read {
-        what,
-        path: path.to_path_buf(),
-        source,
-    })
-}
-
-/// Reads every certificate of a PEM file, with a hint when the file holds a key instead.
-pub fn load_certificates(what: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let pem = read(what, path)?;
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem).filter_map(Result::ok).collect();
-    if certs.is_empty() {
-        let hint = if PrivateKeyDer::from_pem_slice(&pem).is_ok() {
-            ": it holds a private key (are cert_file and key_file swapped?)"
-        } else if pem.starts_with(&[0x30]) {
-            ": it looks like DER; convert it with `openssl x509 -inform der -in FILE -out FILE.pem`"
-        } else {
-            ""
-        };
-        return Err(TlsError::NoCertificate {
-            what,
-            path: path.to_path_buf(),
-            hint,
-        });
-    }
-    Ok(certs)
-}
-
-/// Reads the private key of a PEM file, with a hint when the file holds a certificate instead.
-pub fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
-    let pem = read("key_file", path)?;
-    PrivateKeyDer::from_pem_slice(&pem).map_err(|_| {
-        let hint = if CertificateDer::pem_slice_iter(&pem).any(|c| c.is_ok()) {
-            ": it holds a certificate (are cert_file and key_file swapped?)"
-        } else if String::from_utf8_lossy(&pem).contains("ENCRYPTED") {
-            ": the key is encrypted; decrypt it with `openssl pkcs8 -in KEY -out KEY.plain`"
-        } else {
-            ""
-        };
-        TlsError::NoKey {
-            path: path.to_path_buf(),
-            hint,
-        }
-    })
-}
-
 /// A rustls client configuration for a VTN: TLS 1.2+, the CA and/or pin for the server, and the
 /// client certificate when configured.
 pub fn client_config(settings: &TlsSettings) -> Result<rustls::ClientConfig, TlsError> {
@@ -167,17 +103,7 @@ pub fn client_config(settings: &TlsSettings) -> Result<rustls::ClientConfig, Tls
         .map(normalize_fingerprint)
         .transpose()?;
     let roots = match &settings.ca_file {
-        Some(path) => {
-            let mut roots = RootCertStore::empty();
-            for (index, cert) in load_certificates("ca_file", path)?.into_iter().enumerate() {
-                roots.add(cert).map_err(|e| TlsError::BadCa {
-                    path: path.clone(),
-                    index,
-                    reason: e.to_string(),
-                })?;
-            }
-            Some(Arc::new(roots))
-        }
+        Some(path) => Some(Arc::new(load_root_store("ca_file", path)?)),
         None => None,
     };
     let verifier: Arc<dyn ServerCertVerifier> = match (roots, pin) {
@@ -208,7 +134,7 @@ pub fn client_config(settings: &TlsSettings) -> Result<rustls::ClientConfig, Tls
         (None, Some(_)) => Err(TlsError::HalfIdentity("key_file")),
         (Some(cert), Some(key)) => {
             let chain = load_certificates("cert_file", cert)?;
-            let private = load_key(key)?;
+            let private = load_private_key("key_file", key)?;
             builder.with_client_auth_cert(chain, private).map_err(|e| match e {
                 rustls::Error::InconsistentKeys(_) => TlsError::KeyMismatch {
                     cert: cert.clone(),
