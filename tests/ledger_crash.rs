@@ -1,5 +1,6 @@
-//! Kill -9 harness for the ledger (STACK.md §4): no acknowledged record may be lost when the
-//! process dies at a random moment.
+//! Kill -9 harness for the ledger (the durability promise behind "One writer, group commit" in
+//! ARCHITECTURE.md): no acknowledged record may be lost when the process dies at a random
+//! moment.
 //!
 //! The test re-executes its own binary as the child (`crash_child`, selected by an environment
 //! variable; without it that test does nothing). The child opens the ledger and appends records

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# A real single-node Slurm (Debian's 22.05) for flexgate-slurm's integration test, following the
-# recipe verified in shared/design/BACKENDS.md §3.4: munge, 8 fake GPUs (character devices made
-# with mknod), slurm.conf with JWT as the alternative auth, slurmctld, slurmd, and slurmrestd with
-# JWT on a free TCP port and on a unix socket. No systemd; everything lives under BASE.
+# A real single-node Slurm (Debian's 22.05) for flexgate-slurm's integration test (see "Tests" in
+# adapters/slurm/README.md): munge, 8 fake GPUs (character devices made with mknod), slurm.conf
+# with JWT as the alternative auth, slurmctld, slurmd, and slurmrestd with JWT on a free TCP port
+# and on a unix socket. No systemd; everything lives under BASE.
 #
 #   bash tests/peers/slurm.sh install      apt-get the packages (as root; skipped when installed)
 #   bash tests/peers/slurm.sh start BASE   start Slurm with its state, logs and config in BASE
@@ -211,7 +211,7 @@ start_munge() {
     mkdir -p /run/munge /var/log/munge /var/lib/munge
     chown munge:munge /run/munge /var/log/munge /var/lib/munge
     # -F: stay in the foreground (munged's own daemonizing leaves a zombie under a container's
-    # PID 1, BACKENDS.md §3.4). setpriv execs, unlike runuser, so the pid recorded is munged's
+    # PID 1). setpriv execs, unlike runuser, so the pid recorded is munged's
     # own and `stop` waits for munged itself to exit.
     setsid setpriv --reuid=munge --regid=munge --init-groups munged -F </dev/null >"$base/log/munged.out" 2>&1 &
     echo $! >"$base/run/munged.pid"
@@ -324,7 +324,7 @@ cmd_start() {
     id "$REST_USER" >/dev/null 2>&1 || useradd -r -M -s /usr/sbin/nologin "$REST_USER" ||
         fail "useradd $REST_USER failed"
     # slurmrestd refuses to run as root, and needs -s openapi/v0.0.38 (the dbv* plugins want
-    # slurmdbd); SLURM_JWT=daemon, or it rejects every token (BACKENDS.md §3.4).
+    # slurmdbd); SLURM_JWT=daemon, or it rejects every token.
     mkdir -p "$base/rest"
     chown "$REST_USER" "$base/rest"
     chmod 755 "$base/rest"

@@ -1,5 +1,6 @@
-//! The agent's wire protocol (BACKENDS.md §6): JSON bodies of every endpoint, shared by the agent
-//! and the gateway's HTTP client so that both sides agree by construction.
+//! The agent's wire protocol (for operators: "Protocol" in `adapters/agent/README.md`): JSON
+//! bodies of every endpoint, shared by the agent and the gateway's HTTP client so that both
+//! sides agree by construction.
 //!
 //! | Method and path | Body | Answer |
 //! |---|---|---|
@@ -84,8 +85,8 @@ pub struct GpuStatus {
 }
 
 /// What to restore when a lease ends. Only `pre_event` exists: the limit a GPU had before any
-/// lease touched it (BACKENDS.md §1: there is no reset command, and the default is not always
-/// what was there).
+/// lease touched it (NVML has no command to reset a power limit, and the default limit is not
+/// always what was there).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RestorePolicy {
@@ -149,7 +150,7 @@ pub struct AppliedCap {
 }
 
 /// Per-GPU result status. Anything but `ok`/`clamped` means the cap is **not** in force and the
-/// gateway must re-plan around that GPU (BACKENDS.md §7).
+/// gateway must re-plan around that GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CapStatus {

@@ -25,9 +25,10 @@
 //!   out-of-range (454) signals, test events, oadrCreateOpt, TELEMETRY_USAGE and
 //!   TELEMETRY_STATUS reports at the requested granularity. Time is an argument; every side
 //!   effect is an action the caller runs, so it is tested with a simulated clock.
-//! - **Signals → targets** ([`oadr2b::signal`], [`target`]): every load signal of PROTOCOLS.md
-//!   §3, scaled by its itemBase, becomes a protocol-neutral [`target::LoadTarget`]; prices are
-//!   informational; out-of-range values are refusals, never targets.
+//! - **Signals → targets** ([`oadr2b::signal`], [`target`]): every load signal (LOAD_DISPATCH,
+//!   LOAD_CONTROL, SIMPLE), scaled by its itemBase, becomes a protocol-neutral
+//!   [`target::LoadTarget`]; prices are informational; out-of-range values are refusals, never
+//!   targets.
 //! - **OpenADR 3.x** ([`oadr3`]): model (3.0 and 3.1 targets), decoding with limits, payloads →
 //!   targets (interval defaults and overrides, multi-value sub-intervals, `P9999Y`,
 //!   `0001-01-01` = now, verbose durations), priorities on one scale with 2.0b, a change

@@ -1,8 +1,9 @@
 //! What a utility's signal asks of the site meter, in protocol-neutral form.
 //!
-//! Both OpenADR 2.0b signals and 3.x payloads map to [`LoadTarget`] (PROTOCOLS.md §3, §7), so a
-//! consumer handles one vocabulary. Values are already scaled by the signal's itemBase / units
-//! (W → kW) and range-checked: an out-of-range value is a [`SignalRefusal`], never a target.
+//! Both OpenADR 2.0b signals and 3.x payloads map to [`LoadTarget`] (the tables are in
+//! [`crate::oadr2b::signal`] and [`crate::oadr3::mapping`]), so a consumer handles one
+//! vocabulary. Values are already scaled by the signal's itemBase / units (W → kW) and
+//! range-checked: an out-of-range value is a [`SignalRefusal`], never a target.
 
 use chrono::{DateTime, Utc};
 

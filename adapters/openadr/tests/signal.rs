@@ -1,4 +1,5 @@
-//! OpenADR 2.0b signal → target mapping (PROTOCOLS.md §3): every row, scaling and rejection.
+//! OpenADR 2.0b signal → target mapping (the table in `oadr2b::signal`'s module docs): every
+//! row, scaling and rejection.
 
 use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use flexgate_openadr::oadr2b::signal::{SignalMeaning, is_load_signal_name, map_signal, power_to_kw, si_scale_factor};

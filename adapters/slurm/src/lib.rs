@@ -2,9 +2,9 @@
 //!
 //! A demand-response event arrives mid-job, so the gateway needs to know, at that moment,
 //! which jobs run where and on which GPUs, how flexible each one says it is, and how to pause
-//! the ones whose tier allows it. Slurm has no per-job power capping (shared/design
-//! BACKENDS.md §3.1); the node agent caps GPUs, and this crate supplies the map from jobs to
-//! those GPUs.
+//! the ones whose tier allows it. Slurm has no per-job power capping (its one power plugin,
+//! power/cray_aries, capped whole Cray XC nodes and was removed in Slurm 24.05); the node agent
+//! caps GPUs, and this crate supplies the map from jobs to those GPUs.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), flexgate_slurm::SlurmError> {

@@ -119,7 +119,7 @@ pub trait GpuControl: Send + Sync {
 
 /// Check that limits can be written, by writing each GPU's current requested limit back
 /// (harmless: nothing changes). A failure (typically `NoPermission`) means caps would not work,
-/// so the agent reports itself not ready (BACKENDS.md §7).
+/// so the agent reports itself not ready (`ready: false` and the reason in `GET /v1/health`).
 pub fn self_test(gpus: &dyn GpuControl) -> Result<(), String> {
     let mut failures = Vec::new();
     for gpu in gpus.gpus() {

@@ -37,7 +37,8 @@ pub enum NvmlOpenError {
     },
 }
 
-/// Map an NVML error to the protocol's classes (BACKENDS.md §7).
+/// Map an NVML error to the protocol's classes (the per-GPU statuses listed under "Protocol" in
+/// `adapters/agent/README.md`).
 #[must_use]
 pub fn classify(e: &NvmlError) -> GpuError {
     match e {

@@ -1,7 +1,9 @@
 //! What one OpenADR 2.0b event signal asks for, in the neutral [`LoadTarget`] vocabulary.
 //!
-//! [`map_signal`] implements the table of PROTOCOLS.md §3. A VEN calls it for every signal of
-//! every event it receives and then knows, per signal, whether it is
+//! [`map_signal`] implements the table below (the operator's view of it, with the site
+//! parameters each target uses, is "Signals → ceilings" in the repository's `README.md`). A VEN
+//! calls it for every signal of every event it receives and then knows, per signal, whether it
+//! is
 //!
 //! - a **load signal** ([`SignalMeaning::Load`]): one [`TargetInterval`] per wire interval, to be
 //!   acted on;
@@ -91,9 +93,9 @@ pub fn is_load_signal_name(name: &str) -> bool {
     matches!(name.trim(), "LOAD_DISPATCH" | "LOAD_CONTROL" | "SIMPLE" | "simple")
 }
 
-/// Maps one signal of `event` to what it asks for (PROTOCOLS.md §3; see the module docs for the
-/// full table). `event` supplies dtstart and the active period, from which interval starts and
-/// open-ended durations are derived.
+/// Maps one signal of `event` to what it asks for (see the module docs for the full table).
+/// `event` supplies dtstart and the active period, from which interval starts and open-ended
+/// durations are derived.
 pub fn map_signal(event: &Event, signal: &Signal) -> Result<SignalMeaning, SignalRefusal> {
     let name = signal.name.trim();
     let kind = signal.signal_type.trim();

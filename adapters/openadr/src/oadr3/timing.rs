@@ -19,8 +19,8 @@ use chrono::{DateTime, TimeDelta, Utc};
 use super::model::Event;
 use super::time::{IsoDuration, is_now_sentinel};
 
-/// Why an event's window is empty, which this crate reads as a cancellation (PROTOCOLS.md §7:
-/// "cancellation means DELETE the event, or set its window to 0001-01-01/PT0S").
+/// Why an event's window is empty, which this crate reads as a cancellation (an OpenADR 3 VTN
+/// cancels an event by deleting it or by setting its window to `0001-01-01`/`PT0S`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ZeroWindow {
     /// `intervals` is empty: there is nothing to act on. (A report-only event also looks like

@@ -1,7 +1,8 @@
 //! Turning repeated polls (and notifications) into New / Modified / Cancelled / Unchanged.
 //!
-//! OpenADR 3 has no modificationNumber and no eventStatus (PROTOCOLS.md §7), so the tracker
-//! derives them, sans I/O:
+//! OpenADR 3 has no modificationNumber and no eventStatus (a change shows only in
+//! `modificationDateTime`, and a deleted event just stops being listed), so the tracker derives
+//! them, sans I/O:
 //!
 //! - **New**: an id not seen before (or seen, deleted, and back again).
 //! - **Modified**: `modificationDateTime` changed, *or* the content changed while the VTN did not

@@ -1,4 +1,5 @@
-//! The event book and the oadrDistributeEvent rules (PROTOCOLS.md §4).
+//! The event book and the oadrDistributeEvent rules: identity by eventID and
+//! modificationNumber, implied cancellation, responseRequired (see [`DistributeOutcome`]).
 
 use std::collections::{BTreeSet, HashSet};
 

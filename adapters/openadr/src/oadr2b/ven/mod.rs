@@ -92,7 +92,7 @@
 //! # Ok::<(), flexgate_openadr::oadr2b::ven::VenError>(())
 //! ```
 //!
-//! # Behaviour (PROTOCOLS.md §1, §4, §6)
+//! # Behaviour
 //!
 //! - **Registration.** oadrQueryRegistration → oadrCreatePartyRegistration (2.0b, simpleHttp,
 //!   pull or push) → [`Action::Persist`] → own oadrRegisterReport (METADATA_TELEMETRY_USAGE with

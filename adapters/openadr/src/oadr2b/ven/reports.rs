@@ -1,6 +1,7 @@
 //! Telemetry reports: the metadata we register, the VTN's report requests, sampling and sends.
 //!
-//! The VEN offers two reports (PROTOCOLS.md §6.5; unique rIDs, each with a sampling rate):
+//! The VEN offers two reports (unique rIDs, each with a sampling rate, as the 2.0b certification
+//! tests require of report metadata):
 //!
 //! - `METADATA_TELEMETRY_USAGE` (specifier [`ReportConfig::usage_specifier_id`]): the meter's
 //!   kW ([`ReportConfig::meter_r_id`]) and the GPU boards' kW ([`ReportConfig::gpu_board_r_id`]);
