@@ -363,7 +363,7 @@ fn the_shipped_gateway_configuration_loads_and_equals_the_defaults() {
 fn the_shipped_dr_event_schema_is_the_one_the_parser_checks() {
     let shipped: Value =
         serde_json::from_str(include_str!("../deploy/schemas/dr.event.schema.json")).expect("schema is JSON");
-    let code: Value = serde_json::from_str(flexgate_policies::event::DR_EVENT_JSON_SCHEMA).expect("const is JSON");
+    let code: Value = serde_json::from_str(flexgate_dr::DR_EVENT_JSON_SCHEMA).expect("const is JSON");
     assert_eq!(
         shipped, code,
         "regenerate deploy/schemas/dr.event.schema.json from DR_EVENT_JSON_SCHEMA"

@@ -20,7 +20,7 @@ use flexgate_policies::control::cluster::{CapCommand, CapOutcome, CapResult, Job
 use flexgate_policies::control::config::{ControlConfig, PolicyKind, SiteConfig};
 use flexgate_policies::control::entry::{Entry, Received, SuspendOutcome, Transport};
 use flexgate_policies::control::{Controller, Effect, Input, IntakeDecision, Settings};
-use flexgate_policies::event::{DrAck, EventSource, GridEvent, Interval, Target, Window};
+use flexgate_policies::event::{Ack, EventSource, GridEvent, Interval, Target, Window};
 use flexgate_policies::facility::FacilityParams;
 use flexgate_policies::units::{Kilowatts, TokensPerSec, Watts, WattsPerGpu};
 use proptest::prelude::*;
@@ -246,7 +246,7 @@ struct Harness {
     cluster: ModelCluster,
     ledger: Vec<Entry>,
     now: DateTime<Utc>,
-    acks_seen: Vec<DrAck>,
+    acks_seen: Vec<Ack>,
 }
 
 impl Harness {
@@ -392,7 +392,7 @@ impl Harness {
                     "checkpoint",
                     self.now,
                 );
-                let acks_in_effects: Vec<DrAck> = intake
+                let acks_in_effects: Vec<Ack> = intake
                     .effects
                     .iter()
                     .filter_map(|e| match e {

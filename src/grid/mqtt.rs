@@ -8,14 +8,15 @@
 //! ledger's de-duplication makes the redelivery harmless.
 
 use crate::config::{Config, MqttConfig};
+use crate::grid::dr_event::ack_payload;
 use crate::ledger::{Entry, Recorded};
 use crate::runtime::{Gateway, SubmitError, Transport};
 use flexgate_mqtt::{
-    AckPayload, GatewayState, IncomingEvent, KwRange, MqttLink, MqttSettings, Opt, ReportInterval, ReportPayload,
-    Screen, Secret, SignaturePolicy, StatusPayload, TelemetryPayload, TlsFiles, Topics, TrustedKeys,
+    AckPayload, GatewayState, IncomingEvent, MqttLink, MqttSettings, Opt, ReportInterval, ReportPayload, Screen,
+    Secret, SignaturePolicy, StatusPayload, TelemetryPayload, TlsFiles, Topics, TrustedKeys,
 };
 use flexgate_policies::control::entry::{PeerAnswer, WireContent, WireProtocol, WireSent};
-use flexgate_policies::event::{DrAck, Opt as DrOpt, Phase};
+use flexgate_policies::event::Phase;
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
@@ -360,23 +361,4 @@ async fn pause_point(point: &str, event_id: &str) {
         std::future::pending::<()>().await;
     }
     let _ = (point, event_id);
-}
-
-/// The gateway's recorded `dr.ack/1` as the MQTT payload type (same schema).
-fn ack_payload(ack: &DrAck) -> AckPayload {
-    let opt = match ack.opt {
-        DrOpt::In => Opt::In,
-        DrOpt::Out => Opt::Out,
-    };
-    let mut payload = AckPayload::new(
-        &ack.event_id,
-        ack.revision,
-        ack.received_at,
-        opt,
-        ack.log_checkpoint.clone(),
-    );
-    payload.reason = ack.reason.clone();
-    payload.accepted_target_kw = ack.accepted_target_kw;
-    payload.expected_meter_kw = ack.expected_meter_kw.as_ref().map(|r| KwRange { lo: r.lo, hi: r.hi });
-    payload
 }

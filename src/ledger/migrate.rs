@@ -15,7 +15,7 @@ use flexgate_policies::control::entry::{
     Transport, Trimmed, Upserted, WireContent, WireProtocol, WireReceived, WireSent,
 };
 use flexgate_policies::control::trim::TrimDirection;
-use flexgate_policies::event::{DrAck, EventSource};
+use flexgate_policies::event::{Ack, EventSource, MeterRangeKw, Participation};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use std::path::Path;
@@ -255,9 +255,10 @@ fn convert(record: &Record) -> Result<Entry, String> {
             as_entry(&body, "event_interpreted")
         }
         RecordKind::Ack => {
-            let ack: DrAck = serde_json::from_value(b.clone()).map_err(|e| format!("ack: {e}"))?;
+            // Schema 1 stored the dr.ack/1 document itself; schema 2 records the decision.
+            let doc: flexgate_dr::AckPayload = serde_json::from_value(b.clone()).map_err(|e| format!("ack: {e}"))?;
             Ok(Entry::EventAcked(EventAcked {
-                ack,
+                ack: ack_decision(doc),
                 keyed: record.dedup_key.is_some(),
             }))
         }
@@ -348,4 +349,21 @@ fn convert_plan(record: &Record) -> Result<Entry, String> {
     map.remove("pre_event_meter_kw");
     map.insert("until".into(), Value::Null);
     as_entry(&body, "plan")
+}
+
+/// The acknowledgement decision a schema-1 `dr.ack/1` record carried.
+fn ack_decision(doc: flexgate_dr::AckPayload) -> Ack {
+    Ack {
+        event_id: doc.event_id,
+        revision: doc.revision,
+        received_at: doc.received_at,
+        opt: match doc.opt {
+            flexgate_dr::Opt::In => Participation::In,
+            flexgate_dr::Opt::Out => Participation::Out,
+        },
+        reason: doc.reason,
+        accepted_target_kw: doc.accepted_target_kw,
+        expected_meter_kw: doc.expected_meter_kw.map(|r| MeterRangeKw { lo: r.lo, hi: r.hi }),
+        log_checkpoint: doc.log_checkpoint,
+    }
 }

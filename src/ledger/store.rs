@@ -1,10 +1,10 @@
 //! Synchronous access to the sled store: opening, decoding and checking records, the chain walk
 //! behind `verify`, and `export`. Shared by the live [`super::Ledger`] and the offline functions.
 
-#[cfg(test)]
-use flexgate_jcs::canonical_json;
 use super::raw;
 use super::{ExportFormat, GENESIS_HASH, LedgerError, Record, VerifyFailure, VerifyReport};
+#[cfg(test)]
+use flexgate_jcs::canonical_json;
 #[cfg(test)]
 use serde_json::Value;
 use sha2::{Digest, Sha256};

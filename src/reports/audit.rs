@@ -5,7 +5,7 @@ use crate::ledger::{Entry, NotAnEntry, Record};
 use crate::reports::plot::{AxisFormat, Chart, LineStyle, Series};
 use chrono::{DateTime, Duration as ChronoDuration, Utc};
 use flexgate_policies::control::entry::{EventInterpreted, EventReceived, OperatorOptOut, Received, Trimmed};
-use flexgate_policies::event::{DrAck, Phase, Transition};
+use flexgate_policies::event::{Ack, Participation, Phase, Transition};
 use serde::Serialize;
 use std::fmt::Write as _;
 
@@ -19,7 +19,7 @@ pub struct AuditReport {
     /// Interpretation of each revision: target → ceiling → budget chain, baseline used.
     pub interpretations: Vec<EventInterpreted>,
     /// Acknowledgments sent.
-    pub acks: Vec<DrAck>,
+    pub acks: Vec<Ack>,
     /// Lifecycle transitions.
     pub transitions: Vec<Transition>,
     /// Operator opt-outs, with the operator's name and reason.
@@ -462,11 +462,7 @@ impl AuditReport {
                 out,
                 "- revision {} opt {} {} (checkpoint {})",
                 a.revision,
-                if a.opt == flexgate_policies::event::Opt::In {
-                    "in"
-                } else {
-                    "out"
-                },
+                if a.opt == Participation::In { "in" } else { "out" },
                 printable(a.reason.as_deref().unwrap_or("")),
                 a.log_checkpoint
             );
@@ -627,9 +623,10 @@ impl AuditReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::grid::dr_event::parse_event;
     use crate::ledger::{NewRecord, Recorded};
     use flexgate_policies::control::entry::{MeterSample, Transport, Upserted};
-    use flexgate_policies::event::{CeilingTarget, EventSource, parse_dr_event};
+    use flexgate_policies::event::{CeilingTarget, EventSource};
 
     fn record(seq: u64, entry: Entry, event: Option<&str>) -> Record {
         let new = NewRecord::from(Recorded::new(entry, event.map(str::to_string)));
@@ -675,7 +672,7 @@ mod tests {
         let body = r#"{"schema": "dr.event/1", "event_id": "ev", "revision": 1,
             "target": {"form": "ceiling", "point": "meter", "kw": 80},
             "window": {"start": "2026-07-14T19:00:00Z", "ramp_s": 0, "duration_s": 3600, "recovery_s": 0}}"#;
-        let event = parse_dr_event(body.as_bytes(), EventSource::Http).expect("a valid event");
+        let event = parse_event(body.as_bytes(), EventSource::Http).expect("a valid event");
         push(
             Entry::EventReceived(EventReceived {
                 received_at: start,

@@ -24,9 +24,7 @@ use flexgate_policies::control::entry::Received;
 pub use flexgate_policies::control::entry::Transport;
 pub use flexgate_policies::control::entry::WireRef;
 use flexgate_policies::control::{Controller, Effect, IntakeDecision, Settings, Snapshot};
-use flexgate_policies::event::{
-    DrAck, EventError, GridEvent, IntervalDelivery, Phase, Transition, interval_delivery, parse_dr_event,
-};
+use flexgate_policies::event::{Ack, EventError, GridEvent, IntervalDelivery, Phase, Transition, interval_delivery};
 use serde_json::json;
 use std::sync::{Arc, PoisonError, RwLock};
 use tokio::sync::{Mutex, Notify};
@@ -44,7 +42,7 @@ pub enum SubmitError {
         /// Why.
         reason: String,
         /// The opt-out acknowledgment that was recorded.
-        ack: Box<DrAck>,
+        ack: Box<Ack>,
     },
     /// A lower revision than the one held.
     #[error("revision {revision} of {event_id} is older than the revision {held} already held")]
@@ -56,7 +54,7 @@ pub enum SubmitError {
         /// Revision held.
         held: u64,
         /// The recorded acknowledgment.
-        ack: Box<DrAck>,
+        ack: Box<Ack>,
     },
     /// The ledger could not record it: not acknowledged, the sender must retry.
     #[error("the ledger could not record the event: {0}")]
@@ -67,7 +65,7 @@ pub enum SubmitError {
 #[derive(Debug, Clone)]
 pub struct SubmitOutcome {
     /// The acknowledgment, recorded in the ledger before it is returned.
-    pub ack: DrAck,
+    pub ack: Ack,
     /// True when this exact revision had been received before (the stored ack is returned).
     pub repeated: bool,
 }
@@ -278,7 +276,7 @@ impl Gateway {
     /// Accept a `dr.event/1` document: parse, then the intake rules; every record of the
     /// decision is flushed before the ack is returned.
     pub async fn submit_event(&self, body: &[u8], transport: Transport) -> Result<SubmitOutcome, SubmitError> {
-        let event = match parse_dr_event(body, transport.source()) {
+        let event = match crate::grid::dr_event::parse_event(body, transport.source()) {
             Ok(event) => event,
             Err(e) => {
                 self.decide(|core, _| {
@@ -353,7 +351,7 @@ impl Gateway {
     /// counting, the event ends as opted out, and the opt-out is recorded with the operator's
     /// name and reason, with an opt-out acknowledgment for the counterparty. The bearer token
     /// authenticates the call; the operator name is what the caller declares, recorded verbatim.
-    pub async fn operator_opt_out(&self, event_id: &str, operator: &str, reason: &str) -> Result<DrAck, OperatorError> {
+    pub async fn operator_opt_out(&self, event_id: &str, operator: &str, reason: &str) -> Result<Ack, OperatorError> {
         let now = self.clock.now();
         let (result, mut decided) = self
             .decide(

@@ -85,7 +85,6 @@
 //! ```
 
 pub mod link;
-pub mod payloads;
 pub mod screen;
 pub mod settings;
 pub mod signature;
@@ -93,6 +92,10 @@ pub mod tls;
 pub mod topics;
 
 mod json;
+
+/// The published documents (`dr.ack/1`, `dr.status/1`, `dr.telemetry/1`, `dr.report/1`), defined
+/// once in `flexgate-dr` and re-exported here so that the adapter's API is complete on its own.
+pub use flexgate_dr::payloads;
 
 pub use link::{AckHandle, AckOutcome, ConnectionState, Incoming, IncomingEvent, LinkError, LinkStats, MqttLink};
 pub use payloads::{

@@ -11,7 +11,8 @@
 //! - an expired event (its latest possible end, `window.start + randomize_s + duration_s`, is
 //!   past) is refused. Open-ended events (`duration_s` absent or null) never expire here.
 //!
-//! The full `dr.event/1` validation is the application's (flexgate's `parse_dr_event`); this
+//! The full `dr.event/1` validation is the application's (`flexgate_dr::parse_dr_event`, then the
+//! gateway's event model); this
 //! module reads only `event_id`, `revision`, `issued_at`, `window.start`, `window.duration_s`,
 //! `window.randomize_s` and `cancel`, with the same strict JSON parser as the signature check
 //! (duplicate keys refused).

@@ -171,11 +171,14 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
+    /// Writes a file into the test directory and returns its path.
+    type Writer = Box<dyn Fn(&str, &[u8]) -> PathBuf>;
+
     struct Files {
         _dir: tempfile::TempDir,
         cert: PathBuf,
         key: PathBuf,
-        write: Box<dyn Fn(&str, &[u8]) -> PathBuf>,
+        write: Writer,
     }
 
     fn files() -> Files {

@@ -13,7 +13,7 @@
 use super::cluster::{CapCommand, CapOutcome, CapResult};
 use super::config::PolicyKind;
 use super::trim::TrimDirection;
-use crate::event::{BaselineEstimate, CeilingTarget, DrAck, EffectiveCeiling, EventSource, GridEvent, Transition};
+use crate::event::{Ack, BaselineEstimate, CeilingTarget, EffectiveCeiling, EventSource, GridEvent, Transition};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
@@ -188,7 +188,7 @@ pub struct EventInterpreted {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EventAcked {
     /// The `dr.ack/1` document.
-    pub ack: DrAck,
+    pub ack: Ack,
     /// Whether a repeat of this (event, revision) is answered with this ack (it was taken or
     /// refused on its merits; refusals for the wrong site or an expired window are not keyed,
     /// so a corrected copy is judged afresh).

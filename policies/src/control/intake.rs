@@ -13,8 +13,8 @@ use super::entry::{
 };
 use super::{Controller, Effect};
 use crate::event::{
-    BaselineEstimate, CeilingTarget, DrAck, EventBook, EventError, GridEvent, KwRange, LevelRule, Opt, PriceRule,
-    SiteContext, to_ceiling,
+    Ack, BaselineEstimate, CeilingTarget, EventBook, EventError, GridEvent, LevelRule, MeterRangeKw, Participation,
+    PriceRule, SiteContext, to_ceiling,
 };
 use crate::facility::CoolingState;
 use crate::units::{Fraction, Kilowatts, Watts};
@@ -26,13 +26,13 @@ pub enum IntakeDecision {
     /// Taken (opt in, or in with a reason: a test event, a cancellation, a price signal).
     Accepted {
         /// The acknowledgment.
-        ack: DrAck,
+        ack: Ack,
     },
     /// This (event, revision) was decided before: the recorded acknowledgment. The caller must
     /// wait until everything recorded so far is flushed before answering with it.
     Repeated {
         /// The acknowledgment recorded for it.
-        ack: DrAck,
+        ack: Ack,
     },
     /// Valid, but not something this gateway acts on (another site, an ended window, a target
     /// it cannot convert): recorded, answered with an opt-out.
@@ -40,14 +40,14 @@ pub enum IntakeDecision {
         /// Why.
         reason: String,
         /// The opt-out acknowledgment.
-        ack: DrAck,
+        ack: Ack,
     },
     /// A lower revision than the one held.
     Stale {
         /// The revision held.
         held: u64,
         /// The opt-out acknowledgment.
-        ack: DrAck,
+        ack: Ack,
     },
     /// Not a valid event: nothing recorded, nothing changed.
     Invalid(EventError),
@@ -158,7 +158,7 @@ impl Controller {
         // The protocol that brought it is the event's source, whatever the parser assumed.
         event.source = transport.source();
         let opt_out = |reason: String| {
-            let mut ack = DrAck::new(event.id.clone(), event.revision, now, Opt::Out, checkpoint);
+            let mut ack = Ack::new(event.id.clone(), event.revision, now, Participation::Out, checkpoint);
             ack.reason = Some(reason);
             ack
         };
@@ -270,9 +270,9 @@ impl Controller {
                 .facility
                 .forward(b.gpu_budget, nodes, &CoolingState::Settled)
                 .map_or(0.0, |m| m.lo.value());
-            KwRange { lo, hi: b.fsl.value() }
+            MeterRangeKw { lo, hi: b.fsl.value() }
         });
-        let mut ack = DrAck::new(event.id.clone(), event.revision, now, Opt::In, checkpoint);
+        let mut ack = Ack::new(event.id.clone(), event.revision, now, Participation::In, checkpoint);
         ack.reason = match (outcome, event.test) {
             (_, true) => Some("test event: recorded, not acted on".to_string()),
             (Upserted::Duplicate, _) => Some("revision already held".to_string()),
@@ -320,7 +320,7 @@ impl Controller {
         reason: &str,
         checkpoint: &str,
         now: DateTime<Utc>,
-    ) -> Result<(DrAck, Vec<Effect>), OperatorError> {
+    ) -> Result<(Ack, Vec<Effect>), OperatorError> {
         let invalid = |field, message: &str| OperatorError::Invalid {
             field,
             message: message.to_string(),
@@ -343,7 +343,7 @@ impl Controller {
             return Err(invalid("event_id", "the site has already opted out of this event"));
         }
         let revision = entry.revision();
-        let mut ack = DrAck::new(event_id, revision, now, Opt::Out, checkpoint);
+        let mut ack = Ack::new(event_id, revision, now, Participation::Out, checkpoint);
         ack.reason = Some(format!("operator opt-out: {reason}"));
         let mut effects = Vec::new();
         self.record(
@@ -371,7 +371,7 @@ impl Controller {
 
 /// The record of an ack. The ack of an (event, revision) decided on its merits keeps a key, so
 /// that a repeat gets the same ack.
-fn ack_entry(ack: &DrAck, keyed: bool) -> Recorded {
+fn ack_entry(ack: &Ack, keyed: bool) -> Recorded {
     let record = Recorded::new(
         Entry::EventAcked(EventAcked {
             ack: ack.clone(),

@@ -281,7 +281,7 @@ pub struct Controller {
     planner: Planner,
     // Durable: the fold of the recorded entries.
     book: Arc<EventBook>,
-    acks: HashMap<(String, u64), crate::event::DrAck>,
+    acks: HashMap<(String, u64), crate::event::Ack>,
     caps: Arc<HashMap<Arc<str>, AppliedCap>>,
     suspended: BTreeSet<Arc<str>>,
     plan: Option<Arc<PlanInForce>>,

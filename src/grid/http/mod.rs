@@ -1,6 +1,7 @@
 //! The HTTP API (axum). Reads are open on the listening address; every write needs the bearer
 //! token. Errors are JSON `{"error": {"field": ..., "message": ...}}` with the right 4xx/5xx.
 
+use crate::grid::dr_event::ack_payload;
 use crate::runtime::{Gateway, OperatorError, SubmitError, Transport};
 use axum::Router;
 use axum::body::Bytes;
@@ -103,7 +104,7 @@ async fn post_event(State(api): State<Api>, request: Request) -> Response {
         }
     };
     match api.gateway.submit_event(&body, transport).await {
-        Ok(outcome) => (StatusCode::OK, axum::Json(outcome.ack)).into_response(),
+        Ok(outcome) => (StatusCode::OK, axum::Json(ack_payload(&outcome.ack))).into_response(),
         Err(SubmitError::Invalid(e)) => error(StatusCode::BAD_REQUEST, Some(&e.field), e.message),
         Err(SubmitError::Refused { reason, ack }) => (
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -199,7 +200,7 @@ async fn operator_opt_out(State(api): State<Api>, request: Request) -> Response 
         .operator_opt_out(&req.event_id, &req.operator, &req.reason)
         .await
     {
-        Ok(ack) => (StatusCode::OK, axum::Json(ack)).into_response(),
+        Ok(ack) => (StatusCode::OK, axum::Json(ack_payload(&ack))).into_response(),
         Err(OperatorError::Refused(OperatorRefusal::UnknownEvent(id))) => {
             error(StatusCode::NOT_FOUND, Some("event_id"), format!("no event {id:?}"))
         }

@@ -21,7 +21,7 @@ use flexgate_openadr::oadr2b::{Message, Response};
 use flexgate_policies::control::entry::{
     AdapterOptedOut, PeerAnswer, WireContent, WireProtocol, WireReceived, WireSent,
 };
-use flexgate_policies::event::{EventSource, Opt};
+use flexgate_policies::event::{EventSource, Participation};
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -384,8 +384,8 @@ impl Ven2b {
         };
         match self.gateway.submit_grid_event(event, transport, wire).await {
             Ok(outcome) => match outcome.ack.opt {
-                Opt::In => None,
-                Opt::Out => Some(outcome.ack.reason.unwrap_or_else(|| "opted out".into())),
+                Participation::In => None,
+                Participation::Out => Some(outcome.ack.reason.unwrap_or_else(|| "opted out".into())),
             },
             Err(SubmitError::Stale { .. }) => None,
             Err(e @ SubmitError::Ledger(_)) => {

@@ -18,7 +18,7 @@ use flexgate_openadr::oadr3::{
 };
 use flexgate_openadr::oadr3::{IsoDuration, PayloadValue};
 use flexgate_policies::control::entry::{PeerAnswer, WireContent, WireProtocol, WireReceived, WireSent};
-use flexgate_policies::event::{EventSource, Opt};
+use flexgate_policies::event::{EventSource, Participation};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -232,7 +232,7 @@ impl Ven3 {
             signal: None,
         };
         match self.gateway.submit_grid_event(grid, transport, wire).await {
-            Ok(outcome) if outcome.ack.opt == Opt::In => {
+            Ok(outcome) if outcome.ack.opt == Participation::In => {
                 let report_spans = mapped
                     .targets
                     .iter()
