@@ -378,7 +378,7 @@ impl OpenAdr3Config {
     }
 }
 
-/// Connection to an MQTT broker (PROTOCOLS.md §11 topics under `{prefix}/{gateway.site}/`).
+/// Connection to an MQTT broker (the `dr.*` topics under `{prefix}/{gateway.site}/`, see `flexgate-mqtt`'s topic tree).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MqttConfig {

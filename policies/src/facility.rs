@@ -1,8 +1,8 @@
 //! Facility power model: what a GPU-board power level means at the utility meter, and the two
 //! conservative inversions from a meter commitment back to a GPU-board budget
-//! (`FACILITY_AND_GRID.md` §1).
+//! (`flexgate facility params` prints the parameters and their defaults).
 //!
-//! # Forward model (§1.2)
+//! # Forward model
 //!
 //! For `N` nodes drawing `G` kW of GPU-board power in total:
 //!
@@ -49,7 +49,7 @@
 //! power, or, when nothing is known, anything between zero GPU power and every node at
 //! [`FacilityParams::gpu_max_kw_per_node`] (the nominal estimate then assumes no step).
 //!
-//! # Conservative inversions (§1.4)
+//! # Conservative inversions
 //!
 //! **(a) Reduction commitment** `R` kW against a baseline:
 //! `ΔG_req = (R + meter_err + noise) / (μ_lo · (1 + k_c,lo · s_lo(t)))`, with
@@ -77,7 +77,7 @@
 //! [`CeilingBudget::infeasible_by`] says by how many meter kW the ceiling is missed.
 //!
 //! Every result carries the chain of quantities, multipliers and bounds it used
-//! ([`ChainStep`]), for the event log, and the fingerprint of the parameter set (§1.5).
+//! ([`ChainStep`]), for the event log, and the fingerprint of the parameter set.
 
 use crate::units::{Fraction, Kilowatts, Watts};
 use serde::{Deserialize, Serialize};
@@ -133,12 +133,12 @@ pub struct Efficiency {
     pub average: Bounded,
 }
 
-/// Every parameter of the facility model (§1.3), with defaults.
+/// Every parameter of the facility model, with defaults.
 ///
 /// Defaults are the design's nominal values and conservative bounds where it gives them, and
 /// placeholders sized for the worked example (≈1,000 HGX nodes, ≈10 MW at the meter) for the
 /// site-measured ones (static load, fabric, fixed cooling, meter error, noise), which every site
-/// must replace with its own commissioning values (§1.5).
+/// must replace with its own commissioning values.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct FacilityParams {
@@ -351,7 +351,7 @@ impl FacilityParams {
 
     /// Stable 64-bit fingerprint of the parameter set: FNV-1a over its canonical JSON (fields in
     /// declaration order, floats in shortest round-trip form). Every dispatch record references
-    /// it (§1.5). Changing any value, or the schema, changes it.
+    /// it. Changing any value, or the schema, changes it.
     #[must_use]
     pub fn fingerprint(&self) -> u64 {
         let canonical = serde_json::to_string(self).unwrap_or_else(|e| format!("{self:?}|{e}"));
@@ -1202,7 +1202,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    /// The worked example of §1.4: η_psu = η_dist = 0.95 average, H+F = 2.1 kW, fabric 0.4 MW,
+    /// A worked example: η_psu = η_dist = 0.95 average, H+F = 2.1 kW, fabric 0.4 MW,
     /// marginal efficiencies 0.97 nominal / 1.00 for reductions, 0.1 MW meter error and noise.
     fn worked_example() -> FacilityParams {
         FacilityParams {

@@ -1,5 +1,6 @@
-//! A physical model of how a capped GPU trades power for throughput (PFI.md, "A physical curve
-//! model"), used to synthesise job curves for the fleet experiment and as the shape prior of
+//! A physical model of how a capped GPU trades power for throughput (after the
+//! PFI paper's physical curve model: a compute-bound share that slows with the clock and a
+//! memory-bound share that does not), used to synthesise job curves for the fleet experiment and as the shape prior of
 //! the `flexgate` curve estimator.
 //!
 //! Per GPU, with the SM clock `f` normalised to 1 when uncapped and `φ` the clock-sensitive
@@ -39,7 +40,7 @@ pub struct PhysicalModel {
 }
 
 impl PhysicalModel {
-    /// Rough H200 defaults from PFI.md with a given uncapped draw and compute share.
+    /// Rough H200 defaults (700 W board limit, the published measurements' range) with a given uncapped draw and compute share.
     #[must_use]
     pub fn h200(uncapped_w: f64, compute_share: f64) -> Self {
         Self {

@@ -1,7 +1,7 @@
 //! Telemetry predictor of the Power Flexibility Index (PFI).
 //!
 //! Measuring a job's PFI needs a full sweep of power caps, which is too expensive to run for every
-//! production job. The PFI paper (see `design/PFI.md`, "Telemetry predictor") instead predicts it
+//! production job. The PFI paper's telemetry predictor instead predicts it
 //! from ordinary DCGM telemetry of the job's *uncapped* run, with a one-feature ordinary least
 //! squares fit
 //!

@@ -1,5 +1,6 @@
 //! Property tests of the facility model: forward(inverse(x)) meets x conservatively over the
-//! parameter ranges of `FACILITY_AND_GRID.md` §1.3.
+//! plausible ranges of every parameter of a real site (host overhead, PSU and distribution
+//! efficiencies, static load, cooling COP and lags: the bounds in [`params`]).
 #![allow(clippy::unwrap_used)]
 
 use flexgate_policies::facility::{
@@ -16,12 +17,12 @@ fn bounded(min: f64, max: f64) -> impl Strategy<Value = Bounded> {
     })
 }
 
-/// A marginal efficiency as §1.3 prescribes it: `hi` = 1.00 (the reduction bound).
+/// A marginal efficiency as the model bounds it: `hi` = 1.00 (the reduction bound).
 fn marginal(min: f64) -> impl Strategy<Value = Bounded> {
     (min..=0.97f64, 0.0..=1.0f64).prop_map(|(lo, u)| Bounded::new(lo, lo + u * (1.0 - lo), 1.0))
 }
 
-/// Parameter sets over the §1.3 ranges, with site-measured quantities sized for ≤ 2,000 nodes.
+/// Parameter sets over plausible site ranges, with site-measured quantities sized for ≤ 2,000 nodes.
 fn params() -> impl Strategy<Value = FacilityParams> {
     (
         (

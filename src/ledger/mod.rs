@@ -1,5 +1,6 @@
 //! The audit ledger: an append-only, hash-chained, de-duplicating record of everything the
-//! gateway received, decided and did (design: FACILITY_AND_GRID.md §3–§4, STACK.md §4).
+//! gateway received, decided and did, for energy managers, utilities and contract auditors
+//! (ARCHITECTURE.md, "The ledger").
 //!
 //! # What a record is
 //!
@@ -44,7 +45,7 @@
 //! to [`MAX_BATCH`] records), writes the batch in one transaction, flushes once and then answers
 //! every waiter. (The writer is a dedicated thread calling `Db::flush`, the same call that
 //! `flush_async` hands to sled's thread pool; `writer.rs` says why it is not a Tokio task.)
-//! Be honest about what that flush is (STACK.md §4):
+//! Be honest about what that flush is:
 //!
 //! - sled's flush uses `sync_file_range`, not `fsync`: it does not flush the drive's volatile
 //!   write cache or file-system metadata. An acknowledged record **can be lost on power loss or
@@ -102,7 +103,7 @@ pub const MAX_BATCH: usize = 4096;
 /// How many appends may queue for the writer before `append` waits (back-pressure).
 const QUEUE_DEPTH: usize = 2 * MAX_BATCH;
 
-/// What a record is about: the coarse kind of its [`Entry`] (FACILITY_AND_GRID.md §3 checklist).
+/// What a record is about: the coarse kind of its [`Entry`] (what was asked, interpreted, decided, done and measured).
 pub use flexgate_policies::control::entry::EntryKind as RecordKind;
 pub use flexgate_policies::control::entry::{Entry, Recorded};
 

@@ -1,4 +1,4 @@
-//! The topic tree of one site (PROTOCOLS.md §11):
+//! The topic tree of one site, under `{prefix}/{site}/` (the table in this crate's README):
 //!
 //! | Topic | Direction | QoS / retain |
 //! |---|---|---|

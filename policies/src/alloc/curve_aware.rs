@@ -15,7 +15,7 @@
 //!   PFI uses the family's *expected* curve over the prediction's uncertainty (maximising expected
 //!   throughput). Jobs of unknown elasticity are inflexible in the first pass; only if the
 //!   budget still cannot be met are they cut, by a uniform fraction down to their floors, and
-//!   listed as fallbacks (BACKENDS.md §7: never assume elasticity that is not known).
+//!   listed as fallbacks (the fallback rule: never assume elasticity that is not known).
 //!
 //! Planning is split in two so the expensive part can be cached per job: [`CurveAware::prepare`]
 //! estimates curves and floors once (when jobs start or knowledge changes), and

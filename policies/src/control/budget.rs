@@ -2,7 +2,7 @@
 //!
 //! Two bounds are computed and the larger is used:
 //!
-//! 1. the conservative ceiling inversion of the facility model (FACILITY_AND_GRID.md §1.4 (b)):
+//! 1. the conservative ceiling inversion of the facility model ([`crate::facility`]):
 //!    upper-bound overheads, the pre-event cooling held until its slowest plausible lag;
 //! 2. a *measured* reduction from the pre-event operating point: shed = (pre-event meter −
 //!    ceiling + meter error + noise) / μ with μ = 1, cooling credited only after its lag. With
@@ -121,7 +121,7 @@ mod tests {
     #[test]
     fn the_larger_bound_is_used() {
         let facility = model();
-        // The default parameters describe 1,000 nodes (FACILITY_AND_GRID.md §1.4).
+        // The default parameters describe 1,000 nodes (`FacilityParams::default`).
         let start = OperatingPoint {
             at: at(0),
             gpu_w: 5_600_000.0,

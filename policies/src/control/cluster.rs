@@ -105,7 +105,8 @@ pub struct Telemetry {
     /// When the sample was taken.
     pub at: DateTime<Utc>,
     /// Per-job measurements; jobs the backend could not measure (unreachable nodes) are
-    /// absent, so the gateway can count them conservatively (BACKENDS.md §7).
+    /// absent, so the gateway can count them conservatively (at their cap, or their
+    /// uncapped limit when none is confirmed).
     pub jobs: Vec<JobTelemetry>,
     /// Total GPU-board power of the measured jobs (the sum over `jobs`).
     pub gpu_board_power: Watts,

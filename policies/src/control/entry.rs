@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-/// The coarse kind of a ledger record (FACILITY_AND_GRID.md §3 checklist), for filters and the
+/// The coarse kind of a ledger record (what was asked, interpreted, decided, done and measured), for filters and the
 /// export's `kind` column. Every [`Entry`] has exactly one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -5,7 +5,7 @@
 //! - **Drift.** A confirmed cap the cluster no longer shows (a GPU reset, a driver reload, an
 //!   agent restarted without its state, a limit raised by hand) means the job is no longer known
 //!   to hold it: it counts at its measured draw from now on, the rest is re-planned around it,
-//!   and its cap is re-sent (BACKENDS.md §7). Only drift *upwards* matters: a limit lower than
+//!   and its cap is re-sent. Only drift *upwards* matters: a limit lower than
 //!   wanted (an out-of-band cap) only draws less, and the planner counts what is measured.
 //! - **Lost.** A capped job the backend stopped measuring (its node does not answer) is treated
 //!   the same way, at once, rather than when a later dispatch happens to fail.

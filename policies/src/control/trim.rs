@@ -1,8 +1,8 @@
 //! The closed-loop trim law: how far the GPU budget moves when the meter disagrees with the
 //! facility model.
 //!
-//! The open-loop budget is conservative by design (FACILITY_AND_GRID.md §1.4: it over-delivers
-//! by about a third), and the facility model can also be wrong the other way. Once a dispatch
+//! The open-loop budget is conservative by design (with the default parameters it over-delivers
+//! by about a third, BENCHMARKS.md), and the facility model can also be wrong the other way. Once a dispatch
 //! has settled, the loop compares the meter with the ceiling:
 //!
 //! - meter above the ceiling at all: lower the budget by `gain` × the excess, 1 W of GPU per W

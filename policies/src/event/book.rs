@@ -27,7 +27,7 @@
 //!
 //! # Revisions
 //!
-//! `(id, revision)` is an event's identity (PROTOCOLS.md §4): a lower revision than the one held
+//! `(id, revision)` is an event's identity (OpenADR's `modificationNumber` rule): a lower revision than the one held
 //! is stale, an equal one a duplicate (at-least-once delivery), a higher one replaces the whole
 //! event. A replacement of an event already in force keeps the original pre-event meter reading
 //! (the meter is curtailed by then and no longer a baseline); if the new revision's window has
@@ -53,8 +53,8 @@ use super::target::CeilingTarget;
 
 /// Longest time between two ceiling steps of a ramp or a recovery, seconds.
 ///
-/// One minute is the finest resolution at which utilities settle (1-min revenue-meter data,
-/// FACILITY_AND_GRID.md §3), so finer steps buy nothing, and coarser ones leave visible plateaus.
+/// One minute is the finest resolution at which utilities settle (1-min revenue-meter data is
+/// the finest interval programs settle on), so finer steps buy nothing, and coarser ones leave visible plateaus.
 pub const STEP_MAX_S: u64 = 60;
 
 /// Where an event is in its lifecycle. Ordered: an event only ever moves forward along this

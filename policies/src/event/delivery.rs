@@ -1,5 +1,5 @@
 //! What an event delivered, interval by interval, measured at the meter: the numbers a
-//! utility settles on and an auditor checks (FACILITY_AND_GRID.md, audit needs).
+//! utility settles on and an auditor checks.
 //!
 //! Pure: the book entry says what was asked and when, the meter samples say what happened.
 //! Compliance is judged from the moment the ceiling was due: an interval that begins inside

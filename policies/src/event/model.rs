@@ -25,7 +25,7 @@ pub const MAX_LABEL_CHARS: usize = 256;
 
 /// Longest accepted duration of any kind (window, ramp, recovery, interval, interval offset): 7 days.
 ///
-/// No demand-response program in FACILITY_AND_GRID.md §2 runs one event longer than a day or so;
+/// No common demand-response program (emergency, capacity, economic, fast frequency) runs one event longer than a day or so;
 /// a week leaves ample room while keeping every instant the book computes far from the limits of
 /// the time type. Open-ended windows (`duration_s: None`) are the way to say "until cancelled".
 pub const MAX_DURATION_S: u64 = 7 * 24 * 3600;
@@ -114,7 +114,7 @@ impl EventSource {
 /// A curtailment event, normalized from any source.
 ///
 /// Identity is `(id, revision)`: a higher revision replaces the whole event, a lower one is stale,
-/// an equal one is a duplicate (PROTOCOLS.md §4).
+/// an equal one is a duplicate (OpenADR's `modificationNumber` rule, applied to every source).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GridEvent {
     /// The sender's event id (OpenADR eventID, `dr.event/1` `event_id`).

@@ -1,10 +1,10 @@
 //! Turning any event target into an absolute meter ceiling.
 //!
 //! The allocator only understands "keep the meter under X kW". Utilities speak in ceilings,
-//! reductions, percentages, capacity fractions, levels and prices (PROTOCOLS.md §3). This module
+//! reductions, percentages, capacity fractions, levels and prices (the README's signal table). This module
 //! is the one place where those forms become a ceiling, and it records the baseline every
 //! relative form was computed from: a reduction is only auditable if the baseline it was measured
-//! against is in the log (FACILITY_AND_GRID.md §3, item 3).
+//! against is in the log.
 //!
 //! Conversions are conservative: a ceiling below zero is clamped to zero (shed everything that
 //! can be shed) and noted, never silently raised.
@@ -82,7 +82,7 @@ pub struct BaselineEstimate {
 
 impl BaselineEstimate {
     /// A meter-before baseline: the average meter demand over the `window_s` seconds before the
-    /// event (the natural fit for flat AI load, FACILITY_AND_GRID.md §3).
+    /// event (the natural fit for flat AI load, whose meter barely moves with the weather or the hour).
     #[must_use]
     pub fn meter_before(kw: f64, window_s: u64) -> Self {
         Self {

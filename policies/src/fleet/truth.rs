@@ -89,7 +89,7 @@ pub struct TemplateError {
 }
 
 /// Uncapped per-GPU draw by regime (W): pretraining runs hottest, LoRA fine-tuning of MoE models
-/// coolest, within the 560–700 W range of PFI.md.
+/// coolest, within the 560–700 W range the published H200 measurements span.
 #[must_use]
 pub fn uncapped_draw(regime: Regime) -> f64 {
     match regime {

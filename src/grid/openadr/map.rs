@@ -1,8 +1,8 @@
 //! OpenADR targets → the gateway's event model.
 //!
 //! The adapter crate speaks OpenADR's vocabulary ([`LoadTarget`]); the event book speaks
-//! `dr.event/1`'s ([`Target`]). This is the one place the two meet, so the mapping table of
-//! PROTOCOLS.md §3 can be read top to bottom here.
+//! `dr.event/1`'s ([`Target`]). This is the one place the two meet, so the whole mapping (the
+//! README's OpenADR signal table) can be read top to bottom here.
 
 use chrono::{DateTime, Utc};
 use flexgate_openadr::target::{LoadTarget, TargetInterval};
