@@ -5,8 +5,8 @@
 //! [`ClusterBackend::inventory`], sends [`CapCommand`]s through [`ClusterBackend::apply`], and
 //! closes the loop on [`ClusterBackend::telemetry`]. Keeping that surface small and declarative
 //! (a cap per job, stamped with a generation) is what makes retries safe: a command re-sent
-//! after a timeout cannot undo a newer one (BACKENDS.md §6), and a failure on one node is
-//! reported per job instead of failing the whole dispatch (§7).
+//! after a timeout cannot undo a newer one, and a failure on one node is reported per job
+//! instead of failing the whole dispatch.
 //!
 //! Every type that crosses this boundary is `Serialize`, because the gateway writes what it
 //! asked for and what the cluster answered into the ledger.

@@ -12,8 +12,8 @@
 //! - realizes the true curve at the applied cap, reached along a linear ramp over `settle_ms` of
 //!   `tokio` time, so tests with `tokio::time::pause()` see power move without waiting;
 //! - computes the meter with the facility model's nominal point;
-//! - injects the faults of BACKENDS.md §7 on demand: failed cap writes, unreachable nodes and
-//!   telemetry gaps.
+//! - injects faults on demand: failed cap writes, unreachable nodes and telemetry gaps, the ones
+//!   the gateway must survive with real agents.
 
 use super::{BackendError, CapCommand, CapOutcome, CapResult, ClusterBackend, JobState, JobTelemetry, Telemetry};
 use chrono::{DateTime, TimeDelta, Utc};
@@ -91,8 +91,8 @@ impl Default for SimConfig {
     }
 }
 
-/// Faults the simulation injects, so the gateway's fault handling (BACKENDS.md §7) can be
-/// tested and demonstrated. Replaceable at run time with [`SimCluster::set_faults`].
+/// Faults the simulation injects, so the gateway's fault handling (re-planning around failed
+/// caps, unreachable nodes and telemetry gaps) can be tested and demonstrated. Replaceable at run time with [`SimCluster::set_faults`].
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SimFaults {
@@ -594,7 +594,7 @@ impl SimCluster {
 
     /// A GPU reset or driver reload under `job`: its GPUs fall back to their maximum limit
     /// behind the gateway's back, while the backend still remembers the generation it applied.
-    /// This is the drift the gateway's reconcile must notice (BACKENDS.md §7).
+    /// This is the drift the gateway's reconcile must notice (and cap again).
     pub fn revert_cap(&self, job: &str) -> Result<(), SimError> {
         let now = Instant::now();
         let settle = self.settle();

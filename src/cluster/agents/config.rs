@@ -46,7 +46,8 @@ pub struct AgentsConfig {
     #[serde(default)]
     pub slurm: Option<SlurmMapping>,
     /// Predict the PFI of jobs without a `pfi=` flex tag from their uncapped run's telemetry
-    /// (design/PFI.md, "Telemetry predictor"); without it such jobs count as inflexible.
+    /// (the least-squares fit of `flexgate_policies::predictor`); without it such jobs count as
+    /// inflexible.
     #[serde(default)]
     pub pfi_predictor: Option<PredictorSource>,
     /// TLS to the agents (`https://` node URLs): the CA that signs their certificates, and this

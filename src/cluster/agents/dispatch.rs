@@ -19,7 +19,8 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 impl AgentsBackend {
-    /// The lease TTL: three renew periods (BACKENDS.md §6).
+    /// The lease TTL: three renew periods, so that a renewal or two can fail without the cap
+    /// lapsing, while the caps of a gateway that died still end soon.
     fn ttl(&self) -> chrono::Duration {
         chrono::Duration::from_std(self.renew_every * 3).unwrap_or(chrono::Duration::seconds(30))
     }

@@ -8,8 +8,9 @@
 //!   wanted, never past the event's end, with a TTL of at least three renew periods; if the
 //!   gateway dies the agents restore the pre-event limits when the leases expire;
 //! - **no silent partial success**: a job counts as capped only when every node holding its
-//!   GPUs confirmed; otherwise it is [`CapOutcome::Failed`] and the gateway counts it at its
-//!   measured draw and re-plans the shortfall onto confirmed jobs (BACKENDS.md §7);
+//!   GPUs confirmed; otherwise it is [`CapOutcome::Failed`](super::CapOutcome::Failed) and the
+//!   gateway counts it at its measured draw and re-plans the shortfall onto confirmed jobs (as
+//!   `README.md`, "Real GPUs: node agents and Slurm", tells operators);
 //! - **bounded time**: calls fan out with bounded parallelism, each with a timeout, retried
 //!   with backoff only inside the dispatch deadline.
 //!
@@ -22,7 +23,7 @@
 //! visible to them, so a job's uncapped throughput is taken as proportional to its GPU count
 //! and its measured throughput is reported as 0. Elasticity comes from the job's flex tags
 //! (`flexgate:pfi=…` in its Slurm comment); otherwise, with `[backend.pfi_predictor]`, from the
-//! telemetry predictor (design/PFI.md) on the means of the job's *uncapped* run, carried with
+//! telemetry predictor (`flexgate_policies::predictor`) on the means of the job's *uncapped* run, carried with
 //! its prediction error so the planner can treat it as uncertain; otherwise it is unknown and
 //! the planner falls back conservatively. Without a meter source the meter is the facility
 //! model's estimate from the measured GPU power (a job's GPUs that did not report counted at

@@ -71,7 +71,7 @@ impl AgentsBackend {
             .sum();
         let mut known = self.known();
         // The meter sees every GPU, measured or not: a job's GPU that did not report (its node
-        // unreachable) counts at its maximum (BACKENDS.md §7), so that losing an agent never
+        // unreachable) counts at its maximum, so that losing an agent never
         // lowers the estimate and the closed loop never gives budget back for it.
         let unmeasured: f64 = jobs
             .iter()
