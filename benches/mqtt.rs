@@ -34,6 +34,9 @@ use tokio::sync::mpsc;
 
 const SITE: &str = "site-1";
 
+/// PUBACKs the utility clients received from the broker (for diagnosing a stalled run).
+static PUBACKS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 async fn gateway(broker: &Mosquitto, dir: &std::path::Path) -> Server {
     let mut config = Config::default();
     config.gateway.data_dir = dir.to_path_buf();
@@ -60,14 +63,27 @@ async fn utility(port: u16, id: &str) -> (AsyncClient, mpsc::UnboundedReceiver<(
         .expect("subscribe");
     let (tx, rx) = mpsc::unbounded_channel();
     tokio::spawn(async move {
+        let mut said = false;
         loop {
             match eventloop.poll().await {
+                Ok(Event::Incoming(Packet::PubAck(_))) => {
+                    PUBACKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
                 Ok(Event::Incoming(Packet::Publish(p))) => {
                     let at = Instant::now();
                     let _ = tx.send((at, serde_json::from_slice(&p.payload).unwrap_or(Value::Null)));
                 }
                 Ok(_) => {}
-                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                Err(e) => {
+                    // A benchmark that loses its connection measures the reconnect, not the
+                    // gateway: say so (once per client; after a run its broker is gone), so
+                    // that a figure is never quoted from such a run unknowingly.
+                    if !said && !tx.is_closed() {
+                        eprintln!("utility client: {e}");
+                        said = true;
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
             }
         }
     });
@@ -96,6 +112,20 @@ async fn ready(server: &Server) -> f64 {
     }
 }
 
+/// The gateway's `/metrics` text, for saying where a stalled run stalled.
+async fn scrape(addr: std::net::SocketAddr) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await else {
+        return "metrics: cannot connect".into();
+    };
+    let request = format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let mut text = String::new();
+    if stream.write_all(request.as_bytes()).await.is_ok() {
+        let _ = stream.read_to_string(&mut text).await;
+    }
+    text
+}
+
 async fn throughput_run(n: usize) -> f64 {
     let dir = tempfile::tempdir().expect("dir");
     let broker = Mosquitto::start(&dir.path().join("broker"));
@@ -120,7 +150,15 @@ async fn throughput_run(n: usize) -> f64 {
     let mut last = started;
     while seen < n {
         let Ok(Some((at, ack))) = tokio::time::timeout(Duration::from_secs(60), acks.recv()).await else {
-            panic!("only {seen} of {n} acks");
+            let text = scrape(server.addr).await;
+            for line in text
+                .lines()
+                .filter(|l| !l.starts_with('#') && (l.contains("mqtt") || l.contains("ledger") || l.contains("event")))
+            {
+                eprintln!("{line}");
+            }
+            let pubacks = PUBACKS.load(std::sync::atomic::Ordering::Relaxed);
+            panic!("only {seen} of {n} acks ({pubacks} of the utility's publishes acknowledged by the broker)");
         };
         assert_eq!(ack["opt"], "in", "{ack}");
         seen += 1;
@@ -196,6 +234,10 @@ async fn latency_run(seconds: u64) {
 
 fn main() {
     let smoke = std::env::args().any(|a| a == "--test");
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_env("RUST_LOG"))
+        .with_writer(std::io::stderr)
+        .try_init();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -460,7 +460,15 @@ impl Controller {
                 }
             }
             Entry::EventPhase(t) => {
-                let _ = Arc::make_mut(&mut self.book).advance(t.at);
+                // Live, `step` has already advanced the book and this changes nothing; the
+                // lookup keeps it from costing a walk of the whole book per transition.
+                let moves = self
+                    .book
+                    .get(&t.event_id)
+                    .is_some_and(|e| t.to > e.phase && !e.phase.is_terminal());
+                if moves {
+                    Arc::make_mut(&mut self.book).apply_transition(t);
+                }
             }
             Entry::OperatorOptOut(o) => {
                 Arc::make_mut(&mut self.book).opt_out(&o.event_id, o.at);
