@@ -529,3 +529,55 @@ fn openadr_decode_refuses_invalid_input_with_exit_1() {
         assert!(out.stdout.is_empty(), "{name}: nothing on stdout");
     }
 }
+
+/// Runs the binary with its stdout a pipe whose reader is already gone, as in `… | head` once
+/// `head` has exited: every write fails with EPIPE.
+fn with_closed_stdout(args: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_flexgate"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the flexgate binary runs");
+    drop(child.stdout.take());
+    child.wait_with_output().expect("it ends")
+}
+
+#[test]
+fn a_closed_stdout_pipe_ends_the_command_quietly_not_with_a_panic() {
+    let decode = fixture("single_jaxb.xml");
+    for args in [
+        vec!["simulate", "--workloads", "5", "--jobs", "20", "--json", "-q"],
+        vec!["simulate", "--workloads", "5", "--jobs", "20", "-q"],
+        vec!["openadr", "decode", decode.as_str()],
+        vec!["facility", "params"],
+    ] {
+        let out = with_closed_stdout(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && !stderr.contains("panicked") && !stderr.contains("error"),
+            "{args:?}: {:?}, stderr: {stderr}",
+            out.status
+        );
+    }
+}
+
+#[test]
+fn openadr_decode_refuses_an_event_whose_duration_has_no_components() {
+    let text = std::fs::read_to_string(fixture("multi_event.xml")).expect("fixture");
+    let broken = text.replacen(
+        "<d3p6:duration>PT2H</d3p6:duration>",
+        "<d3p6:duration>PT</d3p6:duration>",
+        1,
+    );
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("pt.xml");
+    std::fs::write(&path, broken).expect("write");
+    let out = flexgate(&["openadr", "decode", path.to_str().expect("utf-8 path")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a PT duration must not pass: {stderr}");
+    assert!(stderr.contains("454") && stderr.contains("duration"), "{stderr}");
+    // The decode itself is still shown, with the event's duration absent, not "open-ended".
+    let shown: Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON");
+    assert!(shown.to_string().contains("has no components"), "{shown}");
+}

@@ -68,8 +68,8 @@ pub fn run(args: &AuditArgs) -> Result<()> {
     let report = crate::reports::audit::build(&records, &args.event, args.baseline_window_s)?
         .with_context(|| format!("no event {:?} in the ledger at {}", args.event, args.data.display()))?;
     match args.format {
-        Format::Md => print!("{}", report.to_markdown()),
-        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        Format::Md => crate::out!("{}", report.to_markdown()),
+        Format::Json => crate::outln!("{}", serde_json::to_string_pretty(&report)?),
     }
     if let Some(path) = &args.plot {
         write_output(path, &report.chart())?;

@@ -96,15 +96,16 @@ async fn demo(args: &DemoArgs) -> Result<()> {
     };
     let event_secs = |s: f64| clock.real_duration(s);
 
-    println!(
+    crate::outln!(
         "flexgate demo: gateway on http://{addr}, simulated cluster of {} nodes × 8 GPUs, event time ×{}",
-        args.nodes, args.speed
+        args.nodes,
+        args.speed
     );
     let jobs = get(addr, "/v1/jobs").await?;
     let unknown = jobs
         .as_array()
         .map_or(0, |j| j.iter().filter(|j| j["elasticity"] == "unknown").count());
-    println!(
+    crate::outln!(
         "  {} training jobs ({} with unknown elasticity); measuring a 10-minute baseline …",
         jobs.as_array().map_or(0, Vec::len),
         unknown
@@ -129,10 +130,10 @@ async fn demo(args: &DemoArgs) -> Result<()> {
         bail!("the gateway refused the demo event ({}): {}", ack.status, ack.text());
     }
     let ack = ack.json()?;
-    println!(
+    crate::outln!(
         "\nPOST /v1/events  ceiling {ceiling_kw:.1} kW at the meter (baseline {baseline_kw:.1} kW), ramp 5 min, hold 30 min, recovery 5 min"
     );
-    println!(
+    crate::outln!(
         "  ack: opt {} · accepted target {} kW · ledger checkpoint {}…",
         ack["opt"],
         ack["accepted_target_kw"],
@@ -155,7 +156,7 @@ async fn demo(args: &DemoArgs) -> Result<()> {
             .unwrap_or("unknown")
             .to_string();
         if phase != last_phase {
-            println!(
+            crate::outln!(
                 "  {}  {:<10} ceiling {:>8} kW · meter {:>8} kW · GPU boards {:>8} kW",
                 clock.now().format("%H:%M:%S"),
                 phase,
@@ -187,11 +188,11 @@ async fn demo(args: &DemoArgs) -> Result<()> {
     let verified = crate::ledger::verify(&data.join("ledger"));
     let report =
         crate::reports::audit::build(&records, "demo-001", 600)?.context("the demo event is not in the ledger")?;
-    println!(
+    crate::outln!(
         "\nAudit summary (flexgate audit --event demo-001 --data {}):",
         data.display()
     );
-    println!(
+    crate::outln!(
         "  baseline (meter before/after) {} kW; {} plans, {} dispatches, {} closed-loop trims, fallbacks: {}",
         fmt_kw(report.baseline.kw),
         report.plans.len(),
@@ -204,7 +205,7 @@ async fn demo(args: &DemoArgs) -> Result<()> {
         }
     );
     for i in &report.intervals {
-        println!(
+        crate::outln!(
             "  interval {}: ceiling {} kW, mean meter {} kW, {} of samples at or under the ceiling, delivered {} kW, shortfall {} kW",
             i.index,
             fmt_kw(i.ceiling_kw),
@@ -216,12 +217,12 @@ async fn demo(args: &DemoArgs) -> Result<()> {
         );
     }
     match verified {
-        Ok(v) => println!(
+        Ok(v) => crate::outln!(
             "  ledger: {} records, hash chain verified (head {}…)",
             v.records,
             &v.head_hash[..16.min(v.head_hash.len())]
         ),
-        Err(e) => println!("  ledger verification FAILED at record {}: {}", e.seq, e.reason),
+        Err(e) => crate::outln!("  ledger verification FAILED at record {}: {}", e.seq, e.reason),
     }
     if args.data.is_none() {
         let _ = std::fs::remove_dir_all(&temp);
@@ -258,14 +259,19 @@ fn print_before_after(
         .flatten()
         .filter_map(|j| Some((j["id"].as_str()?.to_string(), j)))
         .collect();
-    println!(
+    crate::outln!(
         "\nIn the middle of the hold (plan generation {}, policy {}):",
         plan["generation"],
         plan["policy"].as_str().unwrap_or("")
     );
-    println!(
+    crate::outln!(
         "  {:<34} {:>6} {:>22} {:>10} {:>12} {:>14}",
-        "job", "GPUs", "knowledge", "cap W/GPU", "power kW", "tokens/s kept"
+        "job",
+        "GPUs",
+        "knowledge",
+        "cap W/GPU",
+        "power kW",
+        "tokens/s kept"
     );
     let mut rows: Vec<&Value> = jobs_during.as_array().map(|a| a.iter().collect()).unwrap_or_default();
     rows.sort_by(|a, b| {
@@ -283,7 +289,7 @@ fn print_before_after(
             .unwrap_or(0.0);
         let kept = j["measured_tokens_per_s"].as_f64().unwrap_or(0.0)
             / j["uncapped_tokens_per_s"].as_f64().unwrap_or(1.0).max(1e-9);
-        println!(
+        crate::outln!(
             "  {:<34} {:>6} {:>22} {:>10.0} {:>5.1} → {:>4.1} {:>13.0} %",
             id,
             j["gpus"],
@@ -295,11 +301,11 @@ fn print_before_after(
         );
     }
     if rows.len() > shown {
-        println!("  … {} more jobs (GET /v1/jobs)", rows.len() - shown);
+        crate::outln!("  … {} more jobs (GET /v1/jobs)", rows.len() - shown);
     }
     let meter = status["measured_meter_kw"].as_f64().unwrap_or(f64::NAN);
     let ceiling = status["meter_ceiling_kw"].as_f64().unwrap_or(f64::NAN);
-    println!(
+    crate::outln!(
         "\n  meter: baseline {baseline_kw:.1} kW → {meter:.1} kW against a ceiling of {ceiling:.1} kW ({})",
         if meter <= ceiling + 0.05 { "met" } else { "NOT met" }
     );
@@ -328,7 +334,7 @@ fn print_before_after(
         ours += truth.tokens_at_cap(cap).value();
     }
     if full > 0.0 {
-        println!(
+        crate::outln!(
             "  throughput kept: flexgate {:.1} % of uncapped, an equal cut of the same GPU budget {:.1} % (+{:.0} tokens/s fleet-wide)",
             ours / full * 100.0,
             theirs / full * 100.0,

@@ -83,7 +83,7 @@ pub fn run(args: &FacilityArgs) -> Result<()> {
     let model = FacilityModel::new(params).context("invalid facility parameters")?;
     let (value, chain, headline) = match &args.what {
         FacilityCommand::Params => {
-            println!("{}", serde_json::to_string_pretty(model.params())?);
+            crate::outln!("{}", serde_json::to_string_pretty(model.params())?);
             return Ok(());
         }
         FacilityCommand::Ceiling {
@@ -135,11 +135,11 @@ pub fn run(args: &FacilityArgs) -> Result<()> {
         }
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&value)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&value)?);
     } else {
-        println!("{headline}");
-        println!("chain: {}", render_chain(&chain));
-        println!("parameters: {}", model.fingerprint());
+        crate::outln!("{headline}");
+        crate::outln!("chain: {}", render_chain(&chain));
+        crate::outln!("parameters: {}", model.fingerprint());
     }
     Ok(())
 }

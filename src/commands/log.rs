@@ -71,7 +71,7 @@ pub fn run(args: &LogArgs) -> Result<()> {
             .build()
             .context("cannot start the runtime")?;
         let report = runtime.block_on(crate::ledger::migrate::migrate(&from, to))?;
-        println!(
+        crate::outln!(
             "migrated {} records from {} (head {}) into {} (head {}); keep the old directory as evidence",
             report.records,
             from.display(),
@@ -91,9 +91,10 @@ pub fn run(args: &LogArgs) -> Result<()> {
     match &args.what {
         LogCommand::Verify => match crate::ledger::verify(&dir) {
             Ok(report) => {
-                println!(
+                crate::outln!(
                     "ok: {} records, chain intact, head {}",
-                    report.records, report.head_hash
+                    report.records,
+                    report.head_hash
                 );
                 Ok(())
             }

@@ -1,4 +1,27 @@
 //! One module per CLI command.
+//!
+//! Commands write their output with [`outln!`] and [`out!`], never `println!`: `println!`
+//! panics when stdout is a closed pipe (`flexgate simulate --json | head`), and a reader that
+//! stopped reading is input like any other. The macros return the write error instead, and
+//! `main` ends quietly when the error is a closed pipe ([`is_closed_pipe`]).
+
+/// `println!` that returns a write error (with `?`) instead of panicking on a closed pipe.
+#[macro_export]
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*)?
+    }};
+}
+
+/// `print!` that returns a write error (with `?`) instead of panicking on a closed pipe.
+#[macro_export]
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        write!(std::io::stdout().lock(), $($arg)*)?
+    }};
+}
 
 pub mod audit;
 pub mod demo;
@@ -12,6 +35,17 @@ pub mod simulate;
 
 use anyhow::{Context, Result, bail};
 use std::path::Path;
+
+/// Whether `error` is, somewhere in its chain, a write to a pipe whose reader has gone (`| head`):
+/// not a failure of the command, so `main` exits quietly and successfully.
+#[must_use]
+pub fn is_closed_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
 
 /// Largest input file the CLI reads (fleet files, telemetry samples, parameters): big enough
 /// for a million-job fleet, small enough that a wrong path to a disk image fails fast.

@@ -53,10 +53,42 @@ pub fn run(args: &OpenAdrArgs) -> Result<()> {
             } else {
                 serde_json::to_string_pretty(&json)?
             };
-            println!("{text}");
+            crate::outln!("{text}");
+            let unusable = unusable_events(&json);
+            if !unusable.is_empty() {
+                bail!(
+                    "{} decodes, but the VEN would refuse (454) {}",
+                    file.display(),
+                    unusable.join("; ")
+                );
+            }
             Ok(())
         }
     }
+}
+
+/// `event ID: reason` for every decoded event whose `invalid` list is not empty (an unreadable
+/// duration, for example), wherever events sit in the normalized message.
+fn unusable_events(json: &serde_json::Value) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![json];
+    while let Some(v) = stack.pop() {
+        match v {
+            serde_json::Value::Object(map) => {
+                if let Some(serde_json::Value::Array(reasons)) = map.get("invalid")
+                    && !reasons.is_empty()
+                {
+                    let id = map.get("id").and_then(serde_json::Value::as_str).unwrap_or("?");
+                    let reasons: Vec<&str> = reasons.iter().filter_map(serde_json::Value::as_str).collect();
+                    out.push(format!("event {id:?}: {}", reasons.join("; ")));
+                }
+                stack.extend(map.values());
+            }
+            serde_json::Value::Array(items) => stack.extend(items),
+            _ => {}
+        }
+    }
+    out
 }
 
 fn read_message(file: &PathBuf) -> Result<Vec<u8>> {

@@ -94,11 +94,11 @@ pub fn run(args: &PfiArgs) -> Result<()> {
     let curve = PowerCurve::new(sweep.gpus, points).context("invalid sweep")?;
     let value = pfi(&curve, args.epsilon)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&value)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&value)?);
         return Ok(());
     }
     let reference = curve.uncapped();
-    println!(
+    crate::outln!(
         "PFI {:.3} on caps {:?} W (reference {} W: {:.0} W, {:.0} tok/s)",
         value.value,
         value.grid.caps().iter().map(|c| c.value()).collect::<Vec<_>>(),
@@ -106,15 +106,18 @@ pub fn run(args: &PfiArgs) -> Result<()> {
         reference.power.value(),
         reference.tokens.value()
     );
-    println!(
+    crate::outln!(
         "{:>8} {:>12} {:>14} {:>8}",
-        "cap W", "power cut", "throughput loss", "PFI_i"
+        "cap W",
+        "power cut",
+        "throughput loss",
+        "PFI_i"
     );
     for p in &value.points {
         let ratio = p
             .ratio
             .map_or_else(|| format!("dropped (loss < {})", value.epsilon), |r| format!("{r:.3}"));
-        println!(
+        crate::outln!(
             "{:>8} {:>11.1}% {:>14.1}% {:>8}",
             p.cap.value(),
             p.power_reduction * 100.0,

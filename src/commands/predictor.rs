@@ -56,28 +56,29 @@ pub fn run(args: &PredictorArgs) -> Result<()> {
         let interval = prediction.as_ref().map(|p| p.interval(args.level));
         let out =
             serde_json::json!({"report": report, "prediction": prediction, "interval": interval, "level": args.level});
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
     }
     let show = |v: Option<f64>| v.map_or_else(|| "undefined".to_string(), |x| format!("{x:.3}"));
-    println!(
+    crate::outln!(
         "PFI ≈ {:.3} + {:.5} · (dram_active × mem_copy_util_pct)   on {} samples, {} clusters",
         report.intercept,
         report.slope,
         report.n,
         report.clusters.len()
     );
-    println!("  in-sample R²                 {:.3}", report.in_sample_r2);
-    println!(
+    crate::outln!("  in-sample R²                 {:.3}", report.in_sample_r2);
+    crate::outln!(
         "  leave-one-out R² (RMSE)      {:.3} ({:.3})",
-        report.loo_r2, report.loo_rmse
+        report.loo_r2,
+        report.loo_rmse
     );
-    println!("  leave-one-cluster-out R²     {}", show(report.loco_r2));
-    println!("  Spearman ρ (LOO vs measured) {}", show(report.spearman_rho));
-    println!("  (the paper, 25 H200 groups: 0.675, 0.524 (0.241), 0.246)");
+    crate::outln!("  leave-one-cluster-out R²     {}", show(report.loco_r2));
+    crate::outln!("  Spearman ρ (LOO vs measured) {}", show(report.spearman_rho));
+    crate::outln!("  (the paper, 25 H200 groups: 0.675, 0.524 (0.241), 0.246)");
     if let Some(p) = prediction {
         let (lo, hi) = p.interval(args.level);
-        println!(
+        crate::outln!(
             "new job: PFI {:.2} ± {:.2} (sd); {:.0} % interval [{lo:.2}, {hi:.2}]",
             p.mean,
             p.sd,

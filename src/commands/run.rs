@@ -94,7 +94,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         if let Some(token) = shown.openadr3.as_mut().and_then(|o| o.token.as_mut()) {
             redact(token);
         }
-        print!("{}", toml::to_string_pretty(&shown)?);
+        crate::out!("{}", toml::to_string_pretty(&shown)?);
         return Ok(());
     }
     init_logging();

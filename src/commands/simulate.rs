@@ -249,20 +249,20 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
     bar.finish_and_clear();
 
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print!("{}", render_table(&report));
+        crate::out!("{}", render_table(&report));
     }
     if let Some(path) = &args.csv {
         write_output(path, &render_csv(&report))?;
         if !args.json {
-            println!("wrote {}", path.display());
+            crate::outln!("wrote {}", path.display());
         }
     }
     if let Some(path) = &args.plot {
         write_output(path, &render_plot(&report))?;
         if !args.json {
-            println!("wrote {}", path.display());
+            crate::outln!("wrote {}", path.display());
         }
     }
     Ok(())

@@ -356,11 +356,6 @@ fn invalid_values_are_errors_with_paths() {
             "modificationNumber",
         ),
         (
-            "<xcal:duration>PT1H</xcal:duration>",
-            "<xcal:duration>1 hour</xcal:duration>",
-            "properties/duration/duration",
-        ),
-        (
             "<xcal:date-time>2026-07-01T18:00:00Z</xcal:date-time>",
             "<xcal:date-time>2026-07-01T18:00:00</xcal:date-time>",
             "dtstart/date-time",
@@ -378,6 +373,25 @@ fn invalid_values_are_errors_with_paths() {
             Err(DecodeError::Invalid { path, .. }) => assert!(path.ends_with(path_end), "{to}: {path}"),
             other => panic!("{to}: expected Invalid, got {other:?}"),
         }
+    }
+    // An unreadable event duration spoils that event, not the message: the event is marked
+    // (the VEN refuses it with 454), with the path, and the message still decodes.
+    let xml = base.replacen(
+        "<xcal:duration>PT1H</xcal:duration>",
+        "<xcal:duration>1 hour</xcal:duration>",
+        1,
+    );
+    match decode(xml.as_bytes()) {
+        Ok(Message::DistributeEvent(d)) => {
+            let reasons = &d.events[0].invalid;
+            assert!(
+                reasons.len() == 1
+                    && reasons[0].contains("properties/duration/duration")
+                    && reasons[0].contains("1 hour"),
+                "{reasons:?}"
+            );
+        }
+        other => panic!("expected a distribute with an unusable event, got {other:?}"),
     }
 }
 
@@ -726,4 +740,47 @@ fn signature_is_skipped_and_extra_messages_rejected() {
 fn default_limits() {
     let l = Limits::default();
     assert_eq!((l.max_bytes, l.max_depth, l.max_items), (4 * 1024 * 1024, 64, 10_000));
+}
+
+#[test]
+fn a_duration_without_components_marks_its_event_unusable_never_open_ended() {
+    let text = String::from_utf8(fixture("multi_event.xml")).unwrap();
+    // Event 1's active period, and event 2's (only) interval.
+    let broken = text
+        .replacen(
+            "<d3p6:duration>PT2H</d3p6:duration>",
+            "<d3p6:duration>PT</d3p6:duration>",
+            1,
+        )
+        .replacen(
+            "<d3p6:duration>PT30M</d3p6:duration></d3p6:duration>\n                <d3p6:uid>",
+            "<d3p6:duration>P</d3p6:duration></d3p6:duration>\n                <d3p6:uid>",
+            1,
+        );
+    assert_ne!(broken, text);
+    let Message::DistributeEvent(d) = decode(broken.as_bytes()).expect("the message still decodes") else {
+        panic!("not a distribute");
+    };
+    assert_eq!(d.events.len(), 3);
+    assert_eq!(d.events[0].invalid.len(), 1, "{:?}", d.events[0].invalid);
+    assert!(
+        d.events[0].invalid[0].contains("eiActivePeriod"),
+        "{:?}",
+        d.events[0].invalid
+    );
+    assert!(
+        d.events[0].invalid[0].contains("PT0S"),
+        "the reason says how to write an open end"
+    );
+    assert!(
+        d.events[1].invalid.iter().any(|r| r.contains("interval")),
+        "{:?}",
+        d.events[1].invalid
+    );
+    assert!(d.events[2].invalid.is_empty());
+    let json = normalized_json(&Message::DistributeEvent(d.clone()));
+    assert!(json.to_string().contains("\"invalid\""), "{json}");
+    // An explicit zero still means "no set end".
+    let open = distribute("simple_open_ended.xml");
+    assert!(open.events.iter().all(|e| e.invalid.is_empty() && e.duration.is_none()));
 }

@@ -27,6 +27,7 @@ fn event(duration: Option<TimeDelta>, signals: Vec<Signal>) -> Event {
         ramp_up: None,
         recovery: None,
         response_required: Some(ResponseRequired::Always),
+        invalid: Vec::new(),
         signals,
         targets: Targets::default(),
     }

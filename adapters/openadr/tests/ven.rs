@@ -64,6 +64,7 @@ fn ev_kw(id: &str, modification: u32, kw: f64) -> Event {
         ramp_up: Some(TimeDelta::minutes(10)),
         recovery: Some(TimeDelta::minutes(15)),
         response_required: Some(ResponseRequired::Always),
+        invalid: Vec::new(),
         signals: vec![Signal {
             name: "LOAD_DISPATCH".into(),
             signal_type: "setpoint".into(),
@@ -1754,4 +1755,26 @@ fn failed_polls_pause_on_the_grid_and_other_messages_are_retried_then_dropped() 
     // a success resets the backoff: polls are back to every 10 s
     let polls = sim.poll_times();
     assert_eq!(polls[polls.len() - 2..], [690, 700]);
+}
+
+#[test]
+fn an_event_the_decoder_found_unusable_is_refused_454_with_its_reason() {
+    // A duration `PT` (no components) must never become an open-ended curtailment: the decoder
+    // marks the event, the VEN opts out of it with 454 and the reason, the others go on.
+    let mut sim = Sim::registered_with(VenConfig::new("site-a"));
+    let mut broken = ev("E1", 0);
+    broken.invalid = vec!["eiActivePeriod/properties/duration/duration: `PT` has no components".into()];
+    sim.auto_answer = false;
+    sim.deliver(distribute("D1", vec![broken, ev("E2", 0)]));
+    let outcome = sim.outcomes.last().unwrap().clone();
+    match &outcome.changes[0] {
+        EventChange::Refused {
+            event_id, code, reason, ..
+        } => {
+            assert_eq!((event_id.as_str(), *code), ("E1", 454));
+            assert!(reason.contains("duration"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(&outcome.changes[1], EventChange::Upsert(u) if u.event_id == "E2"));
 }

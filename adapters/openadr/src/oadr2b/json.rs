@@ -72,7 +72,9 @@ fn event(e: &Event) -> Value {
         "market_context": e.market_context,
         "created": e.created.map(ts),
         "start": ts(e.dtstart),
-        "duration_s": opt_secs(e.duration),
+        // An event the decoder found unusable has no meaningful duration: never show one.
+        "duration_s": if e.invalid.is_empty() { opt_secs(e.duration) } else { Value::Null },
+        "invalid": e.invalid,
         "start_after_s": opt_secs(e.start_after),
         "notification_s": opt_secs(e.notification),
         "ramp_up_s": opt_secs(e.ramp_up),

@@ -187,6 +187,10 @@ pub struct Event {
     pub response_required: Option<ResponseRequired>,
     pub signals: Vec<Signal>,
     pub targets: Targets,
+    /// What makes this event unusable although the message decoded (an unreadable event or
+    /// interval duration such as `PT`), each naming its element. The VEN refuses such an event
+    /// with 454 and these reasons; its `duration` then means nothing and is never acted on.
+    pub invalid: Vec<String>,
 }
 
 /// `ei:eiEventSignal`.

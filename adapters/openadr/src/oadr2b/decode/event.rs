@@ -8,8 +8,8 @@
 use chrono::TimeDelta;
 
 use super::fields::{
-    date_time, dur, ei_response, invalid, item_base, join, opt_text, opt_wrapped_duration, parse_float, parse_u32, req,
-    req_text,
+    date_time, dur, ei_response, invalid, item_base, join, opt_text, opt_wrapped_duration, opt_wrapped_event_duration,
+    parse_float, parse_u32, req, req_text,
 };
 use super::{Cx, DecodeError};
 use crate::oadr2b::model::{DistributeEvent, Event, EventStatus, Interval, ResponseRequired, Signal, Targets};
@@ -47,6 +47,7 @@ impl Cx<'_> {
     }
 
     pub(super) fn event(&mut self, n: &Node, p: &str) -> Result<Event, DecodeError> {
+        self.event_problems.clear();
         let ei_p = join(p, "eiEvent");
         let ei = req(n, &Ns::Ei, "eiEvent", p)?;
         let dp = join(&ei_p, "eventDescriptor");
@@ -88,10 +89,16 @@ impl Cx<'_> {
         let dtp = join(&pp, "dtstart");
         let dtstart_node = req(req(props, &Ns::Xcal, "dtstart", &pp)?, &Ns::Xcal, "date-time", &dtp)?;
         let dtstart = date_time(&dtstart_node.text, &join(&dtp, "date-time"))?;
-        let duration =
-            opt_wrapped_duration(props, &Ns::Xcal, "duration", &pp)?.ok_or_else(|| DecodeError::Missing {
+        // An unreadable duration refuses this event (never "no end"), not the whole message.
+        let duration = match opt_wrapped_event_duration(props, &Ns::Xcal, "duration", &pp) {
+            Ok(d) => d.ok_or_else(|| DecodeError::Missing {
                 path: join(&pp, "duration"),
-            })?;
+            })?,
+            Err(e) => {
+                self.event_problems.push(e.to_string());
+                TimeDelta::zero()
+            }
+        };
         let duration = (duration != TimeDelta::zero()).then_some(duration);
         if duration.is_some_and(|d| d < TimeDelta::zero()) {
             return Err(invalid(&join(&pp, "duration"), "", "negative event duration"));
@@ -150,6 +157,7 @@ impl Cx<'_> {
             response_required,
             signals,
             targets,
+            invalid: std::mem::take(&mut self.event_problems),
         })
     }
 
@@ -195,7 +203,13 @@ impl Cx<'_> {
         let mut intervals = Vec::with_capacity(int_nodes.len());
         for (i, n) in int_nodes.iter().enumerate() {
             let np = format!("{ip}/interval[{}]", i + 1);
-            let duration = opt_wrapped_duration(n, &Ns::Xcal, "duration", &np)?;
+            let duration = match opt_wrapped_event_duration(n, &Ns::Xcal, "duration", &np) {
+                Ok(d) => d,
+                Err(e) => {
+                    self.event_problems.push(e.to_string());
+                    Some(TimeDelta::zero())
+                }
+            };
             if duration.is_none() && !single {
                 return Err(DecodeError::Missing {
                     path: join(&np, "duration"),

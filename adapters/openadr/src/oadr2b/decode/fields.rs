@@ -91,6 +91,32 @@ pub(super) fn opt_wrapped_duration(
     dur(&inner.text, &join(&p, "duration")).map(Some)
 }
 
+/// Like [`opt_wrapped_duration`], for an event's and its intervals' durations, where a bare `P`
+/// or `PT` is refused instead of read as zero: zero means "no set end" for an event, so a
+/// malformed duration must not become an open-ended curtailment. An explicit zero (`PT0S`)
+/// still says "open-ended", as OpenADR 2.0b defines it.
+pub(super) fn opt_wrapped_event_duration(
+    node: &Node,
+    ns: &Ns,
+    name: &str,
+    path: &str,
+) -> Result<Option<TimeDelta>, DecodeError> {
+    let Some(outer) = node.child(ns, name) else {
+        return Ok(None);
+    };
+    let p = join(path, name);
+    let inner = req(outer, &Ns::Xcal, "duration", &p)?;
+    let at = join(&p, "duration");
+    let t = inner.text.trim();
+    parse_duration(t).map(Some).map_err(|e| {
+        invalid(
+            &at,
+            t,
+            format!("{e}; an event duration must say how long (PT0S: no set end)"),
+        )
+    })
+}
+
 pub(super) fn ei_response(node: &Node, path: &str) -> Result<EiResponse, DecodeError> {
     Ok(EiResponse {
         code: req_text(node, &Ns::Ei, "responseCode", path)?,

@@ -116,6 +116,7 @@ pub fn decode_with_limits(bytes: &[u8], limits: &Limits) -> Result<Message, Deco
     let mut cx = Cx {
         limits,
         warnings: Vec::new(),
+        event_problems: Vec::new(),
     };
     cx.message(msg)
 }
@@ -165,6 +166,10 @@ fn unwrap_payload<'a>(root: &'a Node<'a>) -> Result<&'a Node<'a>, DecodeError> {
 struct Cx<'l> {
     limits: &'l Limits,
     warnings: Vec<Warning>,
+    /// What is wrong with the event being decoded, alone (an unreadable duration): collected
+    /// into its [`Event::invalid`](crate::oadr2b::Event) so that the VEN refuses that event
+    /// (454) and still answers the others, instead of the whole message failing to decode.
+    event_problems: Vec<String>,
 }
 
 impl Cx<'_> {

@@ -27,8 +27,9 @@ use crate::oadr2b::{DistributeEvent, Event, EventStatus, ResponseRequired, Targe
 ///   therefore clears everything;
 /// - the VEN opts out by itself, without asking the caller, when the event-level eiTarget
 ///   does not name us (code 200), when the market context is not one we are enrolled in
-///   (code 200), or when a signal is refused by [`map_signal`] (its code: 460 unsupported, 454
-///   out of range or bad units). Such an event is reported as [`EventChange::Refused`], never
+///   (code 200), when a signal is refused by [`map_signal`] (its code: 460 unsupported, 454
+///   out of range or bad units), or when the decoder found the event itself unusable
+///   ([`Event::invalid`], e.g. a duration `PT`: 454 with the reason, never an open end). Such an event is reported as [`EventChange::Refused`], never
 ///   as an actionable upsert. A signal with its own eiTarget that does not name us is left out;
 /// - a test event (`testEvent` anything but `false`) is upserted with `test: true`, opted into
 ///   by the VEN itself (it is acknowledged), and must never be acted on.
@@ -540,6 +541,9 @@ impl Ven {
 
     /// VEN-side checks: is the event ours, in our market, with signals we can honour?
     fn evaluate(&self, ev: &Event) -> Result<Vec<SignalTargets>, (u16, String)> {
+        if !ev.invalid.is_empty() {
+            return Err((454, ev.invalid.join("; ")));
+        }
         if !self.targets_match(&ev.targets) {
             return Err((200, format!("eiTarget does not match this VEN ({})", self.identity())));
         }
