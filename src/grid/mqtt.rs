@@ -13,7 +13,7 @@ use crate::ledger::{Entry, Recorded};
 use crate::runtime::{Gateway, SubmitError, Transport};
 use flexgate_mqtt::{
     AckPayload, GatewayState, IncomingEvent, MqttLink, MqttSettings, Opt, ReportInterval, ReportPayload, Screen,
-    Secret, SignaturePolicy, StatusPayload, TelemetryPayload, TlsFiles, Topics, TrustedKeys,
+    Secret, SignatureError, SignaturePolicy, StatusPayload, TelemetryPayload, TlsFiles, Topics, TrustedKeys,
 };
 use flexgate_policies::control::entry::{PeerAnswer, WireContent, WireProtocol, WireSent};
 use flexgate_policies::event::Phase;
@@ -311,7 +311,7 @@ impl Intake {
         let now = self.gateway.clock().now();
         // Transport-level checks first: signature, topic/document agreement, staleness.
         let screened = flexgate_mqtt::signature::verify(payload, &self.keys, self.policy)
-            .map_err(|e| format!("signature: {e}"))
+            .map_err(signature_refusal)
             .and_then(|_| self.screen.check(event_id, payload, now).map_err(|e| e.to_string()));
         if let Err(reason) = screened {
             return self.refusal(event_id, payload, reason);
@@ -350,6 +350,16 @@ impl Intake {
     }
 }
 
+/// The reason sent back for a document the signature check refused. Only a problem with the
+/// signature itself says "signature:"; a document the strict parse refused (not JSON, a
+/// repeated key, too large) is named as such, with or without keys configured.
+fn signature_refusal(e: SignatureError) -> String {
+    match e {
+        SignatureError::TooLarge(_) | SignatureError::Json(_) | SignatureError::NotAnObject(_) => e.to_string(),
+        other => format!("signature: {other}"),
+    }
+}
+
 /// Crash drills (debug builds only): with `FLEXGATE_PAUSE_AT=mqtt_received:{event_id}` the
 /// event's processing stops forever right after receipt, before anything is recorded, and
 /// says so on stderr, so that a test can SIGKILL the process exactly between receipt and
@@ -361,4 +371,18 @@ async fn pause_point(point: &str, event_id: &str) {
         std::future::pending::<()>().await;
     }
     let _ = (point, event_id);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_signature_problems_are_called_signature_problems() {
+        assert_eq!(
+            signature_refusal(SignatureError::Json("key \"a\" repeats".into())),
+            "the document is not acceptable JSON: key \"a\" repeats"
+        );
+        assert!(signature_refusal(SignatureError::Missing).starts_with("signature: "));
+    }
 }

@@ -351,16 +351,17 @@ fn time(field: &'static str, node: &Node) -> Result<DateTime<Utc>, Rejection> {
     }
 }
 
-/// A bounded count of seconds (0 ..= 30 days, which covers every valid window).
+/// A bounded count of seconds: at most the `dr.event/1` limit (7 days), which every valid
+/// window, ramp, recovery and randomization respects.
 fn seconds(field: &'static str, node: Option<&Node>) -> Result<Option<i64>, Rejection> {
-    const LIMIT: u64 = 30 * 86_400;
+    const LIMIT: u64 = flexgate_dr::MAX_DURATION_S;
     match node {
         None | Some(Node::Null) => Ok(None),
         Some(Node::U(u)) if *u <= LIMIT => Ok(i64::try_from(*u).ok()),
         Some(Node::F(f)) if f.fract() == 0.0 && *f >= 0.0 && *f <= LIMIT as f64 => Ok(Some(*f as i64)),
         Some(_) => Err(malformed(
             field,
-            "must be a whole number of seconds between 0 and 2592000",
+            format!("must be a whole number of seconds between 0 and {LIMIT}"),
         )),
     }
 }
@@ -460,6 +461,23 @@ mod tests {
     fn topic_and_document_must_agree() {
         let e = Screen::default().check("ev-2", doc(1).as_bytes(), t(NOW)).unwrap_err();
         assert!(matches!(e, Rejection::TopicMismatch { .. }), "{e}");
+    }
+
+    #[test]
+    fn durations_beyond_the_document_limit_are_refused_with_that_limit() {
+        let doc = |d: u64| {
+            format!(
+                r#"{{"schema":"dr.event/1","event_id":"e","revision":1,"window":{{"start":"2026-07-14T19:00:00Z","duration_s":{d}}}}}"#
+            )
+        };
+        assert!(read_header(doc(604_800).as_bytes()).is_ok());
+        match read_header(doc(604_801).as_bytes()).unwrap_err() {
+            Rejection::Malformed { field, message } => {
+                assert_eq!(field, "window.duration_s");
+                assert!(message.contains("604800"), "{message}");
+            }
+            other => panic!("{other}"),
+        }
     }
 
     #[test]

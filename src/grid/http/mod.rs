@@ -60,13 +60,17 @@ fn error(status: StatusCode, field: Option<&str>, message: impl Into<String>) ->
         .into_response()
 }
 
+/// The credentials of an `Authorization: Bearer …` header. The scheme name is matched without
+/// regard to case (RFC 9110 §11.1: `bearer`, `BEARER` and `Bearer` are the same scheme).
+pub(crate) fn bearer_token(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then_some(token)
+}
+
 impl Api {
     fn authorized(&self, headers: &HeaderMap) -> bool {
-        let Some(given) = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-        else {
+        let Some(given) = bearer_token(headers) else {
             return false;
         };
         let digest: [u8; 32] = Sha256::digest(given.trim().as_bytes()).into();
@@ -215,5 +219,25 @@ async fn operator_opt_out(State(api): State<Api>, request: Request) -> Response 
                 "the action could not be recorded; nothing changed, retry",
             )
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive_and_required() {
+        let with = |value: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(header::AUTHORIZATION, value.parse().expect("header value"));
+            bearer_token(&headers).map(str::to_owned)
+        };
+        for value in ["Bearer t0ken", "bearer t0ken", "BEARER t0ken"] {
+            assert_eq!(with(value).as_deref(), Some("t0ken"), "{value}");
+        }
+        assert_eq!(with("Basic dXNlcjpwYXNz"), None);
+        assert_eq!(with("Bearert0ken"), None);
+        assert_eq!(bearer_token(&HeaderMap::new()), None);
     }
 }

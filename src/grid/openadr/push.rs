@@ -37,11 +37,7 @@ pub fn router(token: &str, to_ven: mpsc::Sender<Pushed>) -> Router {
 }
 
 fn authorized(push: &Push, headers: &HeaderMap) -> bool {
-    let Some(presented) = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-    else {
+    let Some(presented) = crate::grid::http::bearer_token(headers) else {
         return false;
     };
     let digest: [u8; 32] = Sha256::digest(presented.trim().as_bytes()).into();
