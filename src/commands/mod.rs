@@ -1,6 +1,6 @@
 //! One module per CLI command.
 //!
-//! Commands write their output with [`outln!`] and [`out!`], never `println!`: `println!`
+//! Commands write their output with [`outln!`](crate::outln) and [`out!`](crate::out), never `println!`: `println!`
 //! panics when stdout is a closed pipe (`flexgate simulate --json | head`), and a reader that
 //! stopped reading is input like any other. The macros return the write error instead, and
 //! `main` ends quietly when the error is a closed pipe ([`is_closed_pipe`]).
