@@ -76,19 +76,32 @@ pub(super) fn date_time(text: &str, path: &str) -> Result<DateTime<Utc>, DecodeE
     parse_date_time(text).map_err(|e| invalid(path, text.trim(), format!("not an ISO 8601 date-time with offset: {e}")))
 }
 
-/// `<xcal:duration><xcal:duration>PT1H</xcal:duration></xcal:duration>`-style wrapper under `node/name`.
+/// The text and path of a `<xcal:duration><xcal:duration>PT1H</xcal:duration></xcal:duration>`
+/// -style wrapper under `node/name`, if present.
+fn wrapped_duration_text<'a>(
+    node: &'a Node,
+    ns: &Ns,
+    name: &str,
+    path: &str,
+) -> Result<Option<(&'a str, String)>, DecodeError> {
+    let Some(outer) = node.child(ns, name) else {
+        return Ok(None);
+    };
+    let p = join(path, name);
+    let inner = req(outer, &Ns::Xcal, "duration", &p)?;
+    Ok(Some((inner.text.as_ref(), join(&p, "duration"))))
+}
+
+/// A wrapped duration under `node/name` (see [`dur`] for the forms accepted).
 pub(super) fn opt_wrapped_duration(
     node: &Node,
     ns: &Ns,
     name: &str,
     path: &str,
 ) -> Result<Option<TimeDelta>, DecodeError> {
-    let Some(outer) = node.child(ns, name) else {
-        return Ok(None);
-    };
-    let p = join(path, name);
-    let inner = req(outer, &Ns::Xcal, "duration", &p)?;
-    dur(&inner.text, &join(&p, "duration")).map(Some)
+    wrapped_duration_text(node, ns, name, path)?
+        .map(|(text, at)| dur(text, &at))
+        .transpose()
 }
 
 /// Like [`opt_wrapped_duration`], for an event's and its intervals' durations, where a bare `P`
@@ -101,20 +114,18 @@ pub(super) fn opt_wrapped_event_duration(
     name: &str,
     path: &str,
 ) -> Result<Option<TimeDelta>, DecodeError> {
-    let Some(outer) = node.child(ns, name) else {
-        return Ok(None);
-    };
-    let p = join(path, name);
-    let inner = req(outer, &Ns::Xcal, "duration", &p)?;
-    let at = join(&p, "duration");
-    let t = inner.text.trim();
-    parse_duration(t).map(Some).map_err(|e| {
-        invalid(
-            &at,
-            t,
-            format!("{e}; an event duration must say how long (PT0S: no set end)"),
-        )
-    })
+    wrapped_duration_text(node, ns, name, path)?
+        .map(|(text, at)| {
+            let t = text.trim();
+            parse_duration(t).map_err(|e| {
+                invalid(
+                    &at,
+                    t,
+                    format!("{e}; an event duration must say how long (PT0S: no set end)"),
+                )
+            })
+        })
+        .transpose()
 }
 
 pub(super) fn ei_response(node: &Node, path: &str) -> Result<EiResponse, DecodeError> {
