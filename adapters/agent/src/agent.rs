@@ -130,13 +130,17 @@ impl Agent {
         let mut book = match loaded {
             Some((state, path)) => {
                 let leases = state.leases.len();
-                let book = LeaseBook::from_state(state, gpus.gpus(), config.max_lease_ttl).map_err(|detail| {
-                    AgentError::InconsistentState {
+                let (book, refused) = LeaseBook::from_state(state, gpus.gpus(), config.max_lease_ttl, clock.now())
+                    .map_err(|e| AgentError::InconsistentState {
                         path: path.clone(),
-                        detail,
-                    }
-                })?;
-                tracing::info!(path = %path.display(), leases, "state loaded");
+                        detail: e.to_string(),
+                    })?;
+                for r in &refused {
+                    tracing::error!(path = %path.display(), lease = %r.id, generation = r.generation,
+                        expires_at = %r.expires_at.to_rfc3339(), gpus = ?r.gpus, reason = %r.reason,
+                        "state file lease refused: the API would not accept it; its GPUs are restored to their pre-event limits (a gateway that still wants the cap re-sends it)");
+                }
+                tracing::info!(path = %path.display(), leases, refused = refused.len(), "state loaded");
                 book
             }
             None => LeaseBook::new(gpus.gpus(), config.max_lease_ttl),
@@ -190,6 +194,16 @@ impl Agent {
     pub fn put_lease(&self, id: &str, req: &LeaseRequest) -> Result<LeaseResponse, LeaseError> {
         let now = self.inner.clock.now();
         self.with_core(|book, journal, gpus| book.put(id, req, now, gpus, journal))
+    }
+
+    /// `PUT /v1/leases/{id}` with the body as received: decoded and checked by
+    /// [`crate::api::decode_lease_request`] at the agent's time, then [`Agent::put_lease`]. What
+    /// the HTTP handler calls, so a malformed body is refused (400) before the lease book is
+    /// touched.
+    pub fn put_lease_json(&self, id: &str, body: &[u8]) -> Result<LeaseResponse, LeaseError> {
+        let now = self.inner.clock.now();
+        let req = crate::api::decode_lease_request(body, now, self.inner.config.max_lease_ttl)?;
+        self.with_core(|book, journal, gpus| book.put(id, &req, now, gpus, journal))
     }
 
     /// `POST /v1/leases/{id}/renew`.

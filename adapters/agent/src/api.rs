@@ -107,9 +107,12 @@ pub struct GpuCap {
 
 /// Body of `PUT /v1/leases/{id}`: the declarative state of one lease.
 ///
-/// Idempotent per generation: the same generation again returns the stored answer and does
-/// nothing; a lower generation than the one held is refused (409); a higher one replaces the
-/// lease, and GPUs it no longer names are restored.
+/// Idempotent per generation: the same generation with the same caps returns the stored answer
+/// and does nothing (`expires_at` is not compared: the answer carries the deadline held); the
+/// same generation with other caps is refused (409 `generation_conflict`), so a sender learns
+/// that its new caps were not applied; a lower generation than the one held is refused (409
+/// `stale_generation`); a higher one replaces the lease, and GPUs it no longer names are
+/// restored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LeaseRequest {
@@ -321,6 +324,10 @@ pub enum ErrorKind {
     NotFound,
     /// A lower (or deleted) generation than the one held (409); see `held_generation`.
     StaleGeneration,
+    /// The same generation as the lease held, with other caps (409): nothing changed, the lease
+    /// keeps the caps it holds; `held_generation` is that generation. Send the new caps under a
+    /// higher one.
+    GenerationConflict,
     /// Some other conflict, e.g. too many leases (409).
     Conflict,
     /// Body too large (413).
@@ -341,8 +348,8 @@ pub struct ErrorBody {
     pub error: ErrorKind,
     /// Human-readable explanation.
     pub detail: String,
-    /// With `stale_generation`: the generation the agent holds (or deleted), so the gateway can
-    /// number its next request above it.
+    /// With `stale_generation` and `generation_conflict`: the generation the agent holds (or
+    /// deleted), so the gateway can number its next request above it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_generation: Option<u64>,
 }
@@ -432,6 +439,20 @@ impl LeaseRequest {
         }
         Ok(())
     }
+}
+
+/// Decode and check the body of `PUT /v1/leases/{id}` at agent time `now`: JSON into a
+/// [`LeaseRequest`] (unknown fields refused), then [`LeaseRequest::validate`]. The one path from
+/// bytes to a request that the lease book may see; the HTTP handler and the fuzz target
+/// (`adapters/agent/fuzz`) both go through it.
+pub fn decode_lease_request(
+    body: &[u8],
+    now: DateTime<Utc>,
+    max_ttl: TimeDelta,
+) -> Result<LeaseRequest, ValidationError> {
+    let req: LeaseRequest = serde_json::from_slice(body).map_err(|e| invalid(format!("invalid JSON body: {e}")))?;
+    req.validate(now, max_ttl)?;
+    Ok(req)
 }
 
 impl JobRequest {

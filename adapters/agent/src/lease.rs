@@ -7,9 +7,14 @@
 //! # Model
 //!
 //! - A **lease** (`id`, `generation`, `expires_at`) holds caps on some GPUs. The gateway re-sends
-//!   the whole lease declaratively: the same generation is a harmless repeat (the stored answer is
-//!   returned and nothing is re-done), a lower one is stale (refused), a higher one replaces the
-//!   lease. A deleted lease leaves a tombstone, so a delayed retry of an old `PUT` cannot
+//!   the whole lease declaratively: the same generation with the same caps is a harmless repeat
+//!   (the stored answer is returned and nothing is re-done), the same generation with other caps
+//!   is refused ([`LeaseError::GenerationConflict`]: the agent cannot apply both, and answering
+//!   the first ack would hide that the new caps were ignored), a lower one is stale (refused), a
+//!   higher one replaces the lease. The deadline is not part of the comparison: every resend
+//!   computes it afresh (a restarted gateway re-sends its last plan's caps under their original
+//!   generation), so a repeat keeps the deadline held and the answer says which one that is;
+//!   renew moves it. A deleted lease leaves a tombstone, so a delayed retry of an old `PUT` cannot
 //!   resurrect it. An expired lease leaves none: a gateway that lost contact may re-send its
 //!   last generation with a fresh deadline, and that re-creates the lease.
 //! - Each GPU's **pre-event limit** (its requested limit before any lease touched it, not the
@@ -24,10 +29,16 @@
 //!   journal write fails, the operation is refused and nothing changes.
 //! - [`LeaseBook::reconcile_all`] (called by the watchdog every second) expires leases, retries
 //!   restores that failed, and re-applies caps a GPU reset or driver reload wiped out (drift).
+//! - **A state file is input too** ([`LeaseBook::from_state`]): a lease in it is held to the limits
+//!   the API enforces on a request. One the API would refuse (a deadline further ahead than the
+//!   maximum lease lifetime, such as a hand-edited year 9999, which would defeat the dead-man
+//!   switch; an invalid id or cap) is dropped at load and its GPUs restored to their pre-event
+//!   limits, as if it had expired: a cap nobody can vouch for comes off, and a gateway that still
+//!   wants it re-creates it at its next renewal (renew answers 404, the gateway re-sends).
 
 use crate::api::{
-    self, AppliedCap, CapStatus, GpuLimit, JobGpu, JobRequest, JobResponse, LeaseRequest, LeaseResponse, LeaseSummary,
-    ReleaseResponse, RenewRequest, ValidationError, mw_to_w,
+    self, AppliedCap, CapStatus, GpuCap, GpuLimit, JobGpu, JobRequest, JobResponse, LeaseRequest, LeaseResponse,
+    LeaseSummary, MAX_GPUS_PER_REQUEST, MAX_ID_LEN, ReleaseResponse, RenewRequest, ValidationError, mw_to_w,
 };
 use crate::gpu::{GpuControl, GpuInfo, Limits};
 use chrono::{DateTime, TimeDelta, Utc};
@@ -73,6 +84,12 @@ pub struct Lease {
     pub new_job_cap_w: Option<f64>,
     /// GPUs held, by UUID.
     pub holds: BTreeMap<String, Hold>,
+    /// The caps the `PUT` of this generation asked for, as sent: what a same-generation resend is
+    /// compared with. Kept apart from `holds`, which lose GPUs that failed and gain GPUs of
+    /// jobs that started. Absent in state files written before it existed; `response.applied`
+    /// (the same GPUs and watts, once the `PUT` finished) stands in for it then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asked: Option<Vec<GpuCap>>,
     /// The answer given for this generation, repeated for a repeated `PUT`.
     pub response: LeaseResponse,
 }
@@ -141,6 +158,19 @@ pub enum LeaseError {
         /// Generation held.
         held: u64,
     },
+    /// The same generation as the lease held, with other caps (409). Nothing changed: the lease
+    /// held keeps its caps. A new body needs a higher generation.
+    #[error(
+        "lease {id} already holds generation {generation} with other caps ({difference}); this body was not applied and the lease keeps its caps: send the new caps under a higher generation"
+    )]
+    GenerationConflict {
+        /// Lease id.
+        id: String,
+        /// The generation both share.
+        generation: u64,
+        /// The first difference found, for people.
+        difference: String,
+    },
     /// The lease was deleted at this generation or later (409).
     #[error("lease {id} was deleted at generation {deleted}; a new lease under this id needs a higher generation")]
     Deleted {
@@ -158,6 +188,127 @@ pub enum LeaseError {
     /// The intent could not be journaled, so nothing was applied (503).
     #[error("{0}; nothing was changed")]
     Persist(#[from] JournalError),
+}
+
+/// Why a state file could not be loaded at all (the agent does not start).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LoadError {
+    /// A layout this agent does not read.
+    #[error("state version {0} is not supported (expected {STATE_VERSION})")]
+    Version(u32),
+}
+
+/// A lease the state file held that [`LeaseBook::from_state`] refused, and why: for the log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RefusedLease {
+    /// Lease id, as in the file.
+    pub id: String,
+    /// Generation, as in the file.
+    pub generation: u64,
+    /// Deadline, as in the file.
+    pub expires_at: DateTime<Utc>,
+    /// GPUs it held (they are restored).
+    pub gpus: Vec<String>,
+    /// What the API would have refused.
+    pub reason: String,
+}
+
+/// Check a lease read from the state file against the limits the API enforces on a `PUT`: a
+/// valid id, a deadline at most `max_ttl` after `now` (one already past is fine: it expires at
+/// the next reconcile), valid caps and job ids, and an answer that belongs to the lease.
+///
+/// Only the file can carry such a lease (a hand edit, another program, a clock set far back), so
+/// the agent cannot know what was meant; see [`LeaseBook::from_state`] for what it does instead.
+pub fn check_loaded(lease: &Lease, now: DateTime<Utc>, max_ttl: TimeDelta) -> Result<(), String> {
+    api::validate_id("lease", &lease.id).map_err(|e| e.to_string())?;
+    if lease.expires_at - now > max_ttl {
+        return Err(format!(
+            "expires_at {} is more than {} s after agent time {}; the API never grants a lease that long, so it would defeat the dead-man switch",
+            lease.expires_at.to_rfc3339(),
+            max_ttl.num_seconds(),
+            now.to_rfc3339()
+        ));
+    }
+    if let Some(cap) = lease.new_job_cap_w {
+        api::validate_cap_w("new_job_cap_w", cap).map_err(|e| e.to_string())?;
+    }
+    if lease.holds.len() > MAX_GPUS_PER_REQUEST {
+        return Err(format!(
+            "{} GPUs held; at most {MAX_GPUS_PER_REQUEST}",
+            lease.holds.len()
+        ));
+    }
+    for (uuid, hold) in &lease.holds {
+        if uuid.is_empty() || uuid.len() > MAX_ID_LEN {
+            return Err(format!("a held GPU's uuid must be 1 to {MAX_ID_LEN} characters"));
+        }
+        api::validate_cap_w(&format!("holds[{uuid}].requested_w"), hold.requested_w).map_err(|e| e.to_string())?;
+        if let Some(job) = &hold.job {
+            api::validate_id("job", job).map_err(|e| e.to_string())?;
+        }
+    }
+    if let Some(asked) = &lease.asked {
+        // The same checks as the request it records.
+        let as_request = LeaseRequest {
+            generation: lease.generation,
+            expires_at: now + TimeDelta::seconds(1),
+            gpus: asked.clone(),
+            restore: api::RestorePolicy::PreEvent,
+            new_job_cap_w: lease.new_job_cap_w,
+        };
+        as_request.validate(now, max_ttl).map_err(|e| format!("asked: {e}"))?;
+    }
+    if lease.response.lease_id != lease.id || lease.response.generation != lease.generation {
+        return Err(format!(
+            "its stored answer is for lease {} generation {}",
+            lease.response.lease_id, lease.response.generation
+        ));
+    }
+    if lease.response.applied.len() > MAX_GPUS_PER_REQUEST {
+        return Err(format!(
+            "its stored answer names {} GPUs; at most {MAX_GPUS_PER_REQUEST}",
+            lease.response.applied.len()
+        ));
+    }
+    Ok(())
+}
+
+/// How a same-generation `PUT` differs from the lease held, if it does, in terms of what the
+/// agent would do: the set of GPUs with their caps in milliwatts (the unit written to the driver,
+/// so a resend that differs only below 1 mW, or only in order, is a repeat) and `new_job_cap_w`.
+fn body_difference(held: &Lease, req: &LeaseRequest) -> Option<String> {
+    let held_caps: BTreeMap<&str, u32> = match &held.asked {
+        Some(asked) => asked.iter().map(|c| (c.uuid.as_str(), w_to_mw(c.cap_w))).collect(),
+        None => held
+            .response
+            .applied
+            .iter()
+            .map(|a| (a.uuid.as_str(), w_to_mw(a.requested_w)))
+            .collect(),
+    };
+    let asked: BTreeMap<&str, u32> = req.gpus.iter().map(|c| (c.uuid.as_str(), w_to_mw(c.cap_w))).collect();
+    for (uuid, &mw) in &asked {
+        match held_caps.get(uuid) {
+            None => return Some(format!("GPU {uuid} is not in the lease held")),
+            Some(&was) if was != mw => {
+                return Some(format!("GPU {uuid}: {} W asked, {} W held", mw_to_w(mw), mw_to_w(was)));
+            }
+            Some(_) => {}
+        }
+    }
+    if let Some(uuid) = held_caps.keys().find(|u| !asked.contains_key(*u)) {
+        return Some(format!("GPU {uuid} of the lease held is missing"));
+    }
+    let new_job = |w: Option<f64>| w.map(w_to_mw);
+    if new_job(req.new_job_cap_w) != new_job(held.new_job_cap_w) {
+        let show = |w: Option<f64>| w.map_or_else(|| "none".to_owned(), |w| format!("{} W", mw_to_w(w_to_mw(w))));
+        return Some(format!(
+            "new_job_cap_w: {} asked, {} held",
+            show(req.new_job_cap_w),
+            show(held.new_job_cap_w)
+        ));
+    }
+    None
 }
 
 /// Outcome of writing one GPU towards its desired limit.
@@ -234,30 +385,93 @@ impl LeaseBook {
         }
     }
 
-    /// A book restored from a persisted state. Call [`LeaseBook::reconcile_all`] next, so that
-    /// valid leases are re-applied and expired ones restored.
-    pub fn from_state(state: PersistedState, gpus: &[GpuInfo], max_ttl: TimeDelta) -> Result<Self, String> {
+    /// A book restored from a persisted state, checked at `now` against the limits the API
+    /// enforces, with the leases it refused. Call [`LeaseBook::reconcile_all`] next, so that
+    /// valid leases are re-applied and expired or refused ones restored.
+    ///
+    /// A refused lease ([`check_loaded`]) is dropped without a tombstone, exactly as if it had
+    /// expired: its GPUs go back to their pre-event limits, and a gateway that still wants the cap
+    /// re-creates the lease under the same generation. A held GPU without a saved pre-event limit
+    /// (only a hand-edited file has one) gets its default limit as the one to restore, the limit
+    /// it would have after a driver reload, so that no cap is left on with nothing to restore.
+    /// A tombstone dated in the future is moved to `now`, so it ages out.
+    pub fn from_state(
+        state: PersistedState,
+        gpus: &[GpuInfo],
+        max_ttl: TimeDelta,
+        now: DateTime<Utc>,
+    ) -> Result<(Self, Vec<RefusedLease>), LoadError> {
         if state.version != STATE_VERSION {
-            return Err(format!(
-                "state version {} is not supported (expected {STATE_VERSION})",
-                state.version
-            ));
+            return Err(LoadError::Version(state.version));
         }
         let mut book = Self::new(gpus, max_ttl);
+        let mut refused = Vec::new();
+        let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+        for lease in &state.leases {
+            *seen.entry(lease.id.clone()).or_default() += 1;
+        }
+        let mut dropped_holds: Vec<String> = Vec::new();
         for lease in state.leases {
-            if book.leases.contains_key(&lease.id) {
-                return Err(format!("lease {} appears twice", lease.id));
+            let check = if seen.get(&lease.id).copied().unwrap_or(0) > 1 {
+                Err(format!(
+                    "lease id {} appears more than once, so no copy can be trusted",
+                    lease.id
+                ))
+            } else {
+                check_loaded(&lease, now, max_ttl)
+            };
+            match check {
+                Ok(()) => {
+                    book.leases.insert(lease.id.clone(), lease);
+                }
+                Err(reason) => {
+                    dropped_holds.extend(lease.holds.keys().cloned());
+                    refused.push(RefusedLease {
+                        id: lease.id,
+                        generation: lease.generation,
+                        expires_at: lease.expires_at,
+                        gpus: lease.holds.into_keys().collect(),
+                        reason,
+                    });
+                }
             }
-            book.leases.insert(lease.id.clone(), lease);
         }
         book.baselines = state.baselines;
         book.deleted = state.deleted;
+        for t in book.deleted.values_mut() {
+            if t.deleted_at > now {
+                t.deleted_at = now;
+                book.dirty = true;
+            }
+        }
+        let held: Vec<String> = book
+            .leases
+            .values()
+            .flat_map(|l| l.holds.keys().cloned())
+            .chain(dropped_holds)
+            .collect();
+        for uuid in held {
+            if book.baselines.contains_key(&uuid) {
+                continue;
+            }
+            if let Some(default_mw) = book.info(&uuid).map(|i| i.default_mw) {
+                tracing::warn!(gpu = %uuid, default_mw,
+                    "state holds a cap on this GPU but no pre-event limit; its default limit will be restored");
+                book.baselines.insert(uuid, default_mw);
+                book.dirty = true;
+            }
+        }
         for uuid in book.baselines.keys() {
             if book.info(uuid).is_none() {
                 tracing::warn!(gpu = %uuid, "state holds a pre-event limit for a GPU this node does not have; keeping it");
             }
         }
-        Ok(book)
+        if !refused.is_empty() {
+            // Journal the cleaned state at the next reconcile, so the refused lease is not read
+            // again at the next start (its details are in the log).
+            book.dirty = true;
+        }
+        Ok((book, refused))
     }
 
     /// Limit the number of leases held at once.
@@ -556,6 +770,15 @@ impl LeaseBook {
                 });
             }
             if req.generation == held.generation {
+                if let Some(difference) = body_difference(held, req) {
+                    tracing::warn!(lease = %id, generation = req.generation, %difference,
+                        "same generation with other caps refused; the lease keeps the caps it holds");
+                    return Err(LeaseError::GenerationConflict {
+                        id: id.to_owned(),
+                        generation: req.generation,
+                        difference,
+                    });
+                }
                 let mut answer = held.response.clone();
                 answer.expires_at = held.expires_at;
                 return Ok(answer);
@@ -646,6 +869,7 @@ impl LeaseBook {
                 expires_at: req.expires_at,
                 new_job_cap_w: req.new_job_cap_w,
                 holds,
+                asked: Some(req.gpus.clone()),
                 response: LeaseResponse {
                     lease_id: id.to_owned(),
                     generation: req.generation,

@@ -10,7 +10,8 @@
 //!   Leases are declarative and numbered (generation), so retries are harmless and stale
 //!   requests are refused.
 //! - **Persistence** ([`state`]): leases and pre-event limits survive an agent restart; valid
-//!   leases are re-applied, expired ones restored.
+//!   leases are re-applied, expired ones restored, and ones the API would refuse (a deadline
+//!   beyond the maximum lease lifetime, say) dropped and restored too.
 //! - **GPU control** ([`gpu`]): a small trait with an NVML implementation and a simulated one.
 //! - **Protocol** ([`api`]): the JSON types, shared with the gateway's client.
 //! - **HTTP** ([`server`]): axum, bearer tokens ([`auth`]), dcgm-exporter-style `/metrics`

@@ -33,7 +33,13 @@ the lowest cap and is restored only when no lease holds it.
 RESTARTS: leases and pre-event limits are saved in --state-dir on every change (atomically). On
 start the agent re-applies leases still valid and restores GPUs whose leases expired while it was
 down. SIGTERM/Ctrl-C stop the agent WITHOUT restoring caps: a restart must keep them, and only
-expiry or DELETE ends a cap. A corrupt state file stops the agent instead of forgetting limits.
+expiry or DELETE ends a cap. A corrupt state file stops the agent instead of forgetting limits;
+a lease in it that the API would refuse (e.g. a deadline more than the maximum lease lifetime
+ahead) is logged, dropped and its GPUs restored, as if it had expired.
+
+GENERATIONS: a PUT with the generation held and the same caps is a repeat (the first answer); the
+same generation with other caps is refused (409 generation_conflict), a lower one too (409
+stale_generation); a higher one replaces the lease.
 
 SECURITY: a control token is always required (--token-file, --token, FLEXGATE_AGENT_TOKEN or the
 config file); an optional read-only token may only GET. Without TLS the API is plain HTTP and

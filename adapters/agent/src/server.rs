@@ -7,7 +7,7 @@
 //! token check and the body check have passed: a refused request changes nothing.
 
 use crate::agent::Agent;
-use crate::api::{self, ErrorBody, ErrorKind, JobRequest, LeaseRequest, RenewRequest};
+use crate::api::{self, ErrorBody, ErrorKind, JobRequest, RenewRequest};
 use crate::auth::{Access, AuthFailure};
 use crate::lease::LeaseError;
 use axum::body::Bytes;
@@ -68,6 +68,11 @@ impl From<LeaseError> for ApiError {
             LeaseError::StaleGeneration { held, .. } | LeaseError::Deleted { deleted: held, .. } => {
                 let mut err = Self::new(StatusCode::CONFLICT, ErrorKind::StaleGeneration, detail);
                 err.body.held_generation = Some(held);
+                err
+            }
+            LeaseError::GenerationConflict { generation, .. } => {
+                let mut err = Self::new(StatusCode::CONFLICT, ErrorKind::GenerationConflict, detail);
+                err.body.held_generation = Some(generation);
                 err
             }
             LeaseError::NotFound(_) => Self::new(StatusCode::NOT_FOUND, ErrorKind::NotFound, detail),
@@ -146,8 +151,8 @@ async fn put_lease(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let id = path_id(path, "lease")?;
-    let req: LeaseRequest = parse_json(body)?;
-    let resp = blocking(move || agent.put_lease(&id, &req)).await??;
+    let bytes = body_bytes(body)?;
+    let resp = blocking(move || agent.put_lease_json(&id, &bytes)).await??;
     Ok(Json(resp).into_response())
 }
 

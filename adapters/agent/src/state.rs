@@ -94,7 +94,11 @@ impl FileJournal {
     }
 }
 
-fn parse(path: &Path, bytes: &[u8]) -> Result<PersistedState, StateError> {
+/// Read a state file's bytes (`path` only names it in errors): JSON of the layout
+/// [`STATE_VERSION`], unknown fields refused. Whether its leases are acceptable is
+/// [`crate::lease::LeaseBook::from_state`]'s decision. Public so the fuzz target
+/// (`adapters/agent/fuzz`) reads a journal exactly as the agent does.
+pub fn parse(path: &Path, bytes: &[u8]) -> Result<PersistedState, StateError> {
     let corrupt = |detail: String| StateError::Corrupt {
         path: path.to_owned(),
         detail,

@@ -133,6 +133,58 @@ fn sigterm_stops_without_restoring_and_keeps_the_lease_on_disk() {
 }
 
 #[test]
+fn a_hand_edited_state_file_lease_expiring_in_9999_is_refused_at_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token = write_token(dir.path());
+    let state = dir.path().join("state");
+    let args = [
+        "--simulate",
+        "--gpus",
+        "2",
+        "--hostname",
+        "node-e",
+        "--listen",
+        "127.0.0.1:0",
+        "--token-file",
+        &token,
+        "--state-dir",
+        state.to_str().expect("utf-8"),
+    ];
+    let agent = Running::start(&args);
+    let body = json!({
+        "generation": 4,
+        "expires_at": (Utc::now() + TimeDelta::minutes(10)).to_rfc3339(),
+        "gpus": [{"uuid": "GPU-sim-node-e-0", "cap_w": 300}],
+    })
+    .to_string();
+    let r = request(agent.addr, "PUT", "/v1/leases/evt-e", Some(CONTROL), Some(&body));
+    assert_eq!(r.status, 200, "{}", r.body);
+    drop(agent);
+
+    // Someone moves the deadline to the end of time: the API never grants more than 24 h.
+    let path = state.join("leases.json");
+    let mut saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("state file")).expect("json");
+    saved["leases"][0]["expires_at"] = "9999-12-31T23:59:59Z".into();
+    saved["leases"][0]["response"]["expires_at"] = "9999-12-31T23:59:59Z".into();
+    std::fs::write(&path, serde_json::to_vec_pretty(&saved).expect("json")).expect("edited");
+
+    let agent = Running::start(&args);
+    assert_eq!(agent.limits(), vec![700.0, 700.0], "the cap is not re-applied");
+    let health = request(agent.addr, "GET", "/v1/health", Some(CONTROL), None).json();
+    assert_eq!(health["leases"], json!([]));
+    let stderr = agent.stderr.lock().expect("lock").clone();
+    assert!(
+        stderr.contains("state file lease refused") && stderr.contains("evt-e") && stderr.contains("dead-man switch"),
+        "{stderr}"
+    );
+    // The gateway's next PUT (its renewal is answered 404) re-creates the lease.
+    let r = request(agent.addr, "PUT", "/v1/leases/evt-e", Some(CONTROL), Some(&body));
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(agent.limits(), vec![300.0, 700.0]);
+}
+
+#[test]
 fn without_a_driver_the_agent_refuses_to_start_unless_simulating() {
     if nvidia_driver_present() {
         // On a GPU machine, starting would self-test by writing limits; check read-only instead

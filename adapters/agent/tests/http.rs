@@ -424,3 +424,55 @@ fn many_agents_share_one_runtime_without_a_thread_each() {
     stop_tx.send(true).expect("stop");
     runtime.join().expect("runtime thread");
 }
+
+#[test]
+fn a_same_generation_resend_with_other_caps_gets_409_and_changes_nothing() {
+    let (agent, _sim, _clock) = agent(3, false, |_| {});
+    let server = TestServer::start(agent);
+    let first = server.send(
+        "PUT",
+        "/v1/leases/evt-c",
+        Some(CONTROL),
+        &lease_body(2, 60, &[(0, json!(300)), (1, json!(400))]),
+    );
+    assert_eq!(first.status, 200, "{}", first.body);
+
+    // An identical resend (even with a fresh deadline) stays a repeat: the first answer.
+    for secs in [60, 90] {
+        let again = server.send(
+            "PUT",
+            "/v1/leases/evt-c",
+            Some(CONTROL),
+            &lease_body(2, secs, &[(0, json!(300)), (1, json!(400))]),
+        );
+        assert_eq!(again.status, 200, "{}", again.body);
+        assert_eq!(again.json(), first.json());
+    }
+
+    // Other caps, fewer GPUs, other GPUs: refused, saying so, and nothing changes.
+    for caps in [
+        vec![(0, json!(250)), (1, json!(400))],
+        vec![(0, json!(300))],
+        vec![(0, json!(300)), (1, json!(400)), (2, json!(400))],
+    ] {
+        let r = server.send("PUT", "/v1/leases/evt-c", Some(CONTROL), &lease_body(2, 60, &caps));
+        assert_error(&r, 409, "generation_conflict");
+        assert_eq!(r.json()["held_generation"], 2, "{}", r.body);
+        let detail = r.json()["detail"].as_str().unwrap_or_default().to_owned();
+        assert!(
+            detail.contains("generation 2") && detail.contains("not applied"),
+            "{detail}"
+        );
+        assert_eq!(limits(&server), vec![Some(300.0), Some(400.0), Some(700.0)]);
+    }
+
+    // The new caps go through under a higher generation.
+    let next = server.send(
+        "PUT",
+        "/v1/leases/evt-c",
+        Some(CONTROL),
+        &lease_body(3, 60, &[(0, json!(250))]),
+    );
+    assert_eq!(next.status, 200, "{}", next.body);
+    assert_eq!(limits(&server), vec![Some(250.0), Some(700.0), Some(700.0)]);
+}

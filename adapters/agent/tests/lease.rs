@@ -85,13 +85,81 @@ fn same_generation_repeats_the_answer_and_redoes_nothing() {
         .expect("repeat");
     assert_eq!(again, first);
     assert_eq!(limit_w(&sim, 0), 450.0);
-    // Even a different body under the same generation is a repeat.
-    let other = req(3, t0() + TimeDelta::minutes(10), &[(1, 250.0)]);
-    assert_eq!(
-        b.put("evt", &other, t0(), &sim, &mut MemoryJournal).expect("repeat"),
-        first
-    );
-    assert_eq!(limit_w(&sim, 1), 700.0);
+    // A resend computes its deadline afresh: a later one is still a repeat, and the answer says
+    // which deadline holds (renew moves it).
+    let later = req(3, t0() + TimeDelta::minutes(20), &[(0, 300.0)]);
+    let answer = b
+        .put("evt", &later, t0() + TimeDelta::seconds(2), &sim, &mut MemoryJournal)
+        .expect("repeat");
+    assert_eq!(answer.expires_at, t0() + TimeDelta::minutes(10));
+    // A difference below a milliwatt (what the driver is given) is no difference either.
+    let rounding = req(3, t0() + TimeDelta::minutes(10), &[(0, 300.000_000_1)]);
+    assert_eq!(b.put("evt", &rounding, t0(), &sim, &mut MemoryJournal), Ok(first));
+}
+
+#[test]
+fn same_generation_with_other_caps_is_refused_and_changes_nothing() {
+    let (sim, _) = sim("node-t", 3, |_| {});
+    let mut b = book(&sim);
+    let exp = t0() + TimeDelta::minutes(10);
+    b.put(
+        "evt",
+        &req(3, exp, &[(0, 300.0), (1, 400.0)]),
+        t0(),
+        &sim,
+        &mut MemoryJournal,
+    )
+    .expect("accepted");
+    let held = b.lease("evt").cloned().expect("held");
+    for (other, says) in [
+        (req(3, exp, &[(0, 250.0), (1, 400.0)]), "250 W asked, 300 W held"),
+        (
+            req(3, exp, &[(0, 300.0)]),
+            "GPU-sim-node-t-1 of the lease held is missing",
+        ),
+        (
+            req(3, exp, &[(0, 300.0), (1, 400.0), (2, 400.0)]),
+            "GPU GPU-sim-node-t-2 is not in the lease held",
+        ),
+        (
+            LeaseRequest {
+                new_job_cap_w: Some(350.0),
+                ..req(3, exp, &[(0, 300.0), (1, 400.0)])
+            },
+            "new_job_cap_w: 350 W asked, none held",
+        ),
+    ] {
+        let err = b
+            .put("evt", &other, t0(), &sim, &mut MemoryJournal)
+            .expect_err("conflict");
+        let LeaseError::GenerationConflict {
+            ref id,
+            generation,
+            ref difference,
+        } = err
+        else {
+            panic!("not a conflict: {err:?}");
+        };
+        assert_eq!((id.as_str(), generation), ("evt", 3));
+        assert!(difference.contains(says), "{difference}");
+        let text = err.to_string();
+        assert!(
+            text.contains("generation 3") && text.contains("not applied") && text.contains("higher generation"),
+            "{text}"
+        );
+        assert_eq!(b.lease("evt"), Some(&held), "the lease held is unchanged");
+        assert_eq!(
+            (limit_w(&sim, 0), limit_w(&sim, 1), limit_w(&sim, 2)),
+            (300.0, 400.0, 700.0)
+        );
+    }
+    // The order of the GPUs is not part of the body.
+    let reordered = req(3, exp, &[(1, 400.0), (0, 300.0)]);
+    assert!(b.put("evt", &reordered, t0(), &sim, &mut MemoryJournal).is_ok());
+    // A higher generation carries the new caps.
+    b.put("evt", &req(4, exp, &[(0, 250.0)]), t0(), &sim, &mut MemoryJournal)
+        .expect("replaces");
+    assert_eq!((limit_w(&sim, 0), limit_w(&sim, 1)), (250.0, 700.0));
 }
 
 #[test]
@@ -601,22 +669,35 @@ fn state_survives_a_restart_and_expired_leases_are_restored_at_start() {
         });
         assert_eq!(limit_w(&sim, 0), 700.0);
         let (mut j, state) = FileJournal::open(dir.path()).expect("opens");
-        let mut b = LeaseBook::from_state(state.expect("saved"), sim.gpus(), TTL).expect("valid");
-        let r = b.reconcile_all(t0() + TimeDelta::seconds(10), &sim, &mut j);
+        let now = t0() + TimeDelta::seconds(10);
+        let (mut b, refused) = LeaseBook::from_state(state.expect("saved"), sim.gpus(), TTL, now).expect("valid");
+        assert_eq!(refused, vec![]);
+        let r = b.reconcile_all(now, &sim, &mut j);
         assert!(r.expired.is_empty());
         assert_eq!((limit_w(&sim, 0), limit_w(&sim, 1)), (300.0, 350.0));
         assert_eq!(b.lease("evt").expect("held").generation, 7);
-        // The same generation is still a repeat after the restart.
+        // The same generation is still a repeat after the restart, and other caps under it are
+        // still told apart (the request's caps are in the state file).
         let again = b
             .put(
                 "evt",
-                &req(7, exp, &[(0, 500.0)]),
+                &req(7, exp, &[(0, 300.0), (1, 350.0)]),
                 t0() + TimeDelta::seconds(11),
                 &sim,
                 &mut j,
             )
             .expect("ok");
         assert_eq!(again.applied.len(), 2);
+        assert!(matches!(
+            b.put(
+                "evt",
+                &req(7, exp, &[(0, 500.0)]),
+                t0() + TimeDelta::seconds(11),
+                &sim,
+                &mut j
+            ),
+            Err(LeaseError::GenerationConflict { generation: 7, .. })
+        ));
     }
     // Restart after expiry, with the GPUs still capped (the agent was down, nobody restored).
     {
@@ -625,8 +706,10 @@ fn state_survives_a_restart_and_expired_leases_are_restored_at_start() {
             o.initial_limit_w.insert(1, 350.0);
         });
         let (mut j, state) = FileJournal::open(dir.path()).expect("opens");
-        let mut b = LeaseBook::from_state(state.expect("saved"), sim.gpus(), TTL).expect("valid");
-        let r = b.reconcile_all(exp + TimeDelta::seconds(5), &sim, &mut j);
+        let now = exp + TimeDelta::seconds(5);
+        let (mut b, refused) = LeaseBook::from_state(state.expect("saved"), sim.gpus(), TTL, now).expect("valid");
+        assert_eq!(refused, vec![], "an expired lease is not refused: it expires");
+        let r = b.reconcile_all(now, &sim, &mut j);
         assert_eq!(r.expired, vec!["evt".to_owned()]);
         assert_eq!(
             (limit_w(&sim, 0), limit_w(&sim, 1)),
@@ -657,4 +740,132 @@ fn bad_requests_are_refused_before_anything_changes() {
     }
     assert_eq!(limit_w(&sim, 0), 700.0);
     assert!(b.is_idle());
+}
+
+/// Writes a state file holding lease `evt` (generation 5, 300 W on GPU 0, pre-event 700 W) as the
+/// agent itself would, then lets `edit` change it as a hand edit would.
+fn state_file_with(dir: &std::path::Path, edit: impl FnOnce(&mut serde_json::Value)) {
+    let (sim, _) = sim("node-t", 2, |_| {});
+    let (mut j, _) = FileJournal::open(dir).expect("opens");
+    let mut b = book(&sim);
+    b.put(
+        "evt",
+        &req(5, t0() + TimeDelta::seconds(60), &[(0, 300.0)]),
+        t0(),
+        &sim,
+        &mut j,
+    )
+    .expect("accepted");
+    let path = dir.join("leases.json");
+    let mut state: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("state file")).expect("JSON");
+    edit(&mut state);
+    std::fs::write(&path, serde_json::to_vec_pretty(&state).expect("serializes")).expect("written");
+}
+
+/// An agent restarted on `dir` at `now`, its GPUs still at the caps the old process left (NVML
+/// keeps a power limit across an agent restart).
+fn restart(dir: &std::path::Path, now: DateTime<Utc>) -> (flexgate_agent::Agent, SimGpus) {
+    let (sim, clock) = sim("node-t", 2, |o| {
+        o.initial_limit_w.insert(0, 300.0);
+    });
+    clock.set(now);
+    let auth = flexgate_agent::auth::Auth::from_secrets(common::CONTROL, None).expect("token");
+    let mut config = flexgate_agent::AgentConfig::new("node-t", auth);
+    config.state_dir = Some(dir.to_owned());
+    let agent = flexgate_agent::Agent::with_clock(config, Box::new(sim.clone()), clock).expect("the agent starts");
+    (agent, sim)
+}
+
+#[test]
+fn a_state_file_lease_beyond_the_api_maximum_is_refused_and_its_gpus_restored() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    state_file_with(dir.path(), |s| {
+        s["leases"][0]["expires_at"] = "9999-12-31T23:59:59Z".into();
+        s["leases"][0]["response"]["expires_at"] = "9999-12-31T23:59:59Z".into();
+    });
+    let (agent, sim) = restart(dir.path(), t0() + TimeDelta::seconds(10));
+    assert_eq!(agent.health().leases, vec![], "the lease is not held");
+    assert_eq!(limit_w(&sim, 0), 700.0, "the cap came off: pre-event limit restored");
+    let (_, saved) = FileJournal::open(dir.path()).expect("opens");
+    let saved = saved.expect("state file");
+    assert!(
+        saved.leases.is_empty() && saved.baselines.is_empty(),
+        "the refused lease is gone from the file: {saved:?}"
+    );
+    // The agent works on: a gateway that still wants the cap re-sends its generation.
+    let again = agent
+        .put_lease("evt", &req(5, t0() + TimeDelta::seconds(70), &[(0, 300.0)]))
+        .expect("re-created");
+    assert_eq!(again.applied[0].status, CapStatus::Ok);
+    assert_eq!(limit_w(&sim, 0), 300.0);
+}
+
+#[test]
+fn a_state_file_lease_just_within_the_api_maximum_is_re_applied() {
+    // The limit is the API's own: at most max_lease_ttl after the agent's time now.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let now = t0() + TimeDelta::seconds(10);
+    let edge = (now + TTL).to_rfc3339();
+    state_file_with(dir.path(), |s| {
+        s["leases"][0]["expires_at"] = edge.clone().into();
+        s["leases"][0]["response"]["expires_at"] = edge.clone().into();
+    });
+    let (agent, sim) = restart(dir.path(), now);
+    assert_eq!(agent.health().leases.len(), 1);
+    assert_eq!(limit_w(&sim, 0), 300.0);
+}
+
+#[test]
+fn state_file_leases_the_api_would_refuse_are_dropped_and_restored() {
+    for (what, edit) in [
+        (
+            "negative cap",
+            Box::new(|s: &mut serde_json::Value| {
+                s["leases"][0]["holds"]["GPU-sim-node-t-0"]["requested_w"] = (-5.0).into()
+            }) as Box<dyn Fn(&mut serde_json::Value)>,
+        ),
+        (
+            "id with a slash",
+            Box::new(|s: &mut serde_json::Value| {
+                s["leases"][0]["id"] = "../evt".into();
+                s["leases"][0]["response"]["lease_id"] = "../evt".into();
+            }),
+        ),
+        (
+            "twice the same id",
+            Box::new(|s: &mut serde_json::Value| {
+                let copy = s["leases"][0].clone();
+                s["leases"].as_array_mut().expect("array").push(copy);
+            }),
+        ),
+        (
+            "answer of another lease",
+            Box::new(|s: &mut serde_json::Value| {
+                s["leases"][0]["response"]["generation"] = 99.into();
+            }),
+        ),
+        (
+            "cap for new jobs in milliwatts",
+            Box::new(|s: &mut serde_json::Value| {
+                s["leases"][0]["new_job_cap_w"] = 350_000.0.into();
+            }),
+        ),
+        (
+            "no pre-event limit saved",
+            Box::new(|s: &mut serde_json::Value| {
+                s["leases"][0]["expires_at"] = "9999-12-31T23:59:59Z".into();
+                s["baselines"] = serde_json::json!({});
+            }),
+        ),
+    ] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        state_file_with(dir.path(), edit);
+        let (agent, sim) = restart(dir.path(), t0() + TimeDelta::seconds(10));
+        assert_eq!(agent.health().leases, vec![], "{what}: the lease is not held");
+        // Without a saved pre-event limit, the default limit (700 W) is restored: no cap stays
+        // on with nothing to restore.
+        assert_eq!(limit_w(&sim, 0), 700.0, "{what}: the GPU is restored");
+        assert!(agent.health().pending_restore.is_empty(), "{what}");
+    }
 }
