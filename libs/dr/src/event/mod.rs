@@ -357,9 +357,11 @@ pub fn parse_dr_event(bytes: &[u8]) -> Result<DrEvent, DocumentError> {
 }
 
 impl DrEvent {
-    /// The document as JSON. `parse_dr_event` of it gives `self` back for every document with
-    /// at least one interval. Intervals are written out unless the event is one target over the
-    /// whole window.
+    /// The document as JSON. `parse_dr_event` of it gives `self` back for every event it
+    /// parsed (and for every event with at least one interval whose `target` and `single_target`
+    /// agree with its intervals): the top-level `target` is written as it was (or, when the
+    /// intervals are left out, as the one interval's target), and the intervals are written out
+    /// unless the document had none, i.e. one target over the whole window.
     #[must_use]
     pub fn to_json(&self) -> Value {
         render(self)
@@ -379,8 +381,20 @@ fn render(event: &DrEvent) -> Value {
     if let Some(p) = event.priority {
         root.insert("priority".into(), p.into());
     }
-    if let Some(first) = event.intervals.first() {
-        root.insert("target".into(), target_json(&first.target));
+    let whole_window = matches!(event.intervals.as_slice(), [only] if only.offset_s == 0 && only.duration_s.is_none());
+    // Only a document without `intervals` is rendered without them: one that had them (even a
+    // single one over the whole window) must parse back with `single_target` false.
+    let omit_intervals = event.intervals.is_empty() || (event.single_target && whole_window);
+    let write_intervals = !omit_intervals;
+    // The top-level target as written; without intervals, the one interval's target is the
+    // whole event's.
+    let headline = match (event.target, write_intervals) {
+        (Some(t), _) => Some(t),
+        (None, false) => event.intervals.first().map(|iv| iv.target),
+        (None, true) => None,
+    };
+    if let Some(t) = headline {
+        root.insert("target".into(), target_json(&t));
     }
     let w = &event.window;
     let mut window = Map::new();
@@ -390,8 +404,7 @@ fn render(event: &DrEvent) -> Value {
     window.insert("recovery_s".into(), w.recovery_s.into());
     window.insert("randomize_s".into(), w.randomize_s.into());
     root.insert("window".into(), Value::Object(window));
-    let whole_window = matches!(event.intervals.as_slice(), [only] if only.offset_s == 0 && only.duration_s.is_none());
-    if !whole_window && !event.intervals.is_empty() {
+    if write_intervals {
         let items = event
             .intervals
             .iter()
@@ -600,5 +613,77 @@ mod tests {
         assert_eq!(parse_dr_event(ev.to_json().to_string().as_bytes()).unwrap(), ev);
         let e = parse_dr_event(doc.replace(r#""level":2"#, r#""level":4"#).as_bytes()).unwrap_err();
         assert_eq!(e.field, "intervals[1].target.level");
+    }
+
+    #[test]
+    fn documents_as_written_round_trip_whatever_carries_the_target() {
+        // Each of these once rendered to another document: the first interval's target became a
+        // top-level `target` that was never written, and one interval over the whole window lost
+        // its `intervals` member.
+        for doc in [
+            r#"{"schema":"dr.event/1","event_id":"e","revision":1,
+                "window":{"start":"2026-07-14T19:00:00Z","duration_s":3600},
+                "intervals":[{"offset_s":0,"target":{"form":"ceiling","point":"meter","kw":100}}]}"#,
+            r#"{"schema":"dr.event/1","event_id":"e","revision":1,
+                "window":{"start":"2026-07-14T19:00:00Z"},
+                "intervals":[{"offset_s":0,"target":{"form":"level","point":"meter","level":1}},
+                             {"offset_s":60,"target":{"form":"level","point":"meter","level":2}}]}"#,
+            r#"{"schema":"dr.event/1","event_id":"e","revision":1,
+                "target":{"form":"ceiling","point":"meter","kw":100},
+                "window":{"start":"2026-07-14T19:00:00Z"},
+                "intervals":[{"offset_s":0}]}"#,
+            r#"{"schema":"dr.event/1","event_id":"e","revision":1,
+                "target":{"form":"price","point":"meter","price_per_mwh":80},
+                "window":{"start":"2026-07-14T19:00:00Z"},
+                "intervals":[{"offset_s":0,"target":{"form":"level","point":"meter","level":3}}]}"#,
+        ] {
+            let ev = parse_dr_event(doc.as_bytes()).unwrap();
+            let text = ev.to_json().to_string();
+            assert_eq!(parse_dr_event(text.as_bytes()).unwrap(), ev, "{text}");
+        }
+    }
+
+    #[test]
+    fn an_unknown_key_that_prints_as_nothing_is_still_named() {
+        // Found by the fuzz target (libs/dr/fuzz): the empty key, or one of control characters
+        // only, was refused with an empty field path.
+        for (key, field) in [("", r#""""#), (r"\u0007\u001b", "(unprintable)"), (r"\u0000x", "x")] {
+            let doc = format!(r#"{{"schema":"dr.event/1","{key}":1}}"#);
+            let e = parse_dr_event(doc.as_bytes()).unwrap_err();
+            assert_eq!(e.field, field, "{doc}");
+            assert!(e.message.starts_with("unknown field"), "{e}");
+            let doc = format!(
+                r#"{{"schema":"dr.event/1","event_id":"e","revision":1,"window":{{"start":"2026-07-14T19:00:00Z","{key}":1}}}}"#
+            );
+            assert_eq!(
+                parse_dr_event(doc.as_bytes()).unwrap_err().field,
+                format!("window.{field}")
+            );
+        }
+    }
+
+    #[test]
+    fn instants_that_leave_rfc_3339_years_in_utc_are_refused() {
+        // Found by the fuzz target (libs/dr/fuzz): 9999-12-31T23:59:59-23:59 is year 10000 in
+        // UTC, which the gateway then wrote as "+10000-…", a document it refuses itself.
+        let doc = |start: &str| {
+            format!(
+                r#"{{"schema":"dr.event/1","event_id":"e","revision":1,"window":{{"start":"{start}"}},
+                "target":{{"form":"level","point":"meter","level":1}}}}"#
+            )
+        };
+        for start in ["9999-12-31T23:59:59.999999999-23:59", "0000-01-01T00:00:00+00:01"] {
+            let e = parse_dr_event(doc(start).as_bytes()).unwrap_err();
+            assert_eq!(e.field, "window.start", "{start}");
+            assert!(e.message.contains("0000 to 9999"), "{e}");
+        }
+        for start in [
+            "9999-12-31T23:59:59.999999999Z",
+            "0000-01-01T00:00:00Z",
+            "9999-12-31T23:00:00-00:59",
+        ] {
+            let ev = parse_dr_event(doc(start).as_bytes()).unwrap();
+            assert_eq!(parse_dr_event(ev.to_json().to_string().as_bytes()).unwrap(), ev);
+        }
     }
 }

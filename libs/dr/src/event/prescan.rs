@@ -33,11 +33,20 @@ fn frames_path(stack: &[Frame]) -> String {
     if p.is_empty() { DOCUMENT.to_owned() } else { p }
 }
 
-/// A key as it may appear in an error path: printable, at most 64 characters.
+/// A key as it may appear in an error path: printable, at most 64 characters, never empty (an
+/// error must name its field: the empty key is shown as `""`, a key of control characters only
+/// as `(unprintable)`).
 pub(super) fn sanitize_key(raw: &str) -> String {
     let mut s: String = raw.chars().filter(|c| !c.is_control()).take(64).collect();
     if raw.chars().count() > 64 {
         s.push('…');
+    }
+    if s.is_empty() {
+        return if raw.is_empty() {
+            "\"\"".to_owned()
+        } else {
+            "(unprintable)".to_owned()
+        };
     }
     s
 }

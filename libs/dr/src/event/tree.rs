@@ -3,7 +3,7 @@
 
 use super::prescan::sanitize_key;
 use super::{DocumentError, MAX_DURATION_S};
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Datelike, Utc};
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use std::fmt;
 
@@ -246,8 +246,8 @@ impl<'a> Obj<'a> {
         let Some(s) = self.opt_str(key)? else {
             return Ok(None);
         };
-        DateTime::parse_from_rfc3339(s.trim())
-            .map(|t| Some(t.with_timezone(&Utc)))
+        let t = DateTime::parse_from_rfc3339(s.trim())
+            .map(|t| t.with_timezone(&Utc))
             .map_err(|e| {
                 DocumentError::new(
                     self.field(key),
@@ -256,7 +256,20 @@ impl<'a> Obj<'a> {
                         J::Str(s.to_owned()).describe()
                     ),
                 )
-            })
+            })?;
+        // RFC 3339 has four-digit years: an offset can carry 9999-12-31T23:59-23:59 into year
+        // 10000 (or 0000-01-01T00:00+00:01 into year -1) in UTC, an instant the gateway could
+        // not write back as RFC 3339 (chrono writes "+10000-…", which this parser refuses).
+        if !(0..=9999).contains(&t.year()) {
+            return Err(DocumentError::new(
+                self.field(key),
+                format!(
+                    "{} is outside the years 0000 to 9999 once converted to UTC, which RFC 3339 cannot write",
+                    J::Str(s.to_owned()).describe()
+                ),
+            ));
+        }
+        Ok(Some(t))
     }
 
     pub(super) fn req_time(&self, key: &str) -> Result<DateTime<Utc>, DocumentError> {
