@@ -77,6 +77,19 @@ pub struct GatewayConfig {
     pub policy: PolicyKind,
     /// Seconds between telemetry readings (and measurement records in the ledger).
     pub telemetry_interval_s: u64,
+    /// Seconds a connection may take to send a request's headers, and may stay open idle
+    /// between requests; then it is closed. A connection that connects and says nothing would
+    /// otherwise hold a file handle forever.
+    pub http_header_timeout_s: u64,
+    /// Seconds a request may take to send its body (a `dr.event/1` is a few hundred bytes);
+    /// then it is answered 408.
+    pub http_body_timeout_s: u64,
+    /// Most HTTP connections open at once; beyond it a new connection is answered 503 and
+    /// closed at once (keep it well below the process's file-handle limit, `ulimit -n`).
+    pub http_max_connections: usize,
+    /// Most HTTP connections open at once from one peer address, so that one client cannot
+    /// take every slot; beyond it the new connection is answered 503.
+    pub http_max_connections_per_peer: usize,
 }
 
 impl Default for GatewayConfig {
@@ -88,6 +101,10 @@ impl Default for GatewayConfig {
             site: "site-1".to_string(),
             policy: PolicyKind::Flexgate,
             telemetry_interval_s: 5,
+            http_header_timeout_s: 10,
+            http_body_timeout_s: 10,
+            http_max_connections: 512,
+            http_max_connections_per_peer: 64,
         }
     }
 }
@@ -167,6 +184,25 @@ impl Config {
         let invalid = |field, message: String| Err(ConfigError::Invalid { field, message });
         if self.gateway.telemetry_interval_s == 0 || self.gateway.telemetry_interval_s > 3600 {
             return invalid("gateway.telemetry_interval_s", "must be 1–3600".into());
+        }
+        for (field, seconds) in [
+            ("gateway.http_header_timeout_s", self.gateway.http_header_timeout_s),
+            ("gateway.http_body_timeout_s", self.gateway.http_body_timeout_s),
+        ] {
+            if seconds == 0 || seconds > 300 {
+                return invalid(field, "must be 1–300 seconds".into());
+            }
+        }
+        if self.gateway.http_max_connections == 0 || self.gateway.http_max_connections > 65_536 {
+            return invalid("gateway.http_max_connections", "must be 1–65536".into());
+        }
+        if self.gateway.http_max_connections_per_peer == 0
+            || self.gateway.http_max_connections_per_peer > self.gateway.http_max_connections
+        {
+            return invalid(
+                "gateway.http_max_connections_per_peer",
+                "must be at least 1 and at most gateway.http_max_connections".into(),
+            );
         }
         if self.gateway.site.trim().is_empty() {
             return invalid("gateway.site", "must not be empty".into());

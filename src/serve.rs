@@ -127,13 +127,9 @@ impl Server {
             tasks.push(tokio::spawn(bridge.run(stopped.clone())));
         }
         let control = tokio::spawn(gateway.clone().control_loop(wait(stopped.clone())));
-        let app = router.into_make_service_with_connect_info::<SocketAddr>();
+        let limits = http::server::HttpLimits::from_config(&full_config.gateway);
         let http_stop = wait(stopped);
-        let http = tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(http_stop).await {
-                tracing::error!("HTTP server stopped: {e}");
-            }
-        });
+        let http = tokio::spawn(http::server::serve(listener, router, limits, http_stop));
         tasks.push(control);
         tasks.push(http);
         Ok(Self {

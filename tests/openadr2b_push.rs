@@ -48,16 +48,33 @@ fn distribute(event_id: &str, kw: f64) -> String {
 }
 
 async fn push(addr: std::net::SocketAddr, token: Option<&str>, body: &str) -> u16 {
-    flexgate::http_client::request(
-        addr,
-        "POST",
-        "/OpenADR2/Simple/2.0b/EiEvent",
-        token,
-        Some(body.as_bytes()),
-    )
-    .await
-    .expect("push request")
-    .status
+    push_to(addr, "/OpenADR2/Simple/2.0b/EiEvent", token, body).await.0
+}
+
+async fn push_to(addr: std::net::SocketAddr, path: &str, token: Option<&str>, body: &str) -> (u16, String) {
+    let answer = flexgate::http_client::request(addr, "POST", path, token, Some(body.as_bytes()))
+        .await
+        .expect("push request");
+    (answer.status, String::from_utf8_lossy(&answer.body).into_owned())
+}
+
+/// The first oadrCreatedEvent the VTN got that mentions `event_id`, as debug text.
+async fn created_event_for(seen: &Seen, event_id: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let found = seen.lock().expect("lock").iter().find_map(|m| match m {
+            Message::CreatedEvent(c) => Some(format!("{c:?}")).filter(|text| text.contains(event_id)),
+            _ => None,
+        });
+        if let Some(text) = found {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no oadrCreatedEvent for {event_id} reached the VTN"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -177,6 +194,44 @@ async fn a_pushed_distribute_is_authenticated_applied_and_answered() {
     assert!(
         opt.contains("E-push") && opt.contains("must-run training checkpoint"),
         "{opt}"
+    );
+
+    // (After the opt-out: a distribute without E-push would end E-push at the VEN.)
+    // Only the services a VTN pushes to exist, and each message only on its own service: a
+    // path segment such as `../../v1/events` is not taken for EiEvent.
+    for path in [
+        "/OpenADR2/Simple/2.0b/..%2F..%2Fv1%2Fevents",
+        "/OpenADR2/Simple/2.0b/NoSuchService",
+    ] {
+        let (status, text) = push_to(gw_addr, path, Some(PUSH_TOKEN), &distribute("E-path", 90.0)).await;
+        assert_eq!(status, 404, "{path}: {text}");
+        assert!(text.contains("EiEvent, EiReport, EiRegisterParty"), "{text}");
+    }
+    let (status, text) = push_to(
+        gw_addr,
+        "/OpenADR2/Simple/2.0b/EiReport",
+        Some(PUSH_TOKEN),
+        &distribute("E-path", 90.0),
+    )
+    .await;
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("belongs to the EiEvent service"), "{text}");
+    assert!(server.gateway.event("E-path").await.is_none());
+
+    // An event duration without components (`PT`) is not "no end": the VEN answers 454 with
+    // the reason, and the event never enters the book (issue 12, item 2, end to end).
+    let no_components = distribute("E-pt", 100.0).replacen(
+        "<xcal:duration><xcal:duration>PT10M</xcal:duration></xcal:duration></xcal:properties>",
+        "<xcal:duration><xcal:duration>PT</xcal:duration></xcal:duration></xcal:properties>",
+        1,
+    );
+    assert!(no_components.contains(">PT<"), "the fixture changed");
+    assert_eq!(push(gw_addr, Some(PUSH_TOKEN), &no_components).await, 200);
+    let refused = created_event_for(&seen, "E-pt").await;
+    assert!(refused.contains("454"), "{refused}");
+    assert!(
+        server.gateway.event("E-pt").await.is_none(),
+        "an invalid duration must not enter the book"
     );
     server.shutdown().await;
 }

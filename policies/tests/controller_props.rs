@@ -341,7 +341,6 @@ impl Harness {
             event,
             Transport::Http { peer: None },
             Received::Bytes("{}".into()),
-            "c",
             self.now,
         );
         self.run(intake.effects);
@@ -389,7 +388,6 @@ impl Harness {
                     e,
                     Transport::Http { peer: None },
                     Received::Bytes("{}".into()),
-                    "checkpoint",
                     self.now,
                 );
                 let acks_in_effects: Vec<Ack> = intake
@@ -423,13 +421,10 @@ impl Harness {
                 }
             }
             Op::OptOut(index) => {
-                if let Ok((ack, effects)) = self.controller.operator_opt_out(
-                    &format!("ev-{index}"),
-                    "alice",
-                    "must run",
-                    "checkpoint",
-                    self.now,
-                ) {
+                if let Ok((ack, effects)) =
+                    self.controller
+                        .operator_opt_out(&format!("ev-{index}"), "alice", "must run", self.now)
+                {
                     let recorded = effects.iter().any(
                         |e| matches!(e, Effect::Record(r) if matches!(&r.entry, Entry::EventAcked(a) if a.ack == ack)),
                     );
@@ -545,7 +540,7 @@ proptest! {
         for (id, revision) in open {
             let mut cancel = event(0, revision + 1, 1.0, h.now, Some(60), true, false);
             cancel.id = id;
-            let intake = h.controller.submit(cancel, Transport::Http { peer: None }, Received::Bytes("{}".into()), "c", h.now);
+            let intake = h.controller.submit(cancel, Transport::Http { peer: None }, Received::Bytes("{}".into()), h.now);
             h.run(intake.effects);
         }
         for _ in 0..3 {

@@ -118,8 +118,10 @@ pub fn ack_payload(ack: &Ack) -> AckPayload {
         ack.revision,
         ack.received_at,
         opt,
-        ack.log_checkpoint.clone(),
+        // Every ack leaves the runtime anchored (set from its flushed record).
+        ack.log_checkpoint.clone().unwrap_or_default(),
     );
+    payload.log_seq = ack.log_seq;
     payload.reason.clone_from(&ack.reason);
     payload.accepted_target_kw = ack.accepted_target_kw;
     payload.expected_meter_kw = ack.expected_meter_kw.map(|r| KwRange { lo: r.lo, hi: r.hi });
@@ -633,8 +635,9 @@ mod tests {
             3,
             "2026-07-14T18:59:41Z".parse().unwrap(),
             Participation::In,
-            "ab12",
         );
+        ack.log_checkpoint = Some("ab12".into());
+        ack.log_seq = Some(7);
         ack.accepted_target_kw = Some(8000.0);
         ack.expected_meter_kw = Some(MeterRangeKw { lo: 7700.0, hi: 7950.0 });
         let v = serde_json::to_value(ack_payload(&ack)).unwrap();
@@ -642,7 +645,7 @@ mod tests {
             v,
             serde_json::json!({"schema":"dr.ack/1","event_id":"ev-2026-0142","revision":3,
                 "received_at":"2026-07-14T18:59:41Z","opt":"in","reason":null,"accepted_target_kw":8000.0,
-                "expected_meter_kw":{"lo":7700.0,"hi":7950.0},"log_checkpoint":"ab12"})
+                "expected_meter_kw":{"lo":7700.0,"hi":7950.0},"log_checkpoint":"ab12","log_seq":7})
         );
         ack.opt = Participation::Out;
         ack.reason = Some("test".into());

@@ -260,6 +260,7 @@ fn convert(record: &Record) -> Result<Entry, String> {
             Ok(Entry::EventAcked(EventAcked {
                 ack: ack_decision(doc),
                 keyed: record.dedup_key.is_some(),
+                input_sha256: None,
             }))
         }
         RecordKind::EventState => as_entry(b, "event_phase"),
@@ -364,6 +365,7 @@ fn ack_decision(doc: flexgate_dr::AckPayload) -> Ack {
         reason: doc.reason,
         accepted_target_kw: doc.accepted_target_kw,
         expected_meter_kw: doc.expected_meter_kw.map(|r| MeterRangeKw { lo: r.lo, hi: r.hi }),
-        log_checkpoint: doc.log_checkpoint,
+        log_checkpoint: Some(doc.log_checkpoint),
+        log_seq: None,
     }
 }

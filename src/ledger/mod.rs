@@ -40,21 +40,27 @@
 //!
 //! # Durability: what is and is not guaranteed
 //!
-//! [`Ledger::append`] resolves only after the batch holding the record was written **and** sled's
-//! flush returned. Appends are group-committed: one writer thread drains everything pending (up
-//! to [`MAX_BATCH`] records), writes the batch in one transaction, flushes once and then answers
-//! every waiter. (The writer is a dedicated thread calling `Db::flush`, the same call that
-//! `flush_async` hands to sled's thread pool; `writer.rs` says why it is not a Tokio task.)
-//! Be honest about what that flush is:
+//! [`Ledger::append`] resolves only after the batch holding the record was written, sled's
+//! flush returned, **and** the files sled wrote were synced with `fdatasync(2)`. Appends are
+//! group-committed: one writer thread drains everything pending (up to [`MAX_BATCH`] records),
+//! writes the batch in one transaction, flushes and syncs once, and then answers every waiter.
+//! (The writer is a dedicated thread calling `Db::flush`, the same call that `flush_async` hands
+//! to sled's thread pool; `writer.rs` says why it is not a Tokio task.) What that means:
 //!
-//! - sled's flush uses `sync_file_range`, not `fsync`: it does not flush the drive's volatile
-//!   write cache or file-system metadata. An acknowledged record **can be lost on power loss or
-//!   an OS crash** on drives with volatile caches. sled is also **not safe on btrfs** (sled
-//!   #1351). Put the ledger on ext4/xfs, ideally on a drive with power-loss protection.
-//! - What we do guarantee, and test with a kill -9 harness (`tests/ledger_crash.rs`): **no
-//!   acknowledged record is lost when the process crashes or is killed**, and the store reopens
-//!   with an intact chain. That is evidence, not proof: corruption of sled stores after abrupt
-//!   stops is still being reported upstream (sled #1527, #1533), hence the recovery path below.
+//! - sled's own flush ends in `sync_file_range`, which flushes neither the drive's volatile
+//!   write cache nor file metadata, and sled writes large values (`blobs/`) with no sync at all.
+//!   The writer therefore `fdatasync`s the log file, every new blob file and the `blobs`
+//!   directory after each flush (`durable.rs`; the order is checked with `strace` in
+//!   `tests/ledger_durability.rs`). An acknowledged record is on stable storage **if the drive
+//!   honours cache flushes** (the kernel sends one with `fdatasync`; drives with power-loss
+//!   protection need none). A drive or virtual disk that acknowledges flushes it has not done
+//!   can still lose it; no software above it can tell. sled is also **not safe on btrfs** (sled
+//!   #1351). Put the ledger on ext4/xfs.
+//! - What we test with a kill -9 harness (`tests/ledger_crash.rs`): **no acknowledged record is
+//!   lost when the process crashes or is killed**, and the store reopens with an intact chain.
+//!   That is evidence, not proof: corruption of sled stores after abrupt stops is still being
+//!   reported upstream (sled #1527, #1533), hence the recovery path below, and the gateway walks
+//!   the whole chain at start and refuses a ledger that fails it.
 //! - Records can survive a crash without ever having been acknowledged (written, flush not yet
 //!   returned). Delivery is therefore *at-least-once*: callers re-submit unacknowledged work
 //!   with the same `dedup_key`, and the ledger answers with the original record
@@ -78,6 +84,7 @@
 //! Note that opening a sled store is never strictly read-only: sled may write recovery state.
 //! To examine a store without touching it, copy the directory first.
 
+mod durable;
 pub mod migrate;
 mod raw;
 mod store;
@@ -364,10 +371,11 @@ impl Ledger {
         let opened = tokio::task::spawn_blocking(move || -> Result<_, LedgerError> {
             let store = store::Store::open(&path, true)?;
             let head = store.read_head()?;
-            Ok((store, head))
+            let durable = durable::Durable::open(&path).map_err(|e| LedgerError::Storage(sled::Error::Io(e)))?;
+            Ok((store, durable, head))
         })
         .await;
-        let (store, head) = match opened {
+        let (store, durable, head) = match opened {
             Ok(result) => result?,
             Err(join) => {
                 return Err(LedgerError::WriterFailed {
@@ -385,7 +393,7 @@ impl Ledger {
             let (store, shared) = (store.clone(), shared.clone());
             std::thread::Builder::new()
                 .name("flexgate-ledger".to_string())
-                .spawn(move || writer::run(rx, store, shared, head))
+                .spawn(move || writer::run(rx, store, durable, shared, head))
                 .map_err(|e| LedgerError::WriterFailed {
                     reason: format!("cannot start the writer thread: {e}"),
                 })?

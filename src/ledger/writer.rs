@@ -9,11 +9,12 @@
 //!
 //! Each round it waits for the first pending command, drains whatever else is queued (at most
 //! [`MAX_BATCH`] appends, stopping at a flush or close request), assigns seqs and chains hashes,
-//! writes the batch in one sled transaction (records and dedup entries together), flushes once,
-//! and only then answers every waiter of the batch. After any storage error it stops: every
+//! writes the batch in one sled transaction (records and dedup entries together), flushes and
+//! syncs once (`durable.rs`), and only then answers every waiter of the batch. After any storage error it stops: every
 //! pending and later append fails with [`LedgerError::WriterFailed`], because the state of the
 //! store is no longer known.
 
+use super::durable::Durable;
 use super::store::{Store, check_record};
 use super::{Appended, LedgerError, MAX_BATCH, NewRecord, Record, Shared};
 use sled::Transactional;
@@ -68,15 +69,27 @@ fn refusal(shared: &Shared) -> LedgerError {
     }
 }
 
-fn flush(store: &Store, shared: &Shared) -> Result<(), LedgerError> {
+fn flush(store: &Store, durable: &mut Durable, shared: &Shared) -> Result<(), LedgerError> {
     if shared.failure.lock().unwrap_or_else(PoisonError::into_inner).is_some() {
         return Err(refusal(shared));
     }
-    store.db.flush().map(|_| ()).map_err(LedgerError::Storage)
+    durable_flush(store, durable)
+}
+
+/// sled's flush, then the syncs that make it survive a power cut (`durable.rs`).
+fn durable_flush(store: &Store, durable: &mut Durable) -> Result<(), LedgerError> {
+    store.db.flush().map_err(LedgerError::Storage)?;
+    durable.sync().map_err(|e| LedgerError::Storage(sled::Error::Io(e)))
 }
 
 /// The writer thread's body. Returns when every handle is gone or on `Close`.
-pub(crate) fn run(mut rx: mpsc::Receiver<Command>, store: Store, shared: Arc<Shared>, head: (u64, String)) {
+pub(crate) fn run(
+    mut rx: mpsc::Receiver<Command>,
+    store: Store,
+    mut durable: Durable,
+    shared: Arc<Shared>,
+    head: (u64, String),
+) {
     let _guard = PanicGuard(shared.clone());
     let mut tail = Tail {
         seq: head.0,
@@ -101,14 +114,14 @@ pub(crate) fn run(mut rx: mpsc::Receiver<Command>, store: Store, shared: Arc<Sha
         }
         let mut failed = false;
         if !batch.is_empty()
-            && let Err(reason) = commit(&store, &shared, &mut tail, batch)
+            && let Err(reason) = commit(&store, &mut durable, &shared, &mut tail, batch)
         {
             tracing::error!(%reason, "ledger writer stopped");
             *shared.failure.lock().unwrap_or_else(PoisonError::into_inner) = Some(reason);
             failed = true;
         }
         if let Some(reply) = flush_reply {
-            let _ = reply.send(flush(&store, &shared));
+            let _ = reply.send(flush(&store, &mut durable, &shared));
         }
         if failed || close_reply.is_some() {
             break;
@@ -127,7 +140,7 @@ pub(crate) fn run(mut rx: mpsc::Receiver<Command>, store: Store, shared: Arc<Sha
             }
         }
     }
-    let flushed = flush(&store, &shared);
+    let flushed = flush(&store, &mut durable, &shared);
     if let Err(e) = &flushed {
         tracing::error!(error = %e, "final ledger flush failed");
     }
@@ -138,7 +151,13 @@ pub(crate) fn run(mut rx: mpsc::Receiver<Command>, store: Store, shared: Arc<Sha
 
 /// Writes and flushes one batch, then answers its waiters. `Err` means the writer must stop; the
 /// waiters have been answered with the reason.
-fn commit(store: &Store, shared: &Shared, tail: &mut Tail, batch: Vec<(NewRecord, Reply)>) -> Result<(), String> {
+fn commit(
+    store: &Store,
+    durable: &mut Durable,
+    shared: &Shared,
+    tail: &mut Tail,
+    batch: Vec<(NewRecord, Reply)>,
+) -> Result<(), String> {
     let (entries, replies): (Vec<NewRecord>, Vec<Reply>) = batch.into_iter().unzip();
     let fail = |replies: Vec<Reply>, reason: String| {
         for reply in replies {
@@ -150,7 +169,7 @@ fn commit(store: &Store, shared: &Shared, tail: &mut Tail, batch: Vec<(NewRecord
         Ok(staged) => staged,
         Err(e) => return fail(replies, format!("writing a batch failed: {e}")),
     };
-    if let Err(e) = store.db.flush() {
+    if let Err(e) = durable_flush(store, durable) {
         return fail(replies, format!("flushing a batch failed: {e}"));
     }
     *tail = new_tail;

@@ -195,7 +195,16 @@ pub fn build(records: &[Record], event_id: &str, window_s: u64) -> Result<Option
         match entry {
             Entry::EventReceived(r) => received.push(r),
             Entry::EventInterpreted(i) => interpretations.push(i),
-            Entry::EventAcked(a) => acks.push(a.ack),
+            Entry::EventAcked(a) => {
+                // The anchor the counterparty was given is this record's own hash (older
+                // ledgers recorded the head before the event instead: kept as written).
+                let mut ack = a.ack;
+                if ack.log_checkpoint.is_none() {
+                    ack.log_checkpoint = Some(record.hash.clone());
+                    ack.log_seq = Some(record.seq);
+                }
+                acks.push(ack);
+            }
             Entry::EventPhase(t) => transitions.push(t),
             Entry::OperatorOptOut(o) => opt_outs.push(o),
             Entry::Plan(p) => {
@@ -460,11 +469,12 @@ impl AuditReport {
         for a in &self.acks {
             let _ = writeln!(
                 out,
-                "- revision {} opt {} {} (checkpoint {})",
+                "- revision {} opt {} {} (checkpoint {}{})",
                 a.revision,
                 if a.opt == Participation::In { "in" } else { "out" },
                 printable(a.reason.as_deref().unwrap_or("")),
-                a.log_checkpoint
+                a.log_checkpoint.as_deref().unwrap_or("—"),
+                a.log_seq.map(|seq| format!(", record {seq}")).unwrap_or_default()
             );
         }
         if !self.opt_outs.is_empty() {

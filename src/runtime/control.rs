@@ -71,7 +71,7 @@ impl Gateway {
     /// results back until nothing is left to do. Called with `control_pass` held.
     pub(crate) async fn feed(&self, input: Input) -> Result<(), LedgerError> {
         let now = self.clock.now();
-        let ((), mut decided) = self.decide(|core, _| ((), core.handle(input, now))).await?;
+        let ((), mut decided) = self.decide(|core| ((), core.handle(input, now))).await?;
         self.flushed(&mut decided).await?;
         let mut todo: VecDeque<Effect> = decided.actions.into();
         while let Some(effect) = todo.pop_front() {
@@ -138,7 +138,7 @@ impl Gateway {
             };
             if let Some(input) = next {
                 let now = self.clock.now();
-                let ((), mut decided) = self.decide(|core, _| ((), core.handle(input, now))).await?;
+                let ((), mut decided) = self.decide(|core| ((), core.handle(input, now))).await?;
                 self.flushed(&mut decided).await?;
                 // What a result leads to comes before what was already waiting.
                 for action in decided.actions.into_iter().rev() {

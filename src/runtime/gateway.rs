@@ -18,7 +18,7 @@ use super::clock::Clock;
 use super::views::{EventView, JobView, PlanView, StatusView};
 use crate::cluster::ClusterBackend;
 use crate::config::Config;
-use crate::ledger::{Ledger, LedgerError, NewRecord, Queued};
+use crate::ledger::{Appended, Ledger, LedgerError, NewRecord, Queued};
 pub use flexgate_policies::control::OperatorError as OperatorRefusal;
 use flexgate_policies::control::entry::Received;
 pub use flexgate_policies::control::entry::Transport;
@@ -96,6 +96,22 @@ pub enum StartError {
     /// The backend failed.
     #[error("cluster backend {0}")]
     Backend(String),
+    /// The ledger's hash chain does not verify: a record was altered, removed or inserted. The
+    /// state the gateway would rebuild from it cannot be trusted, so it does not start.
+    #[error(
+        "the ledger in {dir}/ledger fails verification at record {seq}: {reason}. The gateway does not act on a \
+         ledger it cannot trust (the state rebuilt from it may have been altered). Keep this directory as \
+         evidence; see `flexgate log verify --data {dir}` and `flexgate log export --data {dir}`, then \
+         restore the ledger from a backup or start on a new data directory"
+    )]
+    ChainBroken {
+        /// The data directory holding the ledger.
+        dir: String,
+        /// The first record that fails.
+        seq: u64,
+        /// What is wrong with it.
+        reason: String,
+    },
 }
 
 /// An event's delivery, for reports: see [`Gateway::event_delivery`].
@@ -124,6 +140,9 @@ pub(crate) struct Decided {
     pub actions: Vec<Effect>,
     /// A plan record is among them.
     pub planned: bool,
+    /// Index among the queued records of the last acknowledgement (the one the caller answers
+    /// with): its hash, once flushed, is the ack's anchor ([`Ack::log_checkpoint`]).
+    pub acked: Option<usize>,
 }
 
 /// The running gateway.
@@ -215,18 +234,21 @@ impl Gateway {
     /// and carries out the actions after that.
     pub(crate) async fn decide<R>(
         &self,
-        decide: impl FnOnce(&mut Controller, &str) -> (R, Vec<Effect>),
+        decide: impl FnOnce(&mut Controller) -> (R, Vec<Effect>),
     ) -> Result<(R, Decided), LedgerError> {
         let mut core = self.core.lock().await;
-        let checkpoint = self.ledger.head().1;
-        let (answer, effects) = decide(&mut core, &checkpoint);
+        let (answer, effects) = decide(&mut core);
         let mut records = Vec::new();
         let mut actions = Vec::new();
         let mut planned = false;
+        let mut acked = None;
         for effect in effects {
             match effect {
                 Effect::Record(recorded) => {
                     planned |= matches!(recorded.entry, crate::ledger::Entry::Plan(_));
+                    if matches!(recorded.entry, crate::ledger::Entry::EventAcked(_)) {
+                        acked = Some(records.len());
+                    }
                     records.push(NewRecord::from(*recorded));
                 }
                 other => actions.push(other),
@@ -251,14 +273,16 @@ impl Gateway {
                 queued,
                 actions,
                 planned,
+                acked,
             },
         ))
     }
 
-    /// Wait for a decision's records, then note when a plan became durable.
-    pub(crate) async fn flushed(&self, decided: &mut Decided) -> Result<(), LedgerError> {
+    /// Wait for a decision's records, then note when a plan became durable. Returns where each
+    /// record landed in the chain, in the order decided.
+    pub(crate) async fn flushed(&self, decided: &mut Decided) -> Result<Vec<Appended>, LedgerError> {
         let queued = std::mem::replace(&mut decided.queued, Queued::empty());
-        queued.flushed().await?;
+        let appended = queued.flushed().await?;
         if decided.planned {
             let mut published = self.published.write().unwrap_or_else(PoisonError::into_inner);
             let mut next = Published {
@@ -270,6 +294,27 @@ impl Gateway {
             }
             *published = Arc::new(next);
         }
+        Ok(appended)
+    }
+
+    /// The anchor of a decision's acknowledgement: where its record landed.
+    fn anchor(decided: &Decided, appended: &[Appended], ack: &mut Ack) {
+        if let Some(record) = decided.acked.and_then(|i| appended.get(i)) {
+            ack.log_checkpoint = Some(record.hash.clone());
+            ack.log_seq = Some(record.seq);
+        }
+    }
+
+    /// The anchor of an ack given again for a repeat: the record of the first answer, found by
+    /// its key (acks of earlier versions carried a different anchor, which is replaced).
+    fn anchor_repeat(&self, ack: &mut Ack) -> Result<(), LedgerError> {
+        let key = format!("ack:{}:{}", ack.event_id, ack.revision);
+        if let Some(seq) = self.ledger.find_dedup(&key)?
+            && let Some(record) = self.ledger.get(seq)?
+        {
+            ack.log_checkpoint = Some(record.hash);
+            ack.log_seq = Some(record.seq);
+        }
         Ok(())
     }
 
@@ -279,7 +324,7 @@ impl Gateway {
         let event = match crate::grid::dr_event::parse_event(body, transport.source()) {
             Ok(event) => event,
             Err(e) => {
-                self.decide(|core, _| {
+                self.decide(|core| {
                     core.count_refused();
                     ((), Vec::new())
                 })
@@ -315,15 +360,23 @@ impl Gateway {
     ) -> Result<SubmitOutcome, SubmitError> {
         let now = self.clock.now();
         let (decision, mut decided) = self
-            .decide(|core, checkpoint| {
-                let intake = core.submit(event, transport, received, checkpoint, now);
+            .decide(|core| {
+                let intake = core.submit(event, transport, received, now);
                 (intake.decision, intake.effects)
             })
             .await?;
-        self.flushed(&mut decided).await?;
-        if let IntakeDecision::Repeated { .. } = decision {
-            // The first copy's records may still be on their way to the disk.
-            self.ledger.flush().await?;
+        let appended = self.flushed(&mut decided).await?;
+        let mut decision = decision;
+        match &mut decision {
+            IntakeDecision::Repeated { ack } => {
+                // The first copy's records may still be on their way to the disk.
+                self.ledger.flush().await?;
+                self.anchor_repeat(ack)?;
+            }
+            IntakeDecision::Accepted { ack }
+            | IntakeDecision::Refused { ack, .. }
+            | IntakeDecision::Stale { ack, .. } => Self::anchor(&decided, &appended, ack),
+            IntakeDecision::Invalid(_) => {}
         }
         for action in decided.actions {
             if matches!(action, Effect::Wake) {
@@ -354,15 +407,14 @@ impl Gateway {
     pub async fn operator_opt_out(&self, event_id: &str, operator: &str, reason: &str) -> Result<Ack, OperatorError> {
         let now = self.clock.now();
         let (result, mut decided) = self
-            .decide(
-                |core, checkpoint| match core.operator_opt_out(event_id, operator, reason, checkpoint, now) {
-                    Ok((ack, effects)) => (Ok(ack), effects),
-                    Err(e) => (Err(e), Vec::new()),
-                },
-            )
+            .decide(|core| match core.operator_opt_out(event_id, operator, reason, now) {
+                Ok((ack, effects)) => (Ok(ack), effects),
+                Err(e) => (Err(e), Vec::new()),
+            })
             .await?;
-        let ack = result?;
-        self.flushed(&mut decided).await?;
+        let mut ack = result?;
+        let appended = self.flushed(&mut decided).await?;
+        Self::anchor(&decided, &appended, &mut ack);
         for action in decided.actions {
             match action {
                 Effect::OptOutNotice { event_id, reason } => {
@@ -482,6 +534,18 @@ impl Gateway {
                 "counter",
                 "Plans computed and recorded.",
                 c.plans as f64,
+            ),
+            (
+                "flexgate_http_connections_open",
+                "gauge",
+                "HTTP connections open now.",
+                crate::grid::http::server::CONNECTIONS_OPEN.load(std::sync::atomic::Ordering::Relaxed) as f64,
+            ),
+            (
+                "flexgate_http_connections_refused_total",
+                "counter",
+                "HTTP connections answered 503 and closed because a connection limit was reached.",
+                crate::grid::http::server::CONNECTIONS_REFUSED.load(std::sync::atomic::Ordering::Relaxed) as f64,
             ),
             (
                 "flexgate_dispatch_failures_total",

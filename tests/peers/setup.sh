@@ -7,7 +7,7 @@
 #     single-node cluster with 8 fake GPUs through tests/peers/slurm.sh)
 # Idempotent: each step is skipped when its result is already there. One line per step on
 # stdout; the tools' own output goes to target/peers/*.log and is shown only when a step fails.
-# Usage: tests/peers/setup.sh [--only oadr2b|oadr3|mosquitto|slurm]
+# Usage: tests/peers/setup.sh [--only oadr2b|oadr3|mosquitto|strace|slurm]
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."   # workspace root
@@ -20,10 +20,10 @@ OADR3_ROOT=$PEERS/openadr
 OADR3_BIN=$OADR3_ROOT/bin/openadr
 ONLY=${2:-}
 if [[ ${1:-} == --only ]]; then
-    [[ $ONLY == oadr2b || $ONLY == oadr3 || $ONLY == mosquitto || $ONLY == slurm ]] ||
-        { echo "setup: --only takes oadr2b, oadr3, mosquitto or slurm" >&2; exit 2; }
+    [[ $ONLY == oadr2b || $ONLY == oadr3 || $ONLY == mosquitto || $ONLY == strace || $ONLY == slurm ]] ||
+        { echo "setup: --only takes oadr2b, oadr3, mosquitto, strace or slurm" >&2; exit 2; }
 elif [[ $# -gt 0 ]]; then
-    echo "usage: $0 [--only oadr2b|oadr3|mosquitto|slurm]" >&2; exit 2
+    echo "usage: $0 [--only oadr2b|oadr3|mosquitto|strace|slurm]" >&2; exit 2
 fi
 mkdir -p "$PEERS"
 
@@ -127,6 +127,23 @@ setup_mosquitto() {
         fail "mosquitto installed but not found on PATH or in /usr/sbin" "$log"
 }
 
+# strace: tests/ledger_durability.rs checks, on the real binary, that the ledger's files are
+# fdatasync'ed before an ack goes out.
+setup_strace() {
+    if command -v strace >/dev/null 2>&1; then
+        step "strace already installed ($(command -v strace))"
+        return
+    fi
+    local log=$PEERS/strace-install.log
+    if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+        step "apt-get install strace"
+        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq strace; } \
+            >"$log" 2>&1 || fail "apt-get install strace failed" "$log"
+    else
+        fail "strace is not installed and this is not a root shell with apt-get: install the strace package"
+    fi
+}
+
 setup_slurm() {
     if bash tests/peers/slurm.sh check >/dev/null 2>&1; then
         step "$(bash tests/peers/slurm.sh check 2>&1 | sed 's/^slurm.sh: //')"
@@ -142,6 +159,7 @@ case $ONLY in
     oadr3) setup_oadr3 ;;
     mosquitto) setup_mosquitto ;;
     slurm) setup_slurm ;;
-    *) setup_oadr2b; setup_oadr3; setup_mosquitto; setup_slurm ;;
+    strace) setup_strace ;;
+    *) setup_oadr2b; setup_oadr3; setup_mosquitto; setup_strace; setup_slurm ;;
 esac
 step "done"

@@ -104,9 +104,14 @@ pub struct AckPayload {
     pub accepted_target_kw: Option<f64>,
     /// The meter reading the gateway expects while it follows the event.
     pub expected_meter_kw: Option<KwRange>,
-    /// Hash of the ledger checkpoint that records the receipt: the counterparty's anchor into
-    /// the gateway's tamper-evident log.
+    /// The counterparty's anchor into the gateway's tamper-evident log: the hash of the ledger
+    /// record that holds this acknowledgement (the decision, and the SHA-256 of the document it
+    /// answers), which chains over every earlier record, the received document among them.
     pub log_checkpoint: String,
+    /// Sequence number of the ledger record `log_checkpoint` is the hash of. Absent in acks of
+    /// gateways that anchored the ack on the record before the event's records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_seq: Option<u64>,
 }
 
 impl AckPayload {
@@ -129,6 +134,7 @@ impl AckPayload {
             accepted_target_kw: None,
             expected_meter_kw: None,
             log_checkpoint: log_checkpoint.into(),
+            log_seq: None,
         }
     }
 }
@@ -388,7 +394,8 @@ pub const DR_ACK_JSON_SCHEMA: &str = r##"{
         "hi": { "type": "number" }
       }
     },
-    "log_checkpoint": { "type": "string", "description": "Hash of the ledger checkpoint that records the receipt (lowercase hex SHA-256)." }
+    "log_checkpoint": { "type": "string", "description": "Hash (lowercase hex SHA-256) of the ledger record that holds this acknowledgement: the decision and the SHA-256 of the document it answers (input_sha256). The record's hash chains over every earlier record, the received document among them, so rewriting either changes this hash." },
+    "log_seq": { "type": "integer", "minimum": 1, "description": "Sequence number of the ledger record log_checkpoint is the hash of." }
   }
 }
 "##;

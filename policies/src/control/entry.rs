@@ -184,15 +184,38 @@ pub struct EventInterpreted {
     pub facility_fingerprint: String,
 }
 
-/// An acknowledgment, as sent.
+/// An acknowledgment, as sent (less its own anchor: the hash of this record is the ack's
+/// `log_checkpoint`, see [`Ack::log_checkpoint`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EventAcked {
-    /// The `dr.ack/1` document.
+    /// The decision the ack carries.
     pub ack: Ack,
     /// Whether a repeat of this (event, revision) is answered with this ack (it was taken or
     /// refused on its merits; refusals for the wrong site or an expired window are not keyed,
     /// so a corrected copy is judged afresh).
     pub keyed: bool,
+    /// Lowercase hex SHA-256 of the document this ack answers, byte for byte as received
+    /// (`dr.event/1` over HTTP or MQTT), so that the sender can show, from this one record and its
+    /// hash, that the gateway acknowledged exactly what it sent. `None` for events translated
+    /// from a protocol message (OpenADR: the wire message has its own record) and for operator
+    /// opt-outs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_sha256: Option<String>,
+}
+
+impl Received {
+    /// SHA-256 of the document as received (lowercase hex); `None` for translated events.
+    #[must_use]
+    pub fn sha256(&self) -> Option<String> {
+        use sha2::Digest;
+        match self {
+            Received::Bytes(text) => {
+                let digest = sha2::Sha256::digest(text.as_bytes());
+                Some(digest.iter().map(|b| format!("{b:02x}")).collect())
+            }
+            Received::Translated { .. } => None,
+        }
+    }
 }
 
 /// An operator opted the site out of an event.

@@ -138,14 +138,14 @@ impl Controller {
         self.telemetry.as_ref().map_or(1, |t| t.nodes.max(1))
     }
 
-    /// Take a grid event from any transport. `checkpoint` is the ledger head before this
-    /// submission's records (what the counterparty can already verify), echoed in the ack.
+    /// Take a grid event from any transport. The ack is decided without its ledger anchor
+    /// ([`Ack::log_checkpoint`]): the runtime sets that from the ack's own record once it is
+    /// flushed.
     pub fn submit(
         &mut self,
         mut event: GridEvent,
         transport: Transport,
         received: Received,
-        checkpoint: &str,
         now: DateTime<Utc>,
     ) -> Intake {
         if let Err(e) = event.validate() {
@@ -158,10 +158,11 @@ impl Controller {
         // The protocol that brought it is the event's source, whatever the parser assumed.
         event.source = transport.source();
         let opt_out = |reason: String| {
-            let mut ack = Ack::new(event.id.clone(), event.revision, now, Participation::Out, checkpoint);
+            let mut ack = Ack::new(event.id.clone(), event.revision, now, Participation::Out);
             ack.reason = Some(reason);
             ack
         };
+        let input_sha256 = received.sha256();
         let received_entry = Entry::EventReceived(EventReceived {
             received_at: now,
             source: transport.source(),
@@ -188,7 +189,7 @@ impl Controller {
         if let Some(reason) = wrong_site.or(expired) {
             let ack = opt_out(reason.clone());
             self.record(&mut effects, Recorded::new(received_entry, id.clone()));
-            self.record(&mut effects, ack_entry(&ack, false));
+            self.record(&mut effects, ack_entry(&ack, false, input_sha256.clone()));
             self.counters.events_refused += 1;
             return Intake {
                 effects,
@@ -214,7 +215,7 @@ impl Controller {
                     let reason = format!("intervals[{i}]: {e}");
                     let ack = opt_out(reason.clone());
                     self.record(&mut effects, received_record);
-                    self.record(&mut effects, ack_entry(&ack, true));
+                    self.record(&mut effects, ack_entry(&ack, true, input_sha256.clone()));
                     self.counters.events_refused += 1;
                     return Intake {
                         effects,
@@ -232,7 +233,7 @@ impl Controller {
         if let Some(held) = held.filter(|h| *h > event.revision) {
             let ack = opt_out(format!("stale revision: {held} is held"));
             self.record(&mut effects, received_record);
-            self.record(&mut effects, ack_entry(&ack, false));
+            self.record(&mut effects, ack_entry(&ack, false, input_sha256.clone()));
             return Intake {
                 effects,
                 decision: IntakeDecision::Stale { held, ack },
@@ -272,7 +273,7 @@ impl Controller {
                 .map_or(0.0, |m| m.lo.value());
             MeterRangeKw { lo, hi: b.fsl.value() }
         });
-        let mut ack = Ack::new(event.id.clone(), event.revision, now, Participation::In, checkpoint);
+        let mut ack = Ack::new(event.id.clone(), event.revision, now, Participation::In);
         ack.reason = match (outcome, event.test) {
             (_, true) => Some("test event: recorded, not acted on".to_string()),
             (Upserted::Duplicate, _) => Some("revision already held".to_string()),
@@ -297,7 +298,7 @@ impl Controller {
             &mut effects,
             Recorded::new(interpreted, id).keyed(format!("interpretation:{}:{}", event.id, event.revision)),
         );
-        self.record(&mut effects, ack_entry(&ack, true));
+        self.record(&mut effects, ack_entry(&ack, true, input_sha256.clone()));
         self.counters.events_accepted += 1;
         // A test event or a repeat cannot change any ceiling: no re-plan (a burst of them would
         // otherwise cost one pass over the whole book each).
@@ -318,7 +319,6 @@ impl Controller {
         event_id: &str,
         operator: &str,
         reason: &str,
-        checkpoint: &str,
         now: DateTime<Utc>,
     ) -> Result<(Ack, Vec<Effect>), OperatorError> {
         let invalid = |field, message: &str| OperatorError::Invalid {
@@ -343,7 +343,7 @@ impl Controller {
             return Err(invalid("event_id", "the site has already opted out of this event"));
         }
         let revision = entry.revision();
-        let mut ack = Ack::new(event_id, revision, now, Participation::Out, checkpoint);
+        let mut ack = Ack::new(event_id, revision, now, Participation::Out);
         ack.reason = Some(format!("operator opt-out: {reason}"));
         let mut effects = Vec::new();
         self.record(
@@ -359,7 +359,7 @@ impl Controller {
                 Some(event_id.to_string()),
             ),
         );
-        self.record(&mut effects, ack_entry(&ack, false));
+        self.record(&mut effects, ack_entry(&ack, false, None));
         effects.push(Effect::OptOutNotice {
             event_id: event_id.to_string(),
             reason: reason.to_string(),
@@ -371,11 +371,12 @@ impl Controller {
 
 /// The record of an ack. The ack of an (event, revision) decided on its merits keeps a key, so
 /// that a repeat gets the same ack.
-fn ack_entry(ack: &Ack, keyed: bool) -> Recorded {
+fn ack_entry(ack: &Ack, keyed: bool, input_sha256: Option<String>) -> Recorded {
     let record = Recorded::new(
         Entry::EventAcked(EventAcked {
             ack: ack.clone(),
             keyed,
+            input_sha256,
         }),
         Some(ack.event_id.clone()),
     );

@@ -1,5 +1,5 @@
 //! The gateway's answer to one event revision: whether it takes part, why not, the ceiling it
-//! accepted and the meter it expects, and the ledger checkpoint that anchors the receipt.
+//! accepted and the meter it expects, and the ledger checkpoint that anchors the receipt (set once recorded).
 //!
 //! This is the *decision*, made by the controller and recorded in the ledger. The `dr.ack/1`
 //! document that carries it to a utility (HTTP body, MQTT), and the OpenADR answers, are the
@@ -48,22 +48,27 @@ pub struct Ack {
     pub accepted_target_kw: Option<f64>,
     /// The meter reading the gateway expects while following the event.
     pub expected_meter_kw: Option<MeterRangeKw>,
-    /// Hash of the ledger checkpoint that records the event's receipt: the counterparty's anchor
-    /// into the gateway's tamper-evident log.
-    pub log_checkpoint: String,
+    /// The counterparty's anchor into the gateway's tamper-evident log: the hash of the ledger
+    /// record that holds this acknowledgement, and that record's sequence number.
+    ///
+    /// A record cannot hold its own hash, so the decision is recorded without it (`None`) and the
+    /// runtime sets it from the ledger once that record is flushed, before the ack is sent. The
+    /// record holds the decision and the SHA-256 of the input it answers, and its hash chains
+    /// over every earlier record (the received input among them): rewriting either changes the
+    /// hash the counterparty holds. Acks recorded before this anchor existed carry here the hash
+    /// of the record *before* the event's records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_checkpoint: Option<String>,
+    /// Sequence number of the record `log_checkpoint` is the hash of (see there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_seq: Option<u64>,
 }
 
 impl Ack {
     /// An acknowledgement with no reason, target or expectation; set those fields directly where
     /// they apply.
     #[must_use]
-    pub fn new(
-        event_id: impl Into<String>,
-        revision: u64,
-        received_at: DateTime<Utc>,
-        opt: Participation,
-        log_checkpoint: impl Into<String>,
-    ) -> Self {
+    pub fn new(event_id: impl Into<String>, revision: u64, received_at: DateTime<Utc>, opt: Participation) -> Self {
         Self {
             event_id: event_id.into(),
             revision,
@@ -72,7 +77,8 @@ impl Ack {
             reason: None,
             accepted_target_kw: None,
             expected_meter_kw: None,
-            log_checkpoint: log_checkpoint.into(),
+            log_checkpoint: None,
+            log_seq: None,
         }
     }
 }

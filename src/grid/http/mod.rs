@@ -20,6 +20,11 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
 const OPENAPI: &str = include_str!("openapi.json");
 
+pub mod body;
+pub mod server;
+
+use body::read_body;
+
 /// Shared state of the handlers.
 #[derive(Clone)]
 struct Api {
@@ -69,6 +74,11 @@ pub(crate) fn bearer_token(headers: &HeaderMap) -> Option<&str> {
 }
 
 impl Api {
+    /// How long a request body may take (`gateway.http_body_timeout_s`).
+    fn body_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.gateway.config.gateway.http_body_timeout_s)
+    }
+
     fn authorized(&self, headers: &HeaderMap) -> bool {
         let Some(given) = bearer_token(headers) else {
             return false;
@@ -97,15 +107,9 @@ async fn post_event(State(api): State<Api>, request: Request) -> Response {
             .get::<ConnectInfo<SocketAddr>>()
             .map(|ConnectInfo(addr)| addr.to_string()),
     };
-    let body: Bytes = match axum::body::to_bytes(request.into_body(), MAX_BODY_BYTES).await {
+    let body: Bytes = match read_body(request.into_body(), MAX_BODY_BYTES, api.body_timeout()).await {
         Ok(body) => body,
-        Err(_) => {
-            return error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                None,
-                format!("the body exceeds {MAX_BODY_BYTES} bytes"),
-            );
-        }
+        Err(e) => return error(e.status(), None, e.to_string()),
     };
     match api.gateway.submit_event(&body, transport).await {
         Ok(outcome) => (StatusCode::OK, axum::Json(ack_payload(&outcome.ack))).into_response(),
@@ -182,12 +186,9 @@ async fn operator_opt_out(State(api): State<Api>, request: Request) -> Response 
             "missing or wrong bearer token (Authorization: Bearer <token>)",
         );
     }
-    let Ok(body) = axum::body::to_bytes(request.into_body(), MAX_BODY_BYTES).await else {
-        return error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            None,
-            format!("the body exceeds {MAX_BODY_BYTES} bytes"),
-        );
+    let body = match read_body(request.into_body(), MAX_BODY_BYTES, api.body_timeout()).await {
+        Ok(body) => body,
+        Err(e) => return error(e.status(), None, e.to_string()),
     };
     let req: OptOutRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,

@@ -8,10 +8,10 @@
 use super::ven2b::Pushed;
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use flexgate_openadr::oadr2b::decode;
+use flexgate_openadr::oadr2b::{Message, decode};
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
@@ -48,7 +48,33 @@ fn authorized(push: &Push, headers: &HeaderMap) -> bool {
         == 0
 }
 
-async fn receive(State(push): State<Push>, headers: HeaderMap, body: Bytes) -> Response {
+/// The services a VTN pushes to (OpenADR 2.0b profile, §8: the VEN's endpoints for messages
+/// the VTN initiates).
+pub const PUSH_SERVICES: [&str; 3] = ["EiEvent", "EiReport", "EiRegisterParty"];
+
+/// The service a message a VTN initiates belongs to; `None` for messages that are not pushed
+/// by a VTN (answers, VEN → VTN messages).
+fn pushed_service(message: &Message) -> Option<&'static str> {
+    match message {
+        Message::DistributeEvent(_) => Some("EiEvent"),
+        Message::RegisterReport(_) | Message::CreateReport(_) | Message::CancelReport(_) => Some("EiReport"),
+        Message::RequestReregistration(_) | Message::CancelPartyRegistration(_) => Some("EiRegisterParty"),
+        _ => None,
+    }
+}
+
+async fn receive(State(push): State<Push>, Path(service): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
+    if !PUSH_SERVICES.contains(&service.as_str()) {
+        return (
+            StatusCode::NOT_FOUND,
+            format!(
+                "no OpenADR 2.0b push service {:?}: a VTN pushes to {}\n",
+                service.chars().take(64).collect::<String>(),
+                PUSH_SERVICES.join(", ")
+            ),
+        )
+            .into_response();
+    }
     if !authorized(&push, &headers) {
         return (
             StatusCode::UNAUTHORIZED,
@@ -61,6 +87,23 @@ async fn receive(State(push): State<Push>, headers: HeaderMap, body: Bytes) -> R
         Ok(m) => m,
         Err(e) => return (StatusCode::BAD_REQUEST, format!("not an OpenADR 2.0b message: {e}\n")).into_response(),
     };
+    match pushed_service(&message) {
+        Some(belongs) if belongs == service => {}
+        Some(belongs) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                format!("{} belongs to the {belongs} service, not {service}\n", message.name()),
+            )
+                .into_response();
+        }
+        None => {
+            return (
+                StatusCode::BAD_REQUEST,
+                format!("{} is not a message a VTN pushes to a VEN\n", message.name()),
+            )
+                .into_response();
+        }
+    }
     // Accepted for processing only once the VEN task has it; a full queue is back-pressure.
     match push.to_ven.try_send(Pushed {
         message,

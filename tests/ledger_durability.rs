@@ -1,0 +1,167 @@
+//! The ack of an event goes out only after the ledger's files are on stable storage
+//! (issue 12, item 5), checked on the real binary with `strace`.
+//!
+//! sled's flush ends in `sync_file_range(2)`, which flushes neither the drive's write cache nor
+//! file metadata. The ledger writer follows every flush with `fdatasync(2)` on sled's log file
+//! (`src/ledger/durable.rs`). This test traces `flexgate run`, submits one event and checks, in
+//! the trace, that between the last `sync_file_range` before the HTTP answer and the answer
+//! there is an `fdatasync` of a descriptor opened on `<data>/ledger/db`.
+//!
+//! `strace` comes from Debian's package; `tests/peers/setup.sh` installs it. The test fails,
+//! never skips, without it.
+#![allow(clippy::disallowed_methods, reason = "test events run on the wall clock")]
+
+use flexgate::http_client::request;
+use serde_json::json;
+use std::collections::HashSet;
+use std::net::{SocketAddr, TcpListener};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const TOKEN: &str = "durability-test-token";
+
+fn free_port() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("addr")
+}
+
+/// One traced system call: the thread, the call's name, its first argument and result.
+#[derive(Debug)]
+struct Call<'a> {
+    line: &'a str,
+    name: &'a str,
+    first_arg: &'a str,
+    result: Option<i64>,
+}
+
+fn parse(line: &str) -> Option<Call<'_>> {
+    // "<pid> <hh:mm:ss.us> name(args...) = result" (strace pads the pid with spaces)
+    let rest = line.trim_start();
+    let (_pid, rest) = rest.split_once(' ')?;
+    let (_time, rest) = rest.trim_start().split_once(' ')?;
+    let open = rest.find('(')?;
+    let name = &rest[..open];
+    let args = &rest[open + 1..];
+    let first_arg = args.split([',', ')']).next().unwrap_or("").trim();
+    let result = rest
+        .rsplit_once(" = ")
+        .and_then(|(_, r)| r.split(' ').next()?.parse().ok());
+    Some(Call {
+        line,
+        name,
+        first_arg,
+        result,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ack_is_sent_after_fdatasync_of_the_ledger_not_only_sync_file_range() {
+    let strace = Command::new("strace").arg("-V").output();
+    assert!(
+        strace.is_ok_and(|o| o.status.success()),
+        "strace is required (Debian package `strace`; tests/peers/setup.sh installs it)"
+    );
+    let dir = tempfile::tempdir().expect("dir");
+    let trace = dir.path().join("trace.txt");
+    let data = dir.path().join("data");
+    let addr = free_port();
+    let mut child = Command::new("strace")
+        .args(["-f", "-tt", "-qq", "-s", "64", "-o"])
+        .arg(&trace)
+        .args([
+            "-e",
+            "trace=openat,fdatasync,fsync,sync_file_range,write,writev,sendto,sendmsg",
+        ])
+        .arg(env!("CARGO_BIN_EXE_flexgate"))
+        .args(["run", "--data"])
+        .arg(&data)
+        .args(["--listen", &addr.to_string()])
+        .env("FLEXGATE_API_TOKEN", TOKEN)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("strace starts");
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(r) = request(addr, "GET", "/healthz", None, None).await
+            && r.status == 200
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the traced gateway did not become healthy");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let start = (chrono::Utc::now() + chrono::Duration::hours(1)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let body = json!({"schema": "dr.event/1", "event_id": "ev-durable", "revision": 1, "site": "site-1",
+                      "target": {"form": "ceiling", "point": "meter", "kw": 120},
+                      "window": {"start": start, "ramp_s": 0, "duration_s": 600, "recovery_s": 0}})
+    .to_string();
+    let answer = request(addr, "POST", "/v1/events", Some(TOKEN), Some(body.as_bytes()))
+        .await
+        .expect("POST");
+    assert_eq!(answer.status, 200, "{}", String::from_utf8_lossy(&answer.body));
+    // strace writes the trace as the calls return; stop the gateway cleanly and let strace end.
+    let gateway_pid = std::fs::read_dir("/proc")
+        .expect("/proc")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .find(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|stat| stat.split(' ').nth(3) == Some(&child.id().to_string()))
+        })
+        .expect("the gateway is strace's child");
+    let _ = Command::new("kill").args(["-TERM", &gateway_pid.to_string()]).status();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    let text = std::fs::read_to_string(&trace).expect("trace");
+    let calls: Vec<Call<'_>> = text.lines().filter_map(parse).collect();
+    let db_path = format!("{}\"", data.join("ledger").join("db").display());
+    let db_fds: HashSet<String> = calls
+        .iter()
+        .filter(|c| c.name == "openat" && c.line.contains(&db_path))
+        .filter_map(|c| c.result.filter(|fd| *fd >= 0).map(|fd| fd.to_string()))
+        .collect();
+    assert!(
+        !db_fds.is_empty(),
+        "the trace shows the ledger's log file ({db_path}) opened:\n{}",
+        calls
+            .iter()
+            .filter(|c| c.name == "openat" && c.line.contains("ledger"))
+            .map(|c| c.line)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let answered = calls
+        .iter()
+        .position(|c| {
+            matches!(c.name, "write" | "writev" | "sendto" | "sendmsg")
+                && c.line.contains("HTTP/1.1 200")
+                && c.line.contains("\"")
+        })
+        .expect("the trace shows the HTTP answer");
+    let last_range_sync = calls[..answered]
+        .iter()
+        .rposition(|c| c.name == "sync_file_range")
+        .expect("sled flushed with sync_file_range before the answer");
+    let synced = calls[last_range_sync..answered]
+        .iter()
+        .any(|c| matches!(c.name, "fdatasync" | "fsync") && db_fds.contains(c.first_arg) && c.result == Some(0));
+    assert!(
+        synced,
+        "no fdatasync of the ledger's log file (fds {db_fds:?}) between sled's last sync_file_range and the \
+         ack:\n{}",
+        calls[last_range_sync..=answered]
+            .iter()
+            .map(|c| c.line)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
