@@ -208,17 +208,32 @@ async fn read_endpoints_answer() {
 async fn revisions_higher_replaces_lower_is_refused_equal_is_repeated() {
     let dir = tempfile::tempdir().expect("dir");
     let (gw, _sim) = gateway(dir.path(), 4, SimFaults::default()).await;
-    assert_eq!(
-        post(&gw, &event("ev-r", 2, 100.0, 600, Some(1800)), Some(TOKEN))
-            .await
-            .0,
-        StatusCode::OK
-    );
-    let (status, again) = post(&gw, &event("ev-r", 2, 100.0, 600, Some(1800)), Some(TOKEN)).await;
+    let first = event("ev-r", 2, 100.0, 600, Some(1800));
+    let (status, ack) = post(&gw, &first, Some(TOKEN)).await;
+    assert_eq!(status, StatusCode::OK, "{ack}");
+    let (status, again) = post(&gw, &first, Some(TOKEN)).await;
     assert_eq!(
         status,
         StatusCode::OK,
         "equal revision is a no-op with the same ack: {again}"
+    );
+    assert_eq!(again, ack, "a repeat gets the first answer, anchor included");
+    // The same revision with another body: the first answer stands, and the sender is told
+    // that its new body was ignored (issue 12, item 7).
+    let mut other = first.clone();
+    other["target"]["kw"] = json!(90.0);
+    let (status, conflict) = post(&gw, &other, Some(TOKEN)).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{conflict}");
+    let message = conflict["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("already held with a different body") && message.contains("send revision 3"),
+        "{conflict}"
+    );
+    assert_eq!(conflict["ack"]["log_checkpoint"], ack["log_checkpoint"]);
+    assert_eq!(
+        gw.events().await[0].lowest_ceiling_kw,
+        Some(100.0),
+        "the new body changed nothing"
     );
     let (status, body) = post(&gw, &event("ev-r", 1, 50.0, 600, Some(1800)), Some(TOKEN)).await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
@@ -808,5 +823,41 @@ async fn back_to_back_events_end_with_every_job_at_its_uncapped_limit() {
         inventory.iter().all(|j| j.applied_cap.value() >= 699.9),
         "every job is back at its uncapped limit: {:?}",
         inventory.iter().map(|j| j.applied_cap.value()).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test]
+async fn unreachable_and_far_too_high_ceilings_are_flagged_with_a_sane_range() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (gw, _sim) = gateway(dir.path(), 4, SimFaults::default()).await;
+    let meter = meter_kw(&gw).await;
+    // A 0 kW ceiling (what a reduction larger than the baseline becomes): it cannot be met.
+    let (status, ack) = post(&gw, &event("ev-zero", 1, 0.0, 600, Some(1800)), Some(TOKEN)).await;
+    assert_eq!(status, StatusCode::OK, "{ack}");
+    let (lo, hi) = (
+        ack["expected_meter_kw"]["lo"].as_f64().expect("lo"),
+        ack["expected_meter_kw"]["hi"].as_f64().expect("hi"),
+    );
+    assert!(lo <= hi && lo > 0.0, "an honest, non-inverted range: {ack}");
+    assert!(
+        ack["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("below the lowest meter power")),
+        "{ack}"
+    );
+    // A ceiling ten times the meter: nothing to shed, and the meter is not promised near the
+    // ceiling.
+    let (status, ack) = post(&gw, &event("ev-high", 1, meter * 10.0, 600, Some(1800)), Some(TOKEN)).await;
+    assert_eq!(status, StatusCode::OK, "{ack}");
+    let hi = ack["expected_meter_kw"]["hi"].as_f64().expect("hi");
+    assert!(
+        hi < meter * 5.0,
+        "promised up to {hi} kW for a meter at {meter} kW: {ack}"
+    );
+    assert!(
+        ack["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("nothing needs to be shed")),
+        "{ack}"
     );
 }

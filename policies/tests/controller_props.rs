@@ -409,7 +409,7 @@ impl Harness {
                         assert!(acks_in_effects.contains(&ack), "the ack is recorded with its decision");
                         self.acks_seen.push(ack);
                     }
-                    IntakeDecision::Repeated { ack } => {
+                    IntakeDecision::Repeated { ack, .. } => {
                         let recorded = self.ledger[..recorded_before]
                             .iter()
                             .any(|e| matches!(e, Entry::EventAcked(a) if a.ack == ack));

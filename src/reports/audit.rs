@@ -392,10 +392,13 @@ pub fn build(records: &[Record], event_id: &str, window_s: u64) -> Result<Option
 
 /// Text from outside (operator names, reasons, received bytes) with control characters
 /// escaped, so that an auditor's terminal prints it instead of obeying it.
+/// `text` with every character that could act on the auditor's terminal or hide in it (control,
+/// invisible, noncharacter; see `is_unprintable`) written as its `\u{…}` escape. Everything the
+/// audit prints that came from outside (ids, names, reasons, job ids) goes through this.
 fn printable(text: &str) -> String {
     text.chars()
         .flat_map(|c| {
-            if c.is_control() && c != '\n' {
+            if flexgate_policies::event::model::is_unprintable(c) && c != '\n' {
                 c.escape_unicode().collect::<Vec<_>>()
             } else {
                 vec![c]
@@ -413,7 +416,7 @@ impl AuditReport {
     #[must_use]
     pub fn to_markdown(&self) -> String {
         let mut out = String::new();
-        let _ = writeln!(out, "# Audit of event `{}`\n", self.event_id);
+        let _ = writeln!(out, "# Audit of event `{}`\n", printable(&self.event_id));
         let _ = writeln!(out, "## Received ({} revision(s))\n", self.received.len());
         for r in &self.received {
             let via = serde_json::to_string(&r.transport).unwrap_or_default();
@@ -601,7 +604,10 @@ impl AuditReport {
             if self.fallbacks.is_empty() {
                 "none".to_string()
             } else {
-                format!("unknown elasticity, uniform cap: {}", self.fallbacks.join(", "))
+                format!(
+                    "unknown elasticity, uniform cap: {}",
+                    printable(&self.fallbacks.join(", "))
+                )
             }
         );
         out
@@ -764,5 +770,9 @@ mod tests {
     #[test]
     fn control_characters_from_outside_are_escaped() {
         assert_eq!(printable("ok\u{1b}[2Jx\u{7}"), "ok\\u{1b}[2Jx\\u{7}");
+        assert_eq!(
+            printable("a\u{0}b\u{ffff}c\u{202e}d\ne"),
+            "a\\u{0}b\\u{ffff}c\\u{202e}d\ne"
+        );
     }
 }

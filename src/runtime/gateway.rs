@@ -68,6 +68,9 @@ pub struct SubmitOutcome {
     pub ack: Ack,
     /// True when this exact revision had been received before (the stored ack is returned).
     pub repeated: bool,
+    /// True when it came with a different body than the first time: the new body was ignored
+    /// (the ack's reason says so, with both digests).
+    pub differs: bool,
 }
 
 /// Why an operator action was refused.
@@ -368,7 +371,7 @@ impl Gateway {
         let appended = self.flushed(&mut decided).await?;
         let mut decision = decision;
         match &mut decision {
-            IntakeDecision::Repeated { ack } => {
+            IntakeDecision::Repeated { ack, .. } => {
                 // The first copy's records may still be on their way to the disk.
                 self.ledger.flush().await?;
                 self.anchor_repeat(ack)?;
@@ -384,8 +387,16 @@ impl Gateway {
             }
         }
         match decision {
-            IntakeDecision::Accepted { ack } => Ok(SubmitOutcome { ack, repeated: false }),
-            IntakeDecision::Repeated { ack } => Ok(SubmitOutcome { ack, repeated: true }),
+            IntakeDecision::Accepted { ack } => Ok(SubmitOutcome {
+                ack,
+                repeated: false,
+                differs: false,
+            }),
+            IntakeDecision::Repeated { ack, differs } => Ok(SubmitOutcome {
+                ack,
+                repeated: true,
+                differs,
+            }),
             IntakeDecision::Refused { reason, ack } => Err(SubmitError::Refused {
                 reason,
                 ack: Box::new(ack),

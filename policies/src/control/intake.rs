@@ -31,8 +31,11 @@ pub enum IntakeDecision {
     /// This (event, revision) was decided before: the recorded acknowledgment. The caller must
     /// wait until everything recorded so far is flushed before answering with it.
     Repeated {
-        /// The acknowledgment recorded for it.
+        /// The acknowledgment recorded for it; where the body differs, its reason says so.
         ack: Ack,
+        /// The body differs from the one first acknowledged for this revision (both received as
+        /// bytes): the new body was ignored. HTTP answers 409.
+        differs: bool,
     },
     /// Valid, but not something this gateway acts on (another site, an ended window, a target
     /// it cannot convert): recorded, answered with an opt-out.
@@ -196,10 +199,25 @@ impl Controller {
                 decision: IntakeDecision::Refused { reason, ack },
             };
         }
-        if let Some(ack) = self.acks.get(&(event.id.clone(), event.revision)) {
+        let key = (event.id.clone(), event.revision);
+        if let Some(ack) = self.acks.get(&key) {
+            let first = self.ack_inputs.get(&key);
+            let differs = matches!((first, &input_sha256), (Some(a), Some(b)) if a != b);
+            let mut ack = ack.clone();
+            if differs {
+                ack.reason = Some(format!(
+                    "revision {} of {} is already held with a different body (SHA-256 {} first, this copy {}): \
+                     this copy was ignored; send revision {} to change the event",
+                    event.revision,
+                    event.id,
+                    first.map_or("?", String::as_str),
+                    input_sha256.as_deref().unwrap_or("?"),
+                    event.revision.saturating_add(1)
+                ));
+            }
             return Intake {
                 effects,
-                decision: IntakeDecision::Repeated { ack: ack.clone() },
+                decision: IntakeDecision::Repeated { ack, differs },
             };
         }
         let raw_key = format!("event:{}:{}", event.id, event.revision);
@@ -266,20 +284,30 @@ impl Controller {
                 .ceiling_budget(Kilowatts(kw), nodes, &CoolingState::Settled)
                 .ok()
         });
-        let expected = budget.as_ref().map(|b| {
-            let lo = self
-                .facility
-                .forward(b.gpu_budget, nodes, &CoolingState::Settled)
-                .map_or(0.0, |m| m.lo.value());
-            MeterRangeKw { lo, hi: b.fsl.value() }
+        let expectation = budget.as_ref().zip(first_ceiling).map(|(b, ceiling_kw)| {
+            let forward = self.facility.forward(b.gpu_budget, nodes, &CoolingState::Settled).ok();
+            expected_meter(
+                ceiling_kw,
+                MeterRangeKw {
+                    lo: forward.as_ref().map_or(0.0, |m| m.lo.value()),
+                    hi: b.fsl.value(),
+                },
+                forward.as_ref().map_or(b.fsl.value(), |m| m.hi.value()),
+                pre_event_meter,
+                site.facility_max_kw,
+            )
         });
+        let (expected, expectation_note) = match expectation {
+            Some((range, note)) => (Some(range), note),
+            None => (None, None),
+        };
         let mut ack = Ack::new(event.id.clone(), event.revision, now, Participation::In);
         ack.reason = match (outcome, event.test) {
             (_, true) => Some("test event: recorded, not acted on".to_string()),
             (Upserted::Duplicate, _) => Some("revision already held".to_string()),
             (Upserted::Cancelled, _) => Some("cancelled".to_string()),
             _ if first_ceiling.is_none() => Some("price signal recorded; no price table maps it".to_string()),
-            _ => None,
+            _ => expectation_note,
         };
         ack.accepted_target_kw = first_ceiling;
         ack.expected_meter_kw = expected;
@@ -325,7 +353,7 @@ impl Controller {
             field,
             message: message.to_string(),
         };
-        let printable = |s: &str| !s.chars().any(char::is_control);
+        let printable = |s: &str| !s.chars().any(crate::event::model::is_unprintable);
         if operator.trim().is_empty() || operator.chars().count() > OPERATOR_MAX || !printable(operator) {
             return Err(invalid(
                 "operator",
@@ -369,6 +397,64 @@ impl Controller {
     }
 }
 
+/// The meter range to promise for a ceiling, and a note where the ceiling is not what it seems.
+///
+/// `model` is the facility model's range at the GPU budget the ceiling allows (its lower
+/// estimate at that budget, and the ceiling's settled limit); `deepest_hi` the model's upper
+/// estimate there. Two cases would otherwise promise nonsense:
+/// - a ceiling below what the site can reach (a reduction larger than the baseline, a 0 kW
+///   ceiling): the model's lower bound lies above the ceiling, and the range would be inverted.
+///   The promise is what the deepest shed gives (`lo..deepest_hi`), and the note says the
+///   ceiling will not be met;
+/// - a ceiling above the load before the event (10× the meter): nothing needs to be shed, and
+///   the meter stays near that load, at most the facility's maximum, not anywhere up to the
+///   ceiling.
+///
+/// The range returned always has `lo <= hi`.
+#[must_use]
+pub fn expected_meter(
+    ceiling_kw: f64,
+    model: MeterRangeKw,
+    deepest_hi: f64,
+    pre_event_meter_kw: f64,
+    facility_max_kw: f64,
+) -> (MeterRangeKw, Option<String>) {
+    if model.lo > model.hi {
+        let hi = deepest_hi.max(model.lo);
+        return (
+            MeterRangeKw { lo: model.lo, hi },
+            Some(format!(
+                "the ceiling {ceiling_kw:.1} kW is below the lowest meter power the site can reach (about \
+                 {:.1} kW with every GPU at its lowest cap): the gateway sheds as far as it can and expects \
+                 {:.1}–{hi:.1} kW, above the ceiling",
+                model.lo, model.lo
+            )),
+        );
+    }
+    if ceiling_kw >= pre_event_meter_kw {
+        let cap = if facility_max_kw > 0.0 {
+            ceiling_kw.min(facility_max_kw)
+        } else {
+            ceiling_kw
+        };
+        let hi = cap;
+        let lo = model.lo.min(pre_event_meter_kw).min(hi);
+        let above_max = if facility_max_kw > 0.0 && ceiling_kw > facility_max_kw {
+            format!(", and above the facility's maximum of {facility_max_kw:.1} kW")
+        } else {
+            String::new()
+        };
+        return (
+            MeterRangeKw { lo, hi },
+            Some(format!(
+                "the ceiling {ceiling_kw:.1} kW is above the site's load before the event \
+                 ({pre_event_meter_kw:.1} kW){above_max}: nothing needs to be shed"
+            )),
+        );
+    }
+    (model, None)
+}
+
 /// The record of an ack. The ack of an (event, revision) decided on its merits keeps a key, so
 /// that a repeat gets the same ack.
 fn ack_entry(ack: &Ack, keyed: bool, input_sha256: Option<String>) -> Recorded {
@@ -384,5 +470,67 @@ fn ack_entry(ack: &Ack, keyed: bool, input_sha256: Option<String>) -> Recorded {
         record.keyed(format!("ack:{}:{}", ack.event_id, ack.revision))
     } else {
         record
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn an_unreachable_ceiling_is_flagged_and_its_range_is_not_inverted() {
+        // A 0 kW ceiling: the model's lower bound at a zero GPU budget is the non-GPU load.
+        let (range, note) = expected_meter(0.0, MeterRangeKw { lo: 33.8, hi: 0.0 }, 41.0, 120.0, 200.0);
+        assert_eq!(range, MeterRangeKw { lo: 33.8, hi: 41.0 });
+        let note = note.expect("flagged");
+        assert!(note.contains("below the lowest meter power"), "{note}");
+    }
+
+    #[test]
+    fn a_ceiling_far_above_the_load_promises_the_load_not_the_ceiling() {
+        let (range, note) = expected_meter(
+            10_000.0,
+            MeterRangeKw {
+                lo: 7_191.0,
+                hi: 10_000.0,
+            },
+            10_500.0,
+            1_000.0,
+            1_200.0,
+        );
+        assert_eq!(
+            range,
+            MeterRangeKw {
+                lo: 1_000.0,
+                hi: 1_200.0
+            }
+        );
+        let note = note.expect("flagged");
+        assert!(
+            note.contains("nothing needs to be shed") && note.contains("facility's maximum"),
+            "{note}"
+        );
+    }
+
+    #[test]
+    fn an_ordinary_ceiling_keeps_the_model_range() {
+        let model = MeterRangeKw { lo: 90.0, hi: 100.0 };
+        assert_eq!(expected_meter(100.0, model, 104.0, 130.0, 200.0), (model, None));
+    }
+
+    proptest! {
+        #[test]
+        fn the_promised_range_is_never_inverted(
+            ceiling in 0.0..5_000.0f64,
+            lo in 0.0..5_000.0f64,
+            hi in 0.0..5_000.0f64,
+            deepest in 0.0..5_000.0f64,
+            pre in 0.0..5_000.0f64,
+            max in 0.0..5_000.0f64,
+        ) {
+            let (range, _) = expected_meter(ceiling, MeterRangeKw { lo, hi }, deepest, pre, max);
+            prop_assert!(range.lo <= range.hi, "{range:?}");
+        }
     }
 }

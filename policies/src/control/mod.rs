@@ -282,6 +282,9 @@ pub struct Controller {
     // Durable: the fold of the recorded entries.
     book: Arc<EventBook>,
     acks: HashMap<(String, u64), crate::event::Ack>,
+    /// SHA-256 of the document each keyed ack answered (where one was received as bytes), so
+    /// that a resend of the same revision with a different body is told apart from a repeat.
+    ack_inputs: HashMap<(String, u64), String>,
     caps: Arc<HashMap<Arc<str>, AppliedCap>>,
     suspended: BTreeSet<Arc<str>>,
     plan: Option<Arc<PlanInForce>>,
@@ -315,6 +318,7 @@ impl Controller {
             facility,
             book: Arc::default(),
             acks: HashMap::new(),
+            ack_inputs: HashMap::new(),
             caps: Arc::default(),
             suspended: BTreeSet::new(),
             plan: None,
@@ -455,8 +459,11 @@ impl Controller {
             }
             Entry::EventAcked(a) => {
                 if a.keyed {
-                    self.acks
-                        .insert((a.ack.event_id.clone(), a.ack.revision), a.ack.clone());
+                    let key = (a.ack.event_id.clone(), a.ack.revision);
+                    if let Some(digest) = &a.input_sha256 {
+                        self.ack_inputs.insert(key.clone(), digest.clone());
+                    }
+                    self.acks.insert(key, a.ack.clone());
                 }
             }
             Entry::EventPhase(t) => {

@@ -449,6 +449,22 @@ fn is_invisible(c: char) -> bool {
     matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}')
 }
 
+/// Unicode noncharacters (U+FDD0–U+FDEF, and the last two code points of every plane, such as
+/// U+FFFE and U+FFFF): permanently reserved for a program's internal use, never for interchange,
+/// so in an id or a label they are a sender's error or an attempt to confuse a later reader.
+fn is_noncharacter(c: char) -> bool {
+    let code = u32::from(c);
+    (0xFDD0..=0xFDEF).contains(&code) || code & 0xFFFE == 0xFFFE
+}
+
+/// Whether `c` must not appear in an id, a label, an operator's name or a reason: a control
+/// character (a terminal escape, BEL, NUL), an invisible formatting character (zero-width,
+/// bidirectional override), or a noncharacter.
+#[must_use]
+pub fn is_unprintable(c: char) -> bool {
+    c.is_control() || is_invisible(c) || is_noncharacter(c)
+}
+
 fn check_label(field: &str, s: &str) -> Result<(), EventError> {
     let n = s.chars().count();
     if n > MAX_LABEL_CHARS {
@@ -457,10 +473,10 @@ fn check_label(field: &str, s: &str) -> Result<(), EventError> {
             format!("{n} characters is longer than the {MAX_LABEL_CHARS} allowed"),
         ));
     }
-    if s.chars().any(|c| c.is_control() || is_invisible(c)) {
+    if s.chars().any(is_unprintable) {
         return Err(EventError::new(
             field,
-            "contains control or invisible characters; use printable text",
+            "contains control, invisible or noncharacter code points (such as U+FFFF); use printable text",
         ));
     }
     Ok(())
@@ -477,10 +493,10 @@ pub(crate) fn check_id(field: &str, id: &str) -> Result<(), EventError> {
             format!("{n} characters is longer than the {MAX_ID_CHARS} allowed"),
         ));
     }
-    if id.chars().any(|c| c.is_control() || is_invisible(c)) {
+    if id.chars().any(is_unprintable) {
         return Err(EventError::new(
             field,
-            "contains control or invisible characters; use printable text",
+            "contains control, invisible or noncharacter code points (such as U+FFFF); use printable text",
         ));
     }
     if id.trim() != id {
@@ -495,6 +511,27 @@ pub(crate) fn check_id(field: &str, id: &str) -> Result<(), EventError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ids_and_labels_refuse_noncharacters_controls_and_invisibles() {
+        for bad in [
+            "ev\u{ffff}",
+            "ev\u{fffe}x",
+            "\u{fdd0}ev",
+            "ev\u{1ffff}",
+            "ev\u{10ffff}",
+            "e\u{1b}[2Jv",
+            "e\u{200b}v",
+        ] {
+            let e = check_id("event_id", bad).expect_err(bad);
+            assert!(e.message.contains("U+FFFF"), "{bad:?}: {e}");
+            assert!(check_label("label", bad).is_err(), "{bad:?}");
+        }
+        for good in ["ev-2026-0142", "événement-1", "事件-7", "ev\u{fffd}"] {
+            assert!(check_id("event_id", good).is_ok(), "{good:?}");
+        }
+        assert!(!is_unprintable('\u{fffd}'), "the replacement character is a character");
+    }
 
     fn t(s: &str) -> DateTime<Utc> {
         s.parse().unwrap()

@@ -112,11 +112,21 @@ async fn post_event(State(api): State<Api>, request: Request) -> Response {
         Err(e) => return error(e.status(), None, e.to_string()),
     };
     match api.gateway.submit_event(&body, transport).await {
+        // Same revision, different body: the first answer stands and the new body was ignored;
+        // say so with a conflict rather than a plain 200.
+        Ok(outcome) if outcome.differs => (
+            StatusCode::CONFLICT,
+            axum::Json(json!({
+                "error": {"field": "revision", "message": outcome.ack.reason.clone().unwrap_or_default()},
+                "ack": ack_payload(&outcome.ack),
+            })),
+        )
+            .into_response(),
         Ok(outcome) => (StatusCode::OK, axum::Json(ack_payload(&outcome.ack))).into_response(),
         Err(SubmitError::Invalid(e)) => error(StatusCode::BAD_REQUEST, Some(&e.field), e.message),
         Err(SubmitError::Refused { reason, ack }) => (
             StatusCode::UNPROCESSABLE_ENTITY,
-            axum::Json(json!({"error": {"field": null, "message": reason}, "ack": ack})),
+            axum::Json(json!({"error": {"field": null, "message": reason}, "ack": ack_payload(&ack)})),
         )
             .into_response(),
         Err(e @ SubmitError::Stale { .. }) => error(StatusCode::CONFLICT, Some("revision"), e.to_string()),
