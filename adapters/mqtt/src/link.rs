@@ -40,9 +40,28 @@
 //! with `cancel: true`), is acknowledged (so that it does not come back forever), logged and
 //! counted in [`LinkStats`], and not passed on. A payload over [`MqttSettings::max_payload`]
 //! is passed on without its bytes and with [`IncomingEvent::refused`] set, so the application
-//! can answer the sender.
-//! Packets larger than 4 × `max_payload` (at least 1 MiB) are refused by rumqttc itself, which
-//! drops the connection; cap the size at the broker (`message_size_limit`) too.
+//! can answer the sender and then ack it.
+//!
+//! # No message can stop the link
+//!
+//! The link reads every packet MQTT 3.1.1 can carry: its incoming limit is the protocol's
+//! largest remaining length, [`MAX_PACKET_REMAINING_LENGTH`] (268,435,455 bytes, §2.2.3), the
+//! most a broker can send. This is deliberate. rumqttc refuses a packet above its limit by
+//! dropping the connection, before the packet id is read; the broker keeps the unacknowledged
+//! message in the persistent session (or, retained, sends it again on the next subscription),
+//! delivers it again on reconnection, and the link would fail again, forever: one publish
+//! stopped all intake (the link's limit was once 1 MiB). MQTT 3.1.1 gives a client no other
+//! way out (MQTT 5's Maximum Packet Size makes the broker drop such a message for the client,
+//! but then no one hears why; rumqttc's MQTT 5 client is another API, and not every broker the
+//! gateway meets speaks 5). So the link takes any packet, measures it, frees its bytes at once
+//! and lets the application refuse it with a PUBACK, which ends the redeliveries.
+//!
+//! Nothing is beyond that limit: the remaining length is a variable-length integer of at most
+//! four bytes, and a longer one is a malformed packet, which only a broken broker sends (the
+//! connection then fails and is retried with backoff like any other failure). What a huge
+//! message costs is memory while it is read, one at a time: bound it at the broker, whose
+//! `message_size_limit` (Mosquitto; `max_packet_size` for MQTT 5 clients) drops an oversized
+//! publish before any subscriber sees it.
 
 use bytes::Bytes;
 use chrono::Utc;
@@ -65,6 +84,11 @@ use crate::topics::{TopicError, Topics};
 
 /// Requests (publishes, acks, subscriptions) queued for the event loop.
 const REQUEST_QUEUE: usize = 1024;
+
+/// The largest remaining length an MQTT 3.1.1 packet can declare (four 7-bit groups, §2.2.3),
+/// and the link's incoming limit (see the module docs: a smaller one lets one message stop the
+/// link).
+pub const MAX_PACKET_REMAINING_LENGTH: usize = 268_435_455;
 
 /// Why a link could not start or a request could not be queued.
 #[derive(Debug, thiserror::Error)]
@@ -453,10 +477,7 @@ fn options(settings: &MqttSettings) -> Result<MqttOptions, LinkError> {
         .set_clean_session(false)
         .set_manual_acks(true)
         .set_request_channel_capacity(REQUEST_QUEUE)
-        .set_max_packet_size(
-            transport_limit(settings.max_payload),
-            transport_limit(settings.max_payload),
-        )
+        .set_max_packet_size(MAX_PACKET_REMAINING_LENGTH, outgoing_limit(settings.max_payload))
         .set_last_will(will(&settings.topics));
     if let Some(user) = &settings.username {
         let password = settings
@@ -484,10 +505,9 @@ fn network_options(settings: &MqttSettings) -> NetworkOptions {
     network
 }
 
-/// Largest packet rumqttc reads or writes: room for the event limit, a long topic and
-/// the link's own reports, so that an oversized event is refused by the link (acked and
-/// dropped) instead of by rumqttc (which drops the connection).
-fn transport_limit(max_payload: usize) -> usize {
+/// Largest packet the link writes: its own documents (acks, status, telemetry, reports) are
+/// far smaller; the limit only keeps a runaway report from being sent at all.
+fn outgoing_limit(max_payload: usize) -> usize {
     max_payload.saturating_mul(4).max(1 << 20)
 }
 
@@ -716,15 +736,18 @@ impl Runner {
             );
         }
         // An oversized event still has an id the sender is waiting on: hand it over (without
-        // its bytes) so that the application can refuse it with a reason.
+        // its bytes, which are freed here: the ack needs only the packet id) so that the
+        // application can refuse it with a reason and ack it.
+        let mut publish = publish;
         let refused = (publish.payload.len() > self.max_payload).then(|| {
             format!(
-                "payload of {} bytes exceeds the {}-byte limit",
+                "payload of {} bytes exceeds the {}-byte limit of a dr.event/1 document",
                 publish.payload.len(),
                 self.max_payload
             )
         });
         let payload = if refused.is_some() {
+            publish.payload = Bytes::new();
             Bytes::new()
         } else {
             publish.payload.clone()

@@ -208,8 +208,10 @@ pub struct MqttSettings {
     pub tls: Option<TlsFiles>,
     /// The topic tree.
     pub topics: Topics,
-    /// Largest event payload passed on, bytes. Default 64 KiB. Larger ones are acknowledged
-    /// and dropped (redelivering them would not make them smaller).
+    /// Largest event payload passed on, bytes. Default 64 KiB, the `dr.event/1` limit. A
+    /// larger one is still read (whatever its size: see the link's docs on why no message may
+    /// stop the link) but passed on without its bytes and marked refused, for the application
+    /// to answer and acknowledge (redelivering it would not make it smaller).
     pub max_payload: usize,
     /// QoS 0 events waiting for the application beyond which further QoS 0 events are dropped
     /// (at-most-once allows it). QoS 1 events are never dropped: the broker's in-flight window

@@ -4,7 +4,9 @@
 mod common;
 
 use chrono::Utc;
-use common::{Proxy, WAIT, event_doc, next_on, observer, refusing_broker, settings, start_broker};
+use common::{
+    Proxy, WAIT, event_doc, largest_packet_broker, next_on, observer, refusing_broker, settings, start_broker,
+};
 use flexgate_mqtt::{
     AckOutcome, AckPayload, ConnectionState, GatewayState, Incoming, IncomingEvent, KwRange, MqttLink, Opt, Phase,
     ReportInterval, ReportPayload, StatusPayload, TelemetryPayload,
@@ -376,6 +378,52 @@ async fn unusable_publishes_are_acked_and_dropped_and_oversized_ones_are_handed_
     // same-client-id reconnect race, by `unacked_events_are_redelivered_after_a_reconnect_and_acked_ones_are_not` and against
     // Mosquitto in the gateway's tests.)
     link.close(WAIT).await.unwrap();
+}
+
+/// Issue 12, item 1: no packet a broker can send stops the link. rumqttc drops the connection
+/// on a packet above its limit, before the packet id is read, and the broker sends the same
+/// message again after every reconnection; the link's limit is therefore MQTT's own maximum.
+/// The largest PUBLISH MQTT 3.1.1 can express (remaining length 268,435,455) is read, handed
+/// over refused and without its bytes, and acknowledged; the event after it arrives on the
+/// same connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_largest_packet_mqtt_allows_is_refused_and_acked_without_a_reconnect() {
+    let mut broker = largest_packet_broker(
+        "dr/site-x/events/huge",
+        "dr/site-x/events/after",
+        event_doc("after", 1).into_bytes(),
+    )
+    .await;
+    let (link, mut incoming) = MqttLink::connect(settings(broker.port, "gw-x", "site-x")).unwrap();
+    let started = std::time::Instant::now();
+    let huge = tokio::time::timeout(Duration::from_secs(120), incoming.recv())
+        .await
+        .expect("the largest packet in time")
+        .expect("link open");
+    eprintln!("256 MiB publish read in {:?}", started.elapsed());
+    assert_eq!(huge.event_id, "huge");
+    assert!(huge.payload.is_empty());
+    let reason = huge.refused.clone().unwrap_or_default();
+    assert!(
+        reason.contains("payload of 268435430 bytes exceeds the 65536-byte limit"),
+        "{reason}"
+    );
+    assert_eq!(huge.ack.ack().await.unwrap(), AckOutcome::Sent);
+    let after = next_event(&mut incoming).await;
+    assert_eq!(after.event_id, "after");
+    assert!(after.refused.is_none());
+    after.ack.ack().await.unwrap();
+    for expected in [7, 8] {
+        let id = tokio::time::timeout(WAIT, broker.pubacks.recv())
+            .await
+            .expect("a PUBACK in time")
+            .expect("broker running");
+        assert_eq!(id, expected);
+    }
+    assert_eq!(broker.connects.load(Ordering::SeqCst), 1, "the link reconnected");
+    assert_eq!(link.stats().connects.load(Ordering::Relaxed), 1);
+    assert!(matches!(*link.state().borrow(), ConnectionState::Connected { .. }));
+    link.abort();
 }
 
 /// A burst larger than the application's queue is delivered completely, in order, with the

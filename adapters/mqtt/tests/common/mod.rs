@@ -1,5 +1,6 @@
 //! Test fixtures: an in-process rumqttd broker, a TCP proxy that can cut connections and
-//! switch brokers, a scripted broker that refuses CONNECT, and an observer client.
+//! switch brokers, a scripted broker that refuses CONNECT, one that sends the largest packet
+//! MQTT allows, and an observer client.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use flexgate_mqtt::settings::Backoff;
@@ -7,7 +8,7 @@ use flexgate_mqtt::{MqttSettings, Topics};
 use rumqttc::{AsyncClient, Event, MqttOptions, Packet, Publish, QoS};
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener as StdListener};
-use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -220,4 +221,140 @@ pub fn event_doc(id: &str, revision: u64) -> String {
     format!(
         r#"{{"schema":"dr.event/1","event_id":"{id}","revision":{revision},"target":{{"form":"ceiling","point":"meter","kw":8000}},"window":{{"start":"2099-07-14T19:00:00Z","duration_s":3600}}}}"#
     )
+}
+
+/// What the broker of [`largest_packet_broker`] saw.
+pub struct ScriptedBroker {
+    /// Where it listens (127.0.0.1).
+    pub port: u16,
+    /// CONNECT packets received (one per connection).
+    pub connects: Arc<AtomicUsize>,
+    /// The packet id of every PUBACK a client sent.
+    pub pubacks: mpsc::UnboundedReceiver<u16>,
+}
+
+/// The largest remaining length MQTT 3.1.1 can express, as its four-byte encoding.
+const MAX_REMAINING: usize = 268_435_455;
+const MAX_REMAINING_ENCODED: [u8; 4] = [0xFF, 0xFF, 0xFF, 0x7F];
+
+/// A scripted MQTT 3.1.1 broker. To each client it answers CONNECT, SUBSCRIBE, PINGREQ and
+/// QoS 1 publishes; after the SubAck it sends a QoS 1 PUBLISH on `huge_topic` (packet id 7)
+/// whose remaining length is the largest MQTT allows (268,435,455 bytes, streamed from one
+/// shared 1 MiB buffer), then one on `small_topic` carrying `small` (packet id 8). Mosquitto
+/// would keep such a message on disk, which the test machine cannot spare, hence the script.
+pub async fn largest_packet_broker(huge_topic: &str, small_topic: &str, small: Vec<u8>) -> ScriptedBroker {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let connects = Arc::new(AtomicUsize::new(0));
+    let (puback_tx, pubacks) = mpsc::unbounded_channel();
+    let (huge_topic, small_topic) = (huge_topic.to_owned(), small_topic.to_owned());
+    let counted = connects.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let (mut rd, mut wr) = stream.into_split();
+            let (out, mut queue) = mpsc::unbounded_channel::<bytes::Bytes>();
+            tokio::spawn(async move {
+                while let Some(chunk) = queue.recv().await {
+                    if wr.write_all(&chunk).await.is_err() {
+                        return;
+                    }
+                }
+            });
+            let (huge_topic, small_topic, small) = (huge_topic.clone(), small_topic.clone(), small.clone());
+            let (counted, puback_tx) = (counted.clone(), puback_tx.clone());
+            tokio::spawn(async move {
+                while let Ok((first, body)) = read_packet(&mut rd).await {
+                    let reply: Option<Vec<u8>> = match first >> 4 {
+                        1 => {
+                            counted.fetch_add(1, Ordering::SeqCst);
+                            Some(vec![0x20, 0x02, 0x00, 0x00])
+                        }
+                        8 => {
+                            let _ = out.send(bytes::Bytes::from(vec![0x90, 0x03, body[0], body[1], 0x01]));
+                            send_largest_publish(&out, &huge_topic, 7);
+                            let _ = out.send(bytes::Bytes::from(publish_packet(&small_topic, 8, &small)));
+                            None
+                        }
+                        3 if first & 0x06 != 0 => {
+                            let topic_len = usize::from(u16::from_be_bytes([body[0], body[1]]));
+                            let id = &body[2 + topic_len..4 + topic_len];
+                            Some(vec![0x40, 0x02, id[0], id[1]])
+                        }
+                        4 => {
+                            let _ = puback_tx.send(u16::from_be_bytes([body[0], body[1]]));
+                            None
+                        }
+                        12 => Some(vec![0xD0, 0x00]),
+                        _ => None,
+                    };
+                    if let Some(reply) = reply {
+                        let _ = out.send(bytes::Bytes::from(reply));
+                    }
+                }
+            });
+        }
+    });
+    ScriptedBroker {
+        port,
+        connects,
+        pubacks,
+    }
+}
+
+fn send_largest_publish(out: &mpsc::UnboundedSender<bytes::Bytes>, topic: &str, packet_id: u16) {
+    let mut head = vec![0x32];
+    head.extend_from_slice(&MAX_REMAINING_ENCODED);
+    head.extend_from_slice(&u16::try_from(topic.len()).unwrap().to_be_bytes());
+    head.extend_from_slice(topic.as_bytes());
+    head.extend_from_slice(&packet_id.to_be_bytes());
+    let mut left = MAX_REMAINING - (head.len() - 1 - MAX_REMAINING_ENCODED.len());
+    let _ = out.send(bytes::Bytes::from(head));
+    let chunk = bytes::Bytes::from(vec![b'x'; 1 << 20]);
+    while left > 0 {
+        let n = left.min(chunk.len());
+        let _ = out.send(chunk.slice(..n));
+        left -= n;
+    }
+}
+
+fn publish_packet(topic: &str, packet_id: u16, payload: &[u8]) -> Vec<u8> {
+    let remaining = 2 + topic.len() + 2 + payload.len();
+    let mut p = vec![0x32];
+    let mut n = remaining;
+    loop {
+        let mut byte = u8::try_from(n % 128).unwrap();
+        n /= 128;
+        if n > 0 {
+            byte |= 0x80;
+        }
+        p.push(byte);
+        if n == 0 {
+            break;
+        }
+    }
+    p.extend_from_slice(&u16::try_from(topic.len()).unwrap().to_be_bytes());
+    p.extend_from_slice(topic.as_bytes());
+    p.extend_from_slice(&packet_id.to_be_bytes());
+    p.extend_from_slice(payload);
+    p
+}
+
+/// One MQTT packet: its first byte and its body.
+async fn read_packet(rd: &mut (impl tokio::io::AsyncRead + Unpin)) -> std::io::Result<(u8, Vec<u8>)> {
+    let first = rd.read_u8().await?;
+    let (mut len, mut shift) = (0usize, 0u32);
+    loop {
+        let byte = rd.read_u8().await?;
+        len |= usize::from(byte & 0x7F) << shift;
+        if byte & 0x80 == 0 {
+            break;
+        }
+        shift += 7;
+        if shift > 21 {
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "remaining length"));
+        }
+    }
+    let mut body = vec![0; len];
+    rd.read_exact(&mut body).await?;
+    Ok((first, body))
 }
