@@ -25,14 +25,17 @@ struct Utility {
 
 impl Utility {
     async fn connect(port: u16, id: &str) -> Utility {
+        Utility::connect_to(port, id, &format!("dr/{SITE}/#")).await
+    }
+
+    /// A utility client that collects everything under `filter`.
+    async fn connect_to(port: u16, id: &str, filter: &str) -> Utility {
         let mut options = MqttOptions::new(id, "127.0.0.1", port);
         options.set_keep_alive(Duration::from_secs(5));
-        options.set_max_packet_size(1024 * 1024, 1024 * 1024);
+        // Room for the oversized events the tests publish (and see again on `dr/site-1/#`).
+        options.set_max_packet_size(64 * 1024 * 1024, 64 * 1024 * 1024);
         let (client, mut eventloop) = AsyncClient::new(options, 20_000);
-        client
-            .subscribe(format!("dr/{SITE}/#"), QoS::AtLeastOnce)
-            .await
-            .expect("subscribe");
+        client.subscribe(filter, QoS::AtLeastOnce).await.expect("subscribe");
         let (tx, seen) = mpsc::unbounded_channel();
         tokio::spawn(async move {
             loop {
@@ -48,12 +51,31 @@ impl Utility {
         Utility { client, seen }
     }
 
+    async fn publish_on(&self, topic: &str, body: &[u8]) {
+        self.client
+            .publish(topic, QoS::AtLeastOnce, false, body.to_vec())
+            .await
+            .expect("publish");
+    }
+
     async fn publish(&self, event_id: &str, body: &[u8]) {
         self.client
             .publish(
                 format!("dr/{SITE}/events/{event_id}"),
                 QoS::AtLeastOnce,
                 false,
+                body.to_vec(),
+            )
+            .await
+            .expect("publish");
+    }
+
+    async fn publish_retained(&self, event_id: &str, body: &[u8]) {
+        self.client
+            .publish(
+                format!("dr/{SITE}/events/{event_id}"),
+                QoS::AtLeastOnce,
+                true,
                 body.to_vec(),
             )
             .await
@@ -86,6 +108,11 @@ fn event(id: &str, revision: u64, ceiling_kw: f64, start_in_s: i64, test: bool) 
 }
 
 async fn gateway(broker: &Mosquitto, dir: &std::path::Path) -> Server {
+    gateway_with(broker, dir, |_| {}).await
+}
+
+/// A gateway for `SITE` with its MQTT settings adjusted by `adjust` (site, signatures).
+async fn gateway_with(broker: &Mosquitto, dir: &std::path::Path, adjust: impl FnOnce(&mut Config)) -> Server {
     let mut config = Config::default();
     config.gateway.data_dir = dir.to_path_buf();
     config.gateway.api_token = "it-token-0123456789".into();
@@ -94,6 +121,7 @@ async fn gateway(broker: &Mosquitto, dir: &std::path::Path) -> Server {
     let mut mqtt = MqttConfig::for_url(&broker.url());
     mqtt.telemetry_interval_s = 1;
     config.mqtt = Some(mqtt);
+    adjust(&mut config);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     Server::start(config, Clock::real(), None, listener)
         .await
@@ -508,4 +536,269 @@ async fn a_report_follows_the_end_of_each_event() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     server.shutdown().await;
+}
+
+/// How many times `client_id` connected to the broker started in `broker_dir`, from the
+/// broker's own log (Mosquitto writes "New client connected from … as {client_id} (…)").
+fn connections(broker_dir: &std::path::Path, client_id: &str) -> usize {
+    let log = std::fs::read_to_string(broker_dir.join("mosquitto.log")).unwrap_or_default();
+    let needle = format!(" as {client_id} (");
+    log.lines()
+        .filter(|l| l.contains("New client connected") && l.contains(&needle))
+        .count()
+}
+
+/// A `dr.event/1` document of at least `bytes` bytes (a long `program`), otherwise valid.
+fn oversized(id: &str, bytes: usize) -> Vec<u8> {
+    let start = Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true);
+    serde_json::to_vec(&json!({
+        "schema": "dr.event/1", "event_id": id, "revision": 1, "site": SITE, "test": true,
+        "program": "x".repeat(bytes),
+        "target": {"form": "ceiling", "point": "meter", "kw": 100.0},
+        "window": {"start": start, "ramp_s": 0, "duration_s": 600}
+    }))
+    .expect("json")
+}
+
+/// The `adapter_opted_out` records of `event_id` in the gateway's ledger.
+fn opted_out(server: &Server, event_id: &str) -> Vec<Value> {
+    server
+        .gateway
+        .ledger()
+        .iter_from(1)
+        .filter_map(Result::ok)
+        .filter(|r| r.event.as_deref() == Some(event_id) && r.body["entry"] == "adapter_opted_out")
+        .map(|r| r.body)
+        .collect()
+}
+
+/// The opt-out for an oversized event names the limit, and says nothing of the document it
+/// could not read (the revision is unknown: 0).
+fn assert_refused_for_size(ack: &Value, id: &str) {
+    assert_eq!(ack["event_id"], id, "{ack}");
+    assert_eq!(ack["opt"], "out", "{ack}");
+    let reason = ack["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("exceeds the 65536-byte limit"), "{reason}");
+    assert_eq!(ack["log_checkpoint"].as_str().map(str::len), Some(64), "{ack}");
+}
+
+/// A refusal's ack is anchored on the refusal's own ledger record.
+fn assert_anchored_on_the_refusal(server: &Server, ack: &Value) {
+    let seq = ack["log_seq"].as_u64().unwrap_or_else(|| panic!("log_seq: {ack}"));
+    let record = server.gateway.ledger().get(seq).expect("readable").expect("present");
+    assert_eq!(record.body["entry"], "adapter_opted_out", "{}", record.body);
+    assert_eq!(ack["log_checkpoint"].as_str(), Some(record.hash.as_str()), "{ack}");
+}
+
+/// Issue 12, item 1: a retained event above the old 1 MiB transport limit, waiting at the
+/// broker before the gateway starts, used to fail every connection (rumqttc refused the packet
+/// by disconnecting, the broker sent it again at every subscription): no event was taken
+/// again. Now it is refused with an opt-out naming the size limit and recorded once, even
+/// though it comes back at every subscription; the link connects once and intake goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_retained_event_waiting_at_start_is_refused_and_intake_goes_on() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker_dir = dir.path().join("broker");
+    let broker = Mosquitto::start(&broker_dir);
+    let mut utility = Utility::connect(broker.port, "utility-big-retained").await;
+    let id = "big-retained";
+    utility.publish_retained(id, &oversized(id, 1_500_000)).await;
+    // The broker has it once it comes back on the utility's own subscription.
+    let echo = utility.next_on(&format!("dr/{SITE}/events/{id}"), 10).await;
+    assert_eq!(echo["event_id"], id);
+
+    let server = gateway(&broker, &dir.path().join("gw")).await;
+    let ack = utility.next_on(&format!("dr/{SITE}/acks/{id}"), 10).await;
+    assert_refused_for_size(&ack, id);
+    assert_anchored_on_the_refusal(&server, &ack);
+    let started = Instant::now();
+    utility
+        .publish("after-big", &event("after-big", 1, 100.0, 0, true))
+        .await;
+    let ack = utility.next_on(&format!("dr/{SITE}/acks/after-big"), 5).await;
+    assert_eq!(ack["opt"], "in", "{ack}");
+    eprintln!(
+        "the valid event was acknowledged {:?} after it was published",
+        started.elapsed()
+    );
+    // No flapping: the gateway connected once, and stays connected.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(connections(&broker_dir, "flexgate-site-1"), 1, "the link reconnected");
+    let records = opted_out(&server, id);
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0]["protocol"], "mqtt");
+    assert_eq!(records[0]["code"], 413);
+    assert!(server.gateway.event(id).await.is_none());
+    server.shutdown().await;
+
+    // The retained copy comes back at the next start: answered again, recorded once.
+    let server = gateway(&broker, &dir.path().join("gw")).await;
+    let ack = utility.next_on(&format!("dr/{SITE}/acks/{id}"), 10).await;
+    assert_refused_for_size(&ack, id);
+    assert_eq!(opted_out(&server, id).len(), 1);
+    assert_eq!(connections(&broker_dir, "flexgate-site-1"), 2);
+    server.shutdown().await;
+}
+
+/// Issue 12, item 1, live: QoS 1 events of 1.5 MB and 24 MB (beyond the old limit and any
+/// round cap below the protocol's) published to a running gateway are each refused with an
+/// opt-out and acknowledged, so the broker does not redeliver them; a valid event published
+/// after them is taken within seconds, and the link never reconnects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_live_events_are_refused_without_dropping_the_link() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker_dir = dir.path().join("broker");
+    let broker = Mosquitto::start(&broker_dir);
+    let server = gateway(&broker, &dir.path().join("gw")).await;
+    let mut utility = Utility::connect(broker.port, "utility-big-live").await;
+    let status = utility.next_on(&format!("dr/{SITE}/status"), 10).await;
+    assert_eq!(status["state"], "online", "{status}");
+    for (id, size) in [("big-live", 1_500_000), ("huge-live", 24_000_000)] {
+        utility.publish(id, &oversized(id, size)).await;
+        let ack = utility.next_on(&format!("dr/{SITE}/acks/{id}"), 15).await;
+        assert_refused_for_size(&ack, id);
+        let records = opted_out(&server, id);
+        assert_eq!(records.len(), 1, "{records:?}");
+        let reason = records[0]["reason"].as_str().unwrap_or_default();
+        let measured: usize = reason
+            .strip_prefix("payload of ")
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        assert!(measured > size, "the reason names the size: {reason}");
+    }
+    let started = Instant::now();
+    utility
+        .publish("after-huge", &event("after-huge", 1, 100.0, 0, true))
+        .await;
+    let ack = utility.next_on(&format!("dr/{SITE}/acks/after-huge"), 5).await;
+    assert_eq!(ack["opt"], "in", "{ack}");
+    eprintln!(
+        "the valid event was acknowledged {:?} after it was published",
+        started.elapsed()
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(connections(&broker_dir, "flexgate-site-1"), 1, "the link reconnected");
+    // Acknowledged, so the broker keeps nothing for the gateway: a restart redelivers neither.
+    server.shutdown().await;
+    let mut utility = Utility::connect(broker.port, "utility-big-live-2").await;
+    let server = gateway(&broker, &dir.path().join("gw")).await;
+    let deadline = Instant::now() + Duration::from_secs(4);
+    while let Ok(Some((topic, _, _))) =
+        tokio::time::timeout(deadline.saturating_duration_since(Instant::now()), utility.seen.recv()).await
+    {
+        assert!(
+            !topic.starts_with(&format!("dr/{SITE}/acks/")),
+            "{topic}: an acknowledged event was delivered again"
+        );
+    }
+    server.shutdown().await;
+}
+
+/// The utility's signing key in the signature tests, and its public key as configured.
+const SIGNING_SEED: [u8; 32] = [7; 32];
+
+/// `doc` with its `sig` for `topic` (the scheme in adapters/mqtt/README.md, Signatures).
+fn signed_for(topic: &str, mut doc: Value) -> Vec<u8> {
+    let key = flexgate_mqtt::signature::SigningKey::from_bytes(&SIGNING_SEED);
+    flexgate_mqtt::signature::attach_signature(topic, &mut doc, &key).expect("sign");
+    serde_json::to_vec(&doc).expect("json")
+}
+
+/// A gateway for `site` that requires signatures by the test key.
+async fn signing_gateway(broker: &Mosquitto, dir: &std::path::Path, site: &str) -> Server {
+    let public = hex::encode(
+        flexgate_mqtt::signature::SigningKey::from_bytes(&SIGNING_SEED)
+            .verifying_key()
+            .as_bytes(),
+    );
+    gateway_with(broker, dir, |config| {
+        config.gateway.site = site.into();
+        if let Some(mqtt) = config.mqtt.as_mut() {
+            mqtt.signatures = flexgate_mqtt::SignaturePolicy::Required;
+            mqtt.trusted_keys = vec![public];
+        }
+    })
+    .await
+}
+
+/// Issue 12, item 4: the signature covered the body alone and `site` is optional, so an event
+/// without `site`, signed for one site, was accepted at every site trusting the key. The
+/// signature now binds the topic (prefix, site, event id): the legitimate event is taken at
+/// site-1; the same bytes replayed at site-2, or at site-1 under another event id, are
+/// refused with a reason that names the signature and the topic, and recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signed_event_replayed_at_another_site_or_topic_is_refused() {
+    use flexgate::ledger::RecordKind;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Mosquitto::start(&dir.path().join("broker"));
+    let site_a = signing_gateway(&broker, &dir.path().join("gw-a"), SITE).await;
+    let site_b = signing_gateway(&broker, &dir.path().join("gw-b"), "site-2").await;
+    let mut utility = Utility::connect_to(broker.port, "utility-signing", "dr/+/acks/#").await;
+    // Open-ended, no `issued_at`, no `site`: nothing in the body ties it to a site or a time.
+    let doc = json!({"schema": "dr.event/1", "event_id": "ev-signed", "revision": 1, "test": true,
+        "target": {"form": "ceiling", "point": "meter", "kw": 100},
+        "window": {"start": "2026-01-01T00:00:00Z", "ramp_s": 0, "duration_s": null}});
+    let bytes = signed_for(&format!("dr/{SITE}/events/ev-signed"), doc);
+    for server in [&site_a, &site_b] {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while server.gateway.status().await.measured_meter_kw.is_none() {
+            assert!(Instant::now() < deadline, "gateway not running");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    utility.publish_on(&format!("dr/{SITE}/events/ev-signed"), &bytes).await;
+    let ack = utility.next_on(&format!("dr/{SITE}/acks/ev-signed"), 10).await;
+    assert_eq!(ack["opt"], "in", "the legitimate event: {ack}");
+    assert!(site_a.gateway.event("ev-signed").await.is_some());
+
+    // The capture replayed at another site, and at this site as another event.
+    for (server, topic, ack_topic) in [
+        (&site_b, "dr/site-2/events/ev-signed", "dr/site-2/acks/ev-signed"),
+        (&site_a, "dr/site-1/events/ev-replayed", "dr/site-1/acks/ev-replayed"),
+    ] {
+        utility.publish_on(topic, &bytes).await;
+        let ack = utility.next_on(ack_topic, 10).await;
+        assert_eq!(ack["opt"], "out", "{topic}: {ack}");
+        let reason = ack["reason"].as_str().unwrap_or_default();
+        assert!(
+            reason.starts_with("signature: ") && reason.contains(&format!("for topic {topic}")),
+            "{topic}: {reason}"
+        );
+        let event_id = topic.rsplit('/').next().unwrap_or_default();
+        if event_id == "ev-replayed" {
+            assert!(server.gateway.event(event_id).await.is_none());
+        }
+        let records: Vec<_> = server
+            .gateway
+            .ledger()
+            .iter_from(1)
+            .filter_map(Result::ok)
+            .filter(|r| r.event.as_deref() == Some(event_id))
+            .collect();
+        let refusal = records
+            .iter()
+            .find(|r| r.body["entry"] == "adapter_opted_out")
+            .unwrap_or_else(|| panic!("{topic}: the refusal is recorded: {records:?}"));
+        assert_eq!(refusal.body["code"], 401, "{}", refusal.body);
+        assert_eq!(refusal.body["reason"].as_str(), Some(reason));
+        assert_anchored_on_the_refusal(server, &ack);
+        let received = records
+            .iter()
+            .find(|r| r.kind == RecordKind::RawInput)
+            .unwrap_or_else(|| panic!("{topic}: the bytes are recorded: {records:?}"));
+        assert_eq!(received.body["peer"], topic);
+        assert_eq!(
+            received.body["content"]["text"].as_str().map(str::as_bytes),
+            Some(&bytes[..])
+        );
+    }
+    assert!(
+        site_b.gateway.event("ev-signed").await.is_none(),
+        "the replay must not reach site-2's book"
+    );
+    site_a.shutdown().await;
+    site_b.shutdown().await;
 }

@@ -6,16 +6,24 @@
 //! that matters: the broker gets its PUBACK only after the gateway's ledger has flushed the
 //! event and its acknowledgment, so a crash in between means redelivery, never loss, and the
 //! ledger's de-duplication makes the redelivery harmless.
+//!
+//! What the bridge refuses itself (a payload over the `dr.event/1` size limit, which the link
+//! hands over without its bytes; a signature that does not verify for the topic; what the
+//! screen or the strict parse refuses) is recorded as `wire_received` (the bytes, when kept)
+//! and `adapter_opted_out` (code and reason), then acknowledged to the broker and answered
+//! with an opt-out `dr.ack/1` on `acks/{event_id}`, so that no message is delivered forever.
 
 use crate::config::{Config, MqttConfig};
 use crate::grid::dr_event::ack_payload;
 use crate::ledger::{Entry, Recorded};
 use crate::runtime::{Gateway, SubmitError, Transport};
 use flexgate_mqtt::{
-    AckPayload, GatewayState, IncomingEvent, MqttLink, MqttSettings, Opt, ReportInterval, ReportPayload, Screen,
-    Secret, SignatureError, SignaturePolicy, StatusPayload, TelemetryPayload, TlsFiles, Topics, TrustedKeys,
+    AckPayload, GatewayState, IncomingEvent, MqttLink, MqttSettings, Opt, Refusal, ReportInterval, ReportPayload,
+    Screen, Secret, SignaturePolicy, StatusPayload, TelemetryPayload, TlsFiles, Topics, TrustedKeys,
 };
-use flexgate_policies::control::entry::{PeerAnswer, WireContent, WireProtocol, WireSent};
+use flexgate_policies::control::entry::{
+    AdapterOptedOut, PeerAnswer, WireContent, WireProtocol, WireReceived, WireSent,
+};
 use flexgate_policies::event::Phase;
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
@@ -305,16 +313,22 @@ async fn front_finished(pipeline: &mut VecDeque<InFlight>) -> Result<Decision, t
 
 impl Intake {
     async fn decide(&self, event_id: &str, payload: &[u8], refused: Option<String>, transport: Transport) -> Decision {
+        let topic = match &transport {
+            Transport::Mqtt { topic, .. } => topic.clone(),
+            _ => String::new(),
+        };
         if let Some(reason) = refused {
-            return self.refusal(event_id, payload, reason);
+            return self.refusal(&topic, event_id, payload, reason, CODE_TOO_LARGE).await;
         }
         let now = self.gateway.clock().now();
-        // Transport-level checks first: signature, topic/document agreement, staleness.
-        let screened = flexgate_mqtt::signature::verify(payload, &self.keys, self.policy)
-            .map_err(signature_refusal)
-            .and_then(|_| self.screen.check(event_id, payload, now).map_err(|e| e.to_string()));
-        if let Err(reason) = screened {
-            return self.refusal(event_id, payload, reason);
+        // Transport-level checks first: the signature for this topic, topic/document
+        // agreement, staleness.
+        if let Err(why) = self
+            .screen
+            .admit(&topic, event_id, payload, &self.keys, self.policy, now)
+        {
+            let code = refusal_code(&why);
+            return self.refusal(&topic, event_id, payload, why.to_string(), code).await;
         }
         tracing::debug!(event = %event_id, "MQTT event: submitting");
         pause_point("mqtt_received", event_id).await;
@@ -323,7 +337,10 @@ impl Intake {
             Err(SubmitError::Refused { ack, .. } | SubmitError::Stale { ack, .. }) => {
                 Decision::Answer(ack_payload(&ack))
             }
-            Err(SubmitError::Invalid(e)) => self.refusal(event_id, payload, e.to_string()),
+            Err(SubmitError::Invalid(e)) => {
+                self.refusal(&topic, event_id, payload, e.to_string(), CODE_INVALID)
+                    .await
+            }
             Err(e @ SubmitError::Ledger(_)) => {
                 tracing::error!(event = %event_id, "MQTT event not recorded, left for redelivery: {e}");
                 Decision::Redeliver
@@ -331,33 +348,100 @@ impl Intake {
         }
     }
 
-    /// A document that is not an event we can take: answer with an opt-out and let the broker
-    /// forget it (redelivering it would not make it valid).
-    fn refusal(&self, event_id: &str, payload: &[u8], reason: String) -> Decision {
+    /// A document that is not an event we can take: record it (the payload as received, when
+    /// the link kept it, and the refusal with its reason), then answer with an opt-out and let
+    /// the broker forget it (redelivering it would not make it valid). The ack's
+    /// `log_checkpoint` and `log_seq` are the refusal's own record.
+    ///
+    /// A retained refusal comes back at every subscription; the records are keyed on what was
+    /// refused (topic, bytes, reason), so each distinct refusal is written once. If the ledger
+    /// cannot write, nothing is acknowledged and the broker redelivers, as for an event.
+    async fn refusal(&self, topic: &str, event_id: &str, payload: &[u8], reason: String, code: u16) -> Decision {
+        let now = self.gateway.clock().now();
         let revision = serde_json::from_slice::<serde_json::Value>(payload)
             .ok()
             .and_then(|v| v.get("revision").and_then(serde_json::Value::as_u64))
             .unwrap_or(0);
-        let mut ack = AckPayload::new(
-            event_id,
+        let reason: String = reason.chars().take(1000).collect();
+        let key = refusal_key(topic, payload, &reason);
+        let mut records = Vec::with_capacity(2);
+        if !payload.is_empty() {
+            let received = Entry::WireReceived(WireReceived {
+                at: now,
+                protocol: WireProtocol::Mqtt,
+                peer: topic.to_owned(),
+                message: "dr.event/1".into(),
+                content: WireContent::Text(String::from_utf8_lossy(payload).into_owned()),
+            });
+            records.push(Recorded::new(received, Some(event_id.to_owned())).keyed(format!("{key}:received")));
+        }
+        let opted_out = Entry::AdapterOptedOut(AdapterOptedOut {
+            at: now,
+            protocol: WireProtocol::Mqtt,
+            event_id: event_id.to_owned(),
             revision,
-            self.gateway.clock().now(),
-            Opt::Out,
-            self.gateway.ledger().head().1,
-        );
-        ack.reason = Some(reason.chars().take(1000).collect());
+            code,
+            reason: reason.clone(),
+        });
+        records.push(Recorded::new(opted_out, Some(event_id.to_owned())).keyed(format!("{key}:opted_out")));
+        let appended = self
+            .gateway
+            .ledger()
+            .append_all(records.into_iter().map(Into::into).collect())
+            .await;
+        // The anchor is the refusal's own record (for a refusal recorded before, the first
+        // record of it), as an event's ack is anchored on the record that holds it.
+        let (checkpoint, seq) = match appended {
+            Ok(appended) => match appended.last() {
+                Some(last) => (last.hash.clone(), Some(last.seq)),
+                None => (self.gateway.ledger().head().1, None),
+            },
+            Err(e) => {
+                tracing::error!(event = %event_id, "MQTT refusal not recorded, left for redelivery: {e}");
+                return Decision::Redeliver;
+            }
+        };
+        let shown: String = topic.chars().filter(|c| !c.is_control()).take(200).collect();
+        tracing::info!(event = %event_id, topic = %shown, code, "MQTT event refused: {reason}");
+        let mut ack = AckPayload::new(event_id, revision, now, Opt::Out, checkpoint);
+        ack.log_seq = seq;
+        ack.reason = Some(reason);
         Decision::Answer(ack)
     }
 }
 
-/// The reason sent back for a document the signature check refused. Only a problem with the
-/// signature itself says "signature:"; a document the strict parse refused (not JSON, a
-/// repeated key, too large) is named as such, with or without keys configured.
-fn signature_refusal(e: SignatureError) -> String {
-    match e {
-        SignatureError::TooLarge(_) | SignatureError::Json(_) | SignatureError::NotAnObject(_) => e.to_string(),
-        other => format!("signature: {other}"),
+/// `adapter_opted_out.code` of an MQTT refusal. MQTT 3.1.1's PUBACK carries no code, so the
+/// gateway records the HTTP status `POST /v1/events` answers for the same kind of refusal: one
+/// filter then finds a kind of refusal whatever the transport.
+const CODE_TOO_LARGE: u16 = 413;
+/// Not a readable `dr.event/1` (not strict JSON, a header field malformed, the model refused it).
+const CODE_INVALID: u16 = 400;
+/// The signature is missing, does not verify for the topic, or cannot be checked.
+const CODE_SIGNATURE: u16 = 401;
+/// An equal or newer revision is held.
+const CODE_REPEAT: u16 = 409;
+/// Readable and authentic, but not acceptable here (another event's topic, stale, expired).
+const CODE_UNACCEPTABLE: u16 = 422;
+
+fn refusal_code(why: &Refusal) -> u16 {
+    match why {
+        _ if why.is_malformed() => CODE_INVALID,
+        Refusal::Signature(_) => CODE_SIGNATURE,
+        Refusal::Screen(r) if r.is_repeat() => CODE_REPEAT,
+        Refusal::Screen(_) => CODE_UNACCEPTABLE,
     }
+}
+
+/// The de-duplication key of a refusal's records: a digest of the topic, the bytes and the
+/// reason, so that the same refusal (a retained copy at every subscription) is recorded once.
+fn refusal_key(topic: &str, payload: &[u8], reason: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    for part in [topic.as_bytes(), payload, reason.as_bytes()] {
+        hash.update((part.len() as u64).to_be_bytes());
+        hash.update(part);
+    }
+    format!("mqtt-refusal:{}", hex::encode(hash.finalize()))
 }
 
 /// Crash drills (debug builds only): with `FLEXGATE_PAUSE_AT=mqtt_received:{event_id}` the
@@ -376,13 +460,28 @@ async fn pause_point(point: &str, event_id: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use flexgate_mqtt::{Rejection, SignatureError};
 
     #[test]
-    fn only_signature_problems_are_called_signature_problems() {
-        assert_eq!(
-            signature_refusal(SignatureError::Json("key \"a\" repeats".into())),
-            "the document is not acceptable JSON: key \"a\" repeats"
-        );
-        assert!(signature_refusal(SignatureError::Missing).starts_with("signature: "));
+    fn refusals_are_coded_as_the_http_api_answers_them() {
+        let malformed = Refusal::Signature(SignatureError::Json("duplicate key".into()));
+        assert_eq!(refusal_code(&malformed), 400);
+        assert_eq!(refusal_code(&Refusal::Signature(SignatureError::Missing)), 401);
+        let mismatch = Refusal::Screen(Rejection::TopicMismatch {
+            in_topic: "a".into(),
+            in_document: "b".into(),
+        });
+        assert_eq!(refusal_code(&mismatch), 422);
+        let repeat = Refusal::Screen(Rejection::Duplicate {
+            event_id: "a".into(),
+            revision: 1,
+        });
+        assert_eq!(refusal_code(&repeat), 409);
+    }
+
+    #[test]
+    fn refusal_keys_separate_their_parts() {
+        assert_ne!(refusal_key("ab", b"c", "r"), refusal_key("a", b"bc", "r"));
+        assert_eq!(refusal_key("a", b"b", "r"), refusal_key("a", b"b", "r"));
     }
 }

@@ -25,15 +25,19 @@
 //!
 //! # Signatures ([`signature`])
 //!
-//! An event may carry `sig`: base64url (no padding) of the Ed25519 signature over the RFC 8785
-//! canonical JSON of the document without its top-level `sig` member. Integers above 2^53 and
+//! An event may carry `sig`: base64url (no padding) of the Ed25519 signature over
+//! [`signature::signing_input`]: the tag `dr.event/1 sig v2`, a zero byte, the topic it is
+//! published on, a zero byte, and the RFC 8785 canonical JSON of the document without its
+//! top-level `sig` member. Binding the topic (prefix, site and event id) means a signed event
+//! cannot be replayed at another site or under another event id. Integers above 2^53 and
 //! duplicate keys are refused. With [`SignaturePolicy::Required`], unsigned or badly signed
 //! events are refused; with `Optional`, unsigned ones pass but a present `sig` must verify.
 //!
 //! # Screening ([`screen`])
 //!
 //! De-duplication on `(event_id, revision)`, topic/document id agreement, stale `issued_at`
-//! and expired windows. Full `dr.event/1` validation is the application's.
+//! and expired windows; [`Screen::admit`] runs the signature check and then these. Full
+//! `dr.event/1` validation is the application's.
 //!
 //! # Delivery: ack after flush ([`link`])
 //!
@@ -46,9 +50,7 @@
 //! # Example
 //!
 //! ```no_run
-//! use flexgate_mqtt::{
-//!     AckPayload, MqttLink, MqttSettings, Opt, Screen, SignaturePolicy, Topics, TrustedKeys, signature,
-//! };
+//! use flexgate_mqtt::{AckPayload, MqttLink, MqttSettings, Opt, Screen, SignaturePolicy, Topics, TrustedKeys};
 //!
 //! # async fn record_in_ledger(_: &[u8]) -> Result<String, std::io::Error> { Ok(String::new()) }
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -62,14 +64,18 @@
 //! let (link, mut incoming) = MqttLink::connect(settings)?;
 //! while let Some(event) = incoming.recv().await {
 //!     let now = chrono::Utc::now();
-//!     let checked = signature::verify(&event.payload, &keys, SignaturePolicy::Required)
-//!         .map_err(|e| e.to_string())
-//!         .and_then(|_| screen.check(&event.event_id, &event.payload, now).map_err(|e| e.to_string()));
+//!     // A payload over the size limit arrives without its bytes, `refused` saying why.
+//!     let checked = match &event.refused {
+//!         Some(why) => Err(why.clone()),
+//!         None => screen
+//!             .admit(&event.topic, &event.event_id, &event.payload, &keys, SignaturePolicy::Required, now)
+//!             .map_err(|e| e.to_string()),
+//!     };
 //!     let header = match checked {
-//!         Ok(header) => header,
-//!         Err(why) => {
+//!         Ok((_, header)) => header,
+//!         Err(_why) => {
 //!             // Refused for good: ack so that it is not redelivered (optionally publish an
-//!             // opt-out dr.ack/1 with `why` as the reason).
+//!             // opt-out dr.ack/1 with the reason).
 //!             let _ = event.ack.ack().await?;
 //!             continue;
 //!         }
@@ -101,7 +107,7 @@ pub use link::{AckHandle, AckOutcome, ConnectionState, Incoming, IncomingEvent, 
 pub use payloads::{
     AckPayload, GatewayState, KwRange, Opt, Phase, ReportInterval, ReportPayload, StatusPayload, TelemetryPayload,
 };
-pub use screen::{EventHeader, Rejection, Screen, ScreenConfig};
+pub use screen::{EventHeader, Refusal, Rejection, Screen, ScreenConfig};
 pub use settings::{Backoff, BrokerAddr, MqttSettings, Secret, SettingsError};
 pub use signature::{SignatureError, SignaturePolicy, TrustedKeys, Verified};
 pub use tls::{TlsError, TlsFiles};

@@ -17,6 +17,11 @@
 //! `window.randomize_s` and `cancel`, with the same strict JSON parser as the signature check
 //! (duplicate keys refused).
 //!
+//! [`Screen::admit`] is everything a receiver does with a payload before its own strict parse:
+//! the signature check for the topic it arrived on ([`crate::signature::verify`]), then
+//! [`Screen::check`]. The flexgate gateway calls exactly that, and the fuzz target in
+//! `adapters/mqtt/fuzz/` drives it with hostile payloads.
+//!
 //! **Remember only what is recorded.** [`Screen::check`] does not change the screen; call
 //! [`Screen::remember`] after the application has flushed the event to its ledger. Otherwise
 //! an event whose recording failed would come back (redelivery), be called a duplicate, be
@@ -28,7 +33,7 @@ use chrono::{DateTime, Duration, Utc};
 use std::collections::{HashMap, VecDeque};
 
 use crate::json::{Node, parse_strict};
-use crate::signature::MAX_SIGNED_BYTES;
+use crate::signature::{self, MAX_SIGNED_BYTES, SignatureError, SignaturePolicy, TrustedKeys, Verified};
 
 /// The fields of an event the screen needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,6 +121,44 @@ impl Rejection {
     }
 }
 
+/// Why [`Screen::admit`] refused a payload.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// The signature check refused it. Only a problem with the signature itself is worded as
+    /// one ("signature: …"): a document the strict parse refuses (not JSON, a repeated key,
+    /// too large, not an object) is named as such, with or without keys configured.
+    #[error("{}", signature_reason(.0))]
+    Signature(SignatureError),
+    /// The screen refused it.
+    #[error(transparent)]
+    Screen(Rejection),
+}
+
+fn signature_reason(e: &SignatureError) -> String {
+    match e {
+        SignatureError::TooLarge(_) | SignatureError::Json(_) | SignatureError::NotAnObject(_) => e.to_string(),
+        other => format!("signature: {other}"),
+    }
+}
+
+impl Refusal {
+    /// Whether the document itself is unreadable (too large, not strict JSON, not an object, a
+    /// header field missing or malformed), as opposed to readable but not acceptable.
+    #[must_use]
+    pub fn is_malformed(&self) -> bool {
+        matches!(
+            self,
+            Refusal::Signature(
+                SignatureError::TooLarge(_)
+                    | SignatureError::Json(_)
+                    | SignatureError::NotAnObject(_)
+                    | SignatureError::UnsafeInteger(_)
+                    | SignatureError::NonFinite
+            ) | Refusal::Screen(Rejection::Malformed { .. })
+        )
+    }
+}
+
 /// Limits of the screen.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScreenConfig {
@@ -158,6 +201,23 @@ impl Screen {
             held: HashMap::new(),
             order: VecDeque::new(),
         }
+    }
+
+    /// Everything a payload received on `topic` (whose event id is `topic_event_id`) goes
+    /// through before the application's strict parse: the signature for that topic under
+    /// `policy`, then [`Screen::check`]. Changes nothing.
+    pub fn admit(
+        &self,
+        topic: &str,
+        topic_event_id: &str,
+        payload: &[u8],
+        keys: &TrustedKeys,
+        policy: SignaturePolicy,
+        now: DateTime<Utc>,
+    ) -> Result<(Verified, EventHeader), Refusal> {
+        let verified = signature::verify(topic, payload, keys, policy).map_err(Refusal::Signature)?;
+        let header = self.check(topic_event_id, payload, now).map_err(Refusal::Screen)?;
+        Ok((verified, header))
     }
 
     /// Reads the header of `bytes` and checks it against the topic's event id, the recorded
@@ -507,6 +567,104 @@ mod tests {
         let end_of_time = doc(1).replace("2026-07-14T19:00:00Z", "+262142-12-31T23:59:59Z");
         assert_eq!(field(&end_of_time), "window.start");
         assert_eq!(field(&" ".repeat(70_000)), "(document)");
+    }
+
+    #[test]
+    fn admit_checks_the_signature_for_the_topic_then_the_screen() {
+        use crate::signature::attach_signature;
+        let key = ed25519_dalek::SigningKey::from_bytes(&[9; 32]);
+        let keys = TrustedKeys::from_keys(vec![key.verifying_key()]).unwrap();
+        let topic = "dr/s/events/ev-1";
+        let mut v: serde_json::Value = serde_json::from_str(&doc(1)).unwrap();
+        attach_signature(topic, &mut v, &key).unwrap();
+        let bytes = v.to_string();
+        let s = Screen::default();
+        let now = t(NOW);
+        let (verified, header) = s
+            .admit(topic, "ev-1", bytes.as_bytes(), &keys, SignaturePolicy::Required, now)
+            .unwrap();
+        assert_eq!(verified, Verified::Signed { key_index: 0 });
+        assert_eq!(header.revision, 1);
+        // Signed for this topic only.
+        let e = s
+            .admit(
+                "dr/t/events/ev-1",
+                "ev-1",
+                bytes.as_bytes(),
+                &keys,
+                SignaturePolicy::Optional,
+                now,
+            )
+            .unwrap_err();
+        assert!(
+            matches!(e, Refusal::Signature(SignatureError::BadSignature { .. })),
+            "{e}"
+        );
+        assert!(e.to_string().starts_with("signature: "), "{e}");
+        assert!(!e.is_malformed());
+        // The signature holds, the screen refuses.
+        let e = s
+            .admit(
+                topic,
+                "ev-1",
+                bytes.as_bytes(),
+                &keys,
+                SignaturePolicy::Required,
+                t("2026-07-30T00:00:00Z"),
+            )
+            .unwrap_err();
+        assert!(matches!(e, Refusal::Screen(Rejection::Stale { .. })), "{e}");
+        // Unsigned documents pass only where signatures are optional.
+        let unsigned = doc(1);
+        let e = s
+            .admit(
+                topic,
+                "ev-1",
+                unsigned.as_bytes(),
+                &keys,
+                SignaturePolicy::Required,
+                now,
+            )
+            .unwrap_err();
+        assert_eq!(e, Refusal::Signature(SignatureError::Missing));
+        assert!(
+            s.admit(
+                topic,
+                "ev-1",
+                unsigned.as_bytes(),
+                &keys,
+                SignaturePolicy::Optional,
+                now
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn only_signature_problems_are_called_signature_problems() {
+        let e = Refusal::Signature(SignatureError::Json("duplicate key \"a\"".into()));
+        assert_eq!(
+            e.to_string(),
+            "the document is not acceptable JSON: duplicate key \"a\""
+        );
+        assert!(e.is_malformed());
+        assert!(
+            Refusal::Signature(SignatureError::Missing)
+                .to_string()
+                .starts_with("signature: ")
+        );
+        let keys = TrustedKeys::default();
+        let e = Screen::default()
+            .admit("dr/s/events/e", "e", b"{", &keys, SignaturePolicy::Optional, t(NOW))
+            .unwrap_err();
+        assert!(e.to_string().starts_with("the document is not acceptable JSON"), "{e}");
+        let e = Screen::default()
+            .admit("dr/s/events/e", "e", b"{", &keys, SignaturePolicy::Off, t(NOW))
+            .unwrap_err();
+        assert!(
+            matches!(e, Refusal::Screen(Rejection::Malformed { .. })) && e.is_malformed(),
+            "{e}"
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! TLS protects one hop; a broker sits in the middle, so an event carries its own signature in
 //! the optional top-level `sig` member.
 //!
-//! # The scheme
+//! # The scheme (v2: the signature binds the topic)
 //!
 //! 1. Parse the document as JSON. Refuse it if any object anywhere repeats a key (see below).
 //! 2. Remove the top-level member `sig`, if present. The document must be an object.
@@ -20,10 +20,27 @@
 //!    above 2^53 (9007199254740992) is refused instead of being rounded to a double, because the
 //!    application reads integers such as `revision` exactly, and two documents that differ
 //!    there would otherwise share a signature.
-//! 4. The signed message is those canonical bytes (UTF-8). `sig` is the 64-byte Ed25519
-//!    signature (RFC 8032, "pure" Ed25519, no context) as base64url without padding (RFC 4648
-//!    §5), like a JWS signature. [`verify`] also accepts the standard alphabet and padding, so
-//!    publishers can use whatever base64 their language has.
+//! 4. The signed message ([`signing_input`]) is the 17 ASCII bytes of [`SIGNING_TAG`]
+//!    (`dr.event/1 sig v2`), one zero byte, the full MQTT topic the event is published on
+//!    (`{prefix}/{site}/events/{event_id}`, UTF-8), one zero byte, then the canonical bytes of
+//!    step 3. `sig` is the 64-byte Ed25519 signature of that message (RFC 8032, "pure" Ed25519,
+//!    no context) as base64url without padding (RFC 4648 §5), like a JWS signature. [`verify`]
+//!    also accepts the standard alphabet and padding, so publishers can use whatever base64
+//!    their language has.
+//!
+//! **Why the topic is signed.** The first scheme signed the body alone, and `site` is optional
+//! in `dr.event/1`, so a site-less event signed for one site verified at every site trusting
+//! the key: anyone who could publish at another site could replay it there. The topic names
+//! the prefix, the site and the event id, so a signature now holds for one topic only; the
+//! screen separately checks that the document's `event_id` is the topic's, and the gateway that
+//! a `site` the document names is its own. The tag keeps these signatures from being valid for
+//! any other message a key holder signs, and versions the scheme. A zero byte cannot occur in
+//! an MQTT topic (MQTT 3.1.1 §4.7.3) nor in the tag, so the three parts cannot be confused.
+//! A signature made with the first scheme is refused with [`SignatureError::BodyOnly`], which
+//! says how to re-sign.
+//!
+//! A bridge that rewrites topics between the utility and the gateway's broker breaks these
+//! signatures: the topic signed is the topic the gateway receives.
 //!
 //! Any RFC 8785 library produces the same bytes for any document this module accepts, so a
 //! publisher in another language needs only JCS and Ed25519. Verification uses
@@ -36,7 +53,10 @@
 use base64::Engine;
 use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
 use base64::engine::{DecodePaddingMode, general_purpose};
-use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
+use ed25519_dalek::{Signature, Signer};
+/// The key types, re-exported so that a publisher (or a test) can sign without depending on
+/// `ed25519-dalek` itself.
+pub use ed25519_dalek::{SigningKey, VerifyingKey};
 use flexgate_jcs::{CanonicalError, Integers};
 
 use crate::json::{Node, parse_strict};
@@ -104,11 +124,33 @@ pub enum SignatureError {
     /// `sig` decodes to the wrong number of bytes.
     #[error("\"sig\" decodes to {0} bytes; an Ed25519 signature has 64")]
     BadLength(usize),
-    /// No trusted key verifies the signature: the document was changed, or signed by another key.
+    /// No trusted key verifies the signature for this topic: the document was changed, it was
+    /// signed for another topic (another site, another event), or by another key.
     #[error(
-        "\"sig\" does not verify with any of the {0} trusted keys (the document was altered, or signed by an unknown key)"
+        "\"sig\" does not verify for topic {topic} with any of the {keys} trusted keys (the document was altered, \
+         signed for another topic or site, or signed by an unknown key)"
     )]
-    BadSignature(usize),
+    BadSignature {
+        /// How many keys were tried.
+        keys: usize,
+        /// The topic the signature was checked for (without control characters, at most 300
+        /// characters).
+        topic: String,
+    },
+    /// A trusted key signed the document alone, as the first scheme did: such a signature
+    /// holds at every site and topic, so it is refused. The publisher must sign the v2 input.
+    #[error(
+        "\"sig\" signs the document alone (the superseded scheme, replayable at any site or topic); sign \
+         \"dr.event/1 sig v2\", a zero byte, the topic {topic}, a zero byte and the canonical document"
+    )]
+    BodyOnly {
+        /// The topic the signature should have bound (as in [`SignatureError::BadSignature`]).
+        topic: String,
+    },
+    /// The topic cannot be part of a signed message (it contains U+0000, which MQTT forbids in
+    /// topics and which separates the parts of the message).
+    #[error("the topic contains U+0000 and cannot be signed")]
+    BadTopic,
     /// A signature must be checked but no key is configured.
     #[error("the document must be verified but no trusted key is configured")]
     NoTrustedKeys,
@@ -204,11 +246,34 @@ fn decode_base64(text: &str) -> Result<Vec<u8>, base64::DecodeError> {
     }
 }
 
-/// The signed message of a document: its canonical JSON without the top-level `sig` (the
-/// scheme is in the module docs).
+/// The domain-separation tag that starts every signed message (step 4 of the scheme).
+pub const SIGNING_TAG: &[u8] = b"dr.event/1 sig v2";
+
+/// The canonical JSON of a document without its top-level `sig` (step 3 of the scheme; the
+/// ledger's and the signatures' canonical forms agree on it).
 pub fn canonical_without_sig(bytes: &[u8]) -> Result<Vec<u8>, SignatureError> {
     let (node, _) = parse_document(bytes)?;
     canonical_node(&node)
+}
+
+/// The exact bytes signed for a document published on `topic`: [`SIGNING_TAG`], a zero byte,
+/// the topic, a zero byte, and [`canonical_without_sig`] of the document.
+pub fn signing_input(topic: &str, bytes: &[u8]) -> Result<Vec<u8>, SignatureError> {
+    let (node, _) = parse_document(bytes)?;
+    message(topic, &canonical_node(&node)?)
+}
+
+fn message(topic: &str, canonical: &[u8]) -> Result<Vec<u8>, SignatureError> {
+    if topic.contains('\0') {
+        return Err(SignatureError::BadTopic);
+    }
+    let mut out = Vec::with_capacity(SIGNING_TAG.len() + topic.len() + canonical.len() + 2);
+    out.extend_from_slice(SIGNING_TAG);
+    out.push(0);
+    out.extend_from_slice(topic.as_bytes());
+    out.push(0);
+    out.extend_from_slice(canonical);
+    Ok(out)
 }
 
 /// The canonical JSON (RFC 8785, with the integer rule of the module docs) of a value.
@@ -216,22 +281,23 @@ pub fn canonical_json(value: &serde_json::Value) -> Result<Vec<u8>, SignatureErr
     canonical_node(&Node::from_value(value))
 }
 
-/// Signs a document: the base64url `sig` for `doc`, whose own top-level `sig`, if any, is
-/// ignored. Fails only when `doc` is not an object or holds an integer above 2^53.
-pub fn sign(doc: &serde_json::Value, key: &SigningKey) -> Result<String, SignatureError> {
+/// Signs a document for `topic`: the base64url `sig` for `doc`, whose own top-level `sig`, if
+/// any, is ignored. Fails only when `doc` is not an object, holds an integer above 2^53, or the
+/// topic contains U+0000.
+pub fn sign(topic: &str, doc: &serde_json::Value, key: &SigningKey) -> Result<String, SignatureError> {
     let mut node = Node::from_value(doc);
     match &mut node {
         Node::Obj(members) => members.retain(|(k, _)| k != "sig"),
         other => return Err(SignatureError::NotAnObject(other.kind())),
     }
-    let message = canonical_node(&node)?;
+    let message = message(topic, &canonical_node(&node)?)?;
     let signature: Signature = key.sign(&message);
     Ok(general_purpose::URL_SAFE_NO_PAD.encode(signature.to_bytes()))
 }
 
-/// Signs `doc` in place: sets its top-level `sig` (for publishers and tests).
-pub fn attach_signature(doc: &mut serde_json::Value, key: &SigningKey) -> Result<(), SignatureError> {
-    let sig = sign(doc, key)?;
+/// Signs `doc` for `topic` in place: sets its top-level `sig` (for publishers and tests).
+pub fn attach_signature(topic: &str, doc: &mut serde_json::Value, key: &SigningKey) -> Result<(), SignatureError> {
+    let sig = sign(topic, doc, key)?;
     match doc {
         serde_json::Value::Object(map) => {
             map.insert("sig".into(), sig.into());
@@ -241,13 +307,18 @@ pub fn attach_signature(doc: &mut serde_json::Value, key: &SigningKey) -> Result
     }
 }
 
-/// Checks a received document's signature under `policy` against `keys`.
+/// Checks the signature of a document received on `topic` under `policy` against `keys`.
 ///
 /// With [`SignaturePolicy::Off`] nothing is read. Otherwise the document must be strict JSON
 /// (no duplicate keys, at most [`MAX_SIGNED_BYTES`]); a `sig` that is present must verify
-/// even when signatures are optional, because a bad signature is a sign of tampering, not an
-/// absence of signing.
-pub fn verify(bytes: &[u8], keys: &TrustedKeys, policy: SignaturePolicy) -> Result<Verified, SignatureError> {
+/// for this topic even when signatures are optional, because a bad signature is a sign of
+/// tampering or replay, not an absence of signing.
+pub fn verify(
+    topic: &str,
+    bytes: &[u8],
+    keys: &TrustedKeys,
+    policy: SignaturePolicy,
+) -> Result<Verified, SignatureError> {
     if policy == SignaturePolicy::Off {
         return Ok(Verified::NotChecked);
     }
@@ -271,12 +342,33 @@ pub fn verify(bytes: &[u8], keys: &TrustedKeys, policy: SignaturePolicy) -> Resu
         .try_into()
         .map_err(|_| SignatureError::BadLength(raw.len()))?;
     let signature = Signature::from_bytes(&array);
-    let message = canonical_node(&node)?;
-    keys.keys
+    let canonical = canonical_node(&node)?;
+    let signed = message(topic, &canonical)?;
+    if let Some(key_index) = keys
+        .keys
         .iter()
-        .position(|k| k.verify_strict(&message, &signature).is_ok())
-        .map(|key_index| Verified::Signed { key_index })
-        .ok_or(SignatureError::BadSignature(keys.len()))
+        .position(|k| k.verify_strict(&signed, &signature).is_ok())
+    {
+        return Ok(Verified::Signed { key_index });
+    }
+    let topic = shown_topic(topic);
+    // Only to word the refusal: a publisher still on the body-only scheme learns what to fix.
+    if keys
+        .keys
+        .iter()
+        .any(|k| k.verify_strict(&canonical, &signature).is_ok())
+    {
+        return Err(SignatureError::BodyOnly { topic });
+    }
+    Err(SignatureError::BadSignature {
+        keys: keys.len(),
+        topic,
+    })
+}
+
+/// A topic as it may appear in an error: no control characters, at most 300 characters.
+fn shown_topic(topic: &str) -> String {
+    topic.chars().filter(|c| !c.is_control()).take(300).collect()
 }
 
 /// Parses strictly and splits off the top-level `sig`.
@@ -328,10 +420,19 @@ mod tests {
             "window":{"start":"2026-07-14T19:00:00Z","ramp_s":600,"duration_s":7200},"cancel":false})
     }
 
+    const TOPIC: &str = "dr/dc-east/events/ev-2026-0142";
+
     fn signed(k: &SigningKey) -> Vec<u8> {
         let mut doc = event();
-        attach_signature(&mut doc, k).unwrap();
+        attach_signature(TOPIC, &mut doc, k).unwrap();
         serde_json::to_vec_pretty(&doc).unwrap()
+    }
+
+    fn bad_signature(keys: usize) -> SignatureError {
+        SignatureError::BadSignature {
+            keys,
+            topic: TOPIC.into(),
+        }
     }
 
     #[test]
@@ -359,7 +460,7 @@ mod tests {
         let (a, b) = (key(1), key(2));
         let doc = signed(&a);
         assert_eq!(
-            verify(&doc, &trusted(&[&b, &a]), SignaturePolicy::Required).unwrap(),
+            verify(TOPIC, &doc, &trusted(&[&b, &a]), SignaturePolicy::Required).unwrap(),
             Verified::Signed { key_index: 1 }
         );
         // Whitespace and member order are not part of the signed message.
@@ -374,10 +475,10 @@ mod tests {
                 .collect::<Vec<_>>()
                 .join(" , ")
         );
-        assert!(verify(reordered.as_bytes(), &trusted(&[&a]), SignaturePolicy::Required).is_ok());
+        assert!(verify(TOPIC, reordered.as_bytes(), &trusted(&[&a]), SignaturePolicy::Required).is_ok());
         // An integral float is the same number as the integer.
         let as_float = String::from_utf8(doc.clone()).unwrap().replace("8000", "8000.0");
-        assert!(verify(as_float.as_bytes(), &trusted(&[&a]), SignaturePolicy::Required).is_ok());
+        assert!(verify(TOPIC, as_float.as_bytes(), &trusted(&[&a]), SignaturePolicy::Required).is_ok());
         // Standard base64 with padding is accepted too.
         let mut std_doc = v.clone();
         let raw = general_purpose::URL_SAFE_NO_PAD
@@ -386,8 +487,130 @@ mod tests {
         std_doc["sig"] = general_purpose::STANDARD.encode(raw).into();
         assert!(
             verify(
+                TOPIC,
                 std_doc.to_string().as_bytes(),
                 &trusted(&[&a]),
+                SignaturePolicy::Required
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn the_signature_binds_the_topic() {
+        let a = key(1);
+        let keys = trusted(&[&a]);
+        let doc = signed(&a);
+        assert!(verify(TOPIC, &doc, &keys, SignaturePolicy::Required).is_ok());
+        for other in [
+            "dr/dc-west/events/ev-2026-0142",
+            "dr/dc-east/events/ev-2026-0143",
+            "utility-x/dr/dc-east/events/ev-2026-0142",
+        ] {
+            assert_eq!(
+                verify(other, &doc, &keys, SignaturePolicy::Optional),
+                Err(SignatureError::BadSignature {
+                    keys: 1,
+                    topic: other.into()
+                }),
+                "{other}"
+            );
+        }
+        // The replay the first scheme allowed: an event without `site`, signed for one site,
+        // published at another.
+        let mut siteless = event();
+        siteless.as_object_mut().unwrap().remove("site");
+        attach_signature(TOPIC, &mut siteless, &a).unwrap();
+        let bytes = siteless.to_string();
+        assert!(verify(TOPIC, bytes.as_bytes(), &keys, SignaturePolicy::Required).is_ok());
+        let e = verify(
+            "dr/dc-west/events/ev-2026-0142",
+            bytes.as_bytes(),
+            &keys,
+            SignaturePolicy::Required,
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("for topic dr/dc-west/events/ev-2026-0142"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn body_only_signatures_are_refused_with_how_to_re_sign() {
+        let a = key(1);
+        let mut v = event();
+        let body_only = a.sign(&canonical_json(&v).unwrap());
+        v["sig"] = general_purpose::URL_SAFE_NO_PAD.encode(body_only.to_bytes()).into();
+        let e = verify(
+            TOPIC,
+            v.to_string().as_bytes(),
+            &trusted(&[&a]),
+            SignaturePolicy::Optional,
+        )
+        .unwrap_err();
+        assert_eq!(e, SignatureError::BodyOnly { topic: TOPIC.into() });
+        assert!(
+            e.to_string().contains("\"dr.event/1 sig v2\", a zero byte, the topic"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_signing_input_is_the_tag_the_topic_and_the_canonical_document() {
+        let doc = br#"{ "b": 1.0, "a": "x", "sig": "ignored" }"#;
+        assert_eq!(
+            signing_input("dr/s/events/e", doc).unwrap(),
+            b"dr.event/1 sig v2\0dr/s/events/e\0{\"a\":\"x\",\"b\":1}"
+        );
+        assert_eq!(SIGNING_TAG.len(), 17);
+        assert_eq!(signing_input("dr/s\0/events/e", doc), Err(SignatureError::BadTopic));
+        assert_eq!(
+            sign("a\0b", &event(), &key(1)),
+            Err(SignatureError::BadTopic),
+            "a publisher cannot sign an ambiguous message either"
+        );
+        // What `sign` signs is exactly `signing_input`.
+        let a = key(1);
+        let doc = signed(&a);
+        let v: serde_json::Value = serde_json::from_slice(&doc).unwrap();
+        let raw = general_purpose::URL_SAFE_NO_PAD
+            .decode(v["sig"].as_str().unwrap())
+            .unwrap();
+        let sig = Signature::from_bytes(&raw.as_slice().try_into().unwrap());
+        let input = signing_input(TOPIC, &doc).unwrap();
+        assert!(a.verifying_key().verify_strict(&input, &sig).is_ok());
+    }
+
+    /// The worked example in adapters/mqtt/README.md (Signatures), whose signature was made
+    /// from that description alone, with Python's `cryptography` and `json` modules: this
+    /// implementation must agree with it byte for byte.
+    #[test]
+    fn the_readme_example_signs_and_verifies_as_documented() {
+        let key = key(1);
+        assert_eq!(
+            hex::encode(key.verifying_key().as_bytes()),
+            "8a88e3dd7409f195fd52db2d3cba5d72ca6709bf1d94121bf3748801b40f6f5c"
+        );
+        let topic = "dr/dc-east/events/ev-1";
+        let doc = json!({"schema":"dr.event/1","event_id":"ev-1","revision":2,
+            "target":{"form":"ceiling","point":"meter","kw":8000.0},
+            "window":{"start":"2026-07-14T19:00:00Z","duration_s":7200}});
+        let input = signing_input(topic, doc.to_string().as_bytes()).unwrap();
+        let mut expected = b"dr.event/1 sig v2\0dr/dc-east/events/ev-1\0".to_vec();
+        expected.extend_from_slice(
+            br#"{"event_id":"ev-1","revision":2,"schema":"dr.event/1","target":{"form":"ceiling","kw":8000,"point":"meter"},"window":{"duration_s":7200,"start":"2026-07-14T19:00:00Z"}}"#,
+        );
+        assert_eq!(input, expected);
+        let sig = "Wslfac7auLbOHynvPWMFCisu2Iov-RwVhoueeuTS5piVSzIjx7_Y9pKy3v0T0mqRjBK5VpI6spTpGG29tzUzDw";
+        assert_eq!(sign(topic, &doc, &key).unwrap(), sig);
+        let mut published = doc.clone();
+        published["sig"] = sig.into();
+        assert!(
+            verify(
+                topic,
+                published.to_string().as_bytes(),
+                &trusted(&[&key]),
                 SignaturePolicy::Required
             )
             .is_ok()
@@ -400,23 +623,31 @@ mod tests {
         let doc = String::from_utf8(signed(&a)).unwrap();
         let tampered = doc.replace("8000", "9000");
         assert_eq!(
-            verify(tampered.as_bytes(), &trusted(&[&a]), SignaturePolicy::Required),
-            Err(SignatureError::BadSignature(1))
+            verify(TOPIC, tampered.as_bytes(), &trusted(&[&a]), SignaturePolicy::Required),
+            Err(bad_signature(1))
         );
-        let e = verify(doc.as_bytes(), &trusted(&[&b]), SignaturePolicy::Optional).unwrap_err();
-        assert_eq!(e, SignatureError::BadSignature(1));
+        let e = verify(TOPIC, doc.as_bytes(), &trusted(&[&b]), SignaturePolicy::Optional).unwrap_err();
+        assert_eq!(e, bad_signature(1));
         assert!(e.to_string().contains("altered"), "{e}");
         // A second value smuggled in by a duplicate key.
         let smuggled = doc.replacen("\"revision\": 3", "\"revision\": 3, \"revision\": 4", 1);
         assert_ne!(smuggled, doc);
         assert!(matches!(
-            verify(smuggled.as_bytes(), &trusted(&[&a]), SignaturePolicy::Required),
+            verify(TOPIC, smuggled.as_bytes(), &trusted(&[&a]), SignaturePolicy::Required),
             Err(SignatureError::Json(m)) if m.contains("duplicate key")
         ));
         // Adding a member, even null, changes the message.
         let mut v: serde_json::Value = serde_json::from_str(&doc).unwrap();
         v["priority"] = serde_json::Value::Null;
-        assert!(verify(v.to_string().as_bytes(), &trusted(&[&a]), SignaturePolicy::Required).is_err());
+        assert!(
+            verify(
+                TOPIC,
+                v.to_string().as_bytes(),
+                &trusted(&[&a]),
+                SignaturePolicy::Required
+            )
+            .is_err()
+        );
     }
 
     #[test]
@@ -425,15 +656,15 @@ mod tests {
         let keys = trusted(&[&a]);
         let unsigned = event().to_string();
         assert_eq!(
-            verify(unsigned.as_bytes(), &keys, SignaturePolicy::Required),
+            verify(TOPIC, unsigned.as_bytes(), &keys, SignaturePolicy::Required),
             Err(SignatureError::Missing)
         );
         assert_eq!(
-            verify(unsigned.as_bytes(), &keys, SignaturePolicy::Optional),
+            verify(TOPIC, unsigned.as_bytes(), &keys, SignaturePolicy::Optional),
             Ok(Verified::Unsigned)
         );
         assert_eq!(
-            verify(b"not json at all", &keys, SignaturePolicy::Off),
+            verify(TOPIC, b"not json at all", &keys, SignaturePolicy::Off),
             Ok(Verified::NotChecked)
         );
         let with = |sig: serde_json::Value| {
@@ -443,6 +674,7 @@ mod tests {
         };
         assert_eq!(
             verify(
+                TOPIC,
                 with(serde_json::Value::Null).as_bytes(),
                 &keys,
                 SignaturePolicy::Required
@@ -450,11 +682,12 @@ mod tests {
             Err(SignatureError::Missing)
         );
         assert_eq!(
-            verify(with(json!(5)).as_bytes(), &keys, SignaturePolicy::Optional),
+            verify(TOPIC, with(json!(5)).as_bytes(), &keys, SignaturePolicy::Optional),
             Err(SignatureError::SigNotAString("a number"))
         );
         assert!(matches!(
             verify(
+                TOPIC,
                 with(json!("!!not base64!!")).as_bytes(),
                 &keys,
                 SignaturePolicy::Optional
@@ -462,16 +695,17 @@ mod tests {
             Err(SignatureError::BadBase64(_))
         ));
         assert_eq!(
-            verify(with(json!("AAAA")).as_bytes(), &keys, SignaturePolicy::Optional),
+            verify(TOPIC, with(json!("AAAA")).as_bytes(), &keys, SignaturePolicy::Optional),
             Err(SignatureError::BadLength(3))
         );
         let zeros = general_purpose::URL_SAFE_NO_PAD.encode([0u8; 64]);
         assert_eq!(
-            verify(with(json!(zeros)).as_bytes(), &keys, SignaturePolicy::Required),
-            Err(SignatureError::BadSignature(1))
+            verify(TOPIC, with(json!(zeros)).as_bytes(), &keys, SignaturePolicy::Required),
+            Err(bad_signature(1))
         );
         assert_eq!(
             verify(
+                TOPIC,
                 signed(&a).as_slice(),
                 &TrustedKeys::default(),
                 SignaturePolicy::Optional
@@ -479,12 +713,12 @@ mod tests {
             Err(SignatureError::NoTrustedKeys)
         );
         assert_eq!(
-            verify(b"[1]", &keys, SignaturePolicy::Required),
+            verify(TOPIC, b"[1]", &keys, SignaturePolicy::Required),
             Err(SignatureError::NotAnObject("an array"))
         );
         let huge = vec![b' '; MAX_SIGNED_BYTES + 1];
         assert_eq!(
-            verify(&huge, &keys, SignaturePolicy::Required),
+            verify(TOPIC, &huge, &keys, SignaturePolicy::Required),
             Err(SignatureError::TooLarge(MAX_SIGNED_BYTES + 1))
         );
     }
@@ -494,9 +728,9 @@ mod tests {
         let a = key(1);
         let mut v = event();
         v["revision"] = json!(9_007_199_254_740_993_u64);
-        assert!(matches!(sign(&v, &a), Err(SignatureError::UnsafeInteger(_))));
+        assert!(matches!(sign(TOPIC, &v, &a), Err(SignatureError::UnsafeInteger(_))));
         v["revision"] = json!(9_007_199_254_740_992_u64);
-        assert!(sign(&v, &a).is_ok());
+        assert!(sign(TOPIC, &v, &a).is_ok());
         let doc = br#"{"revision":-9007199254740993,"sig":"AAAA"}"#;
         assert!(matches!(
             canonical_without_sig(doc),
@@ -537,12 +771,12 @@ mod tests {
             format!("{{\"sig\":\"{}\"}}", "A".repeat(60_000)).into_bytes(),
         ];
         for s in samples {
-            assert!(verify(&s, &keys, SignaturePolicy::Required).is_err());
+            assert!(verify(TOPIC, &s, &keys, SignaturePolicy::Required).is_err());
         }
         let doc = String::from_utf8(signed(&key(1))).unwrap();
         for cut in 0..doc.len() {
             if let Some(prefix) = doc.get(..cut) {
-                let _ = verify(prefix.as_bytes(), &keys, SignaturePolicy::Required);
+                let _ = verify(TOPIC, prefix.as_bytes(), &keys, SignaturePolicy::Required);
             }
         }
     }

@@ -38,7 +38,7 @@ pub const DR_EVENT_JSON_SCHEMA: &str = r##"{
       "items": { "$ref": "#/$defs/interval" }
     },
     "cancel": { "type": ["boolean", "null"], "description": "This revision cancels the event. Default false." },
-    "sig": { "type": ["string", "null"], "description": "Ed25519 signature (base64url, no padding) over the RFC 8785 canonical JSON of the document without its top-level sig member; checked by the MQTT transport against the configured trusted keys (adapters/mqtt/README.md, Signatures). Not checked by the HTTP API, which authenticates the caller instead." }
+    "sig": { "type": ["string", "null"], "description": "Ed25519 signature (base64url, no padding) over the tag \"dr.event/1 sig v2\", a zero byte, the MQTT topic the event is published on, a zero byte and the RFC 8785 canonical JSON of the document without its top-level sig member; checked by the MQTT transport against the configured trusted keys (adapters/mqtt/README.md, Signatures). Not checked by the HTTP API, which authenticates the caller instead." }
   },
   "anyOf": [
     { "required": ["target"], "properties": { "target": { "type": "object" } } },
