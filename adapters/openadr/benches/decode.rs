@@ -82,7 +82,8 @@ fn load_oadr3() -> String {
     let (name, count) = OADR3_INPUT;
     let path = format!("{}/benches/inputs/{name}", env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e} (run make_oadr3_inputs.py)"));
-    let ours = oadr3::decode_events(text.as_bytes(), &oadr3::Limits::default()).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let ours =
+        oadr3::decode_events(text.as_bytes(), &oadr3::Limits::default()).unwrap_or_else(|e| panic!("{path}: {e}"));
     let theirs: Vec<openleadr_wire::Event> =
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: openleadr-wire: {e}"));
     assert_eq!((ours.len(), theirs.len()), (count, count), "{path}: event count");
@@ -92,7 +93,11 @@ fn load_oadr3() -> String {
         assert_eq!(a.intervals.len(), b.content.intervals.len(), "{path}: intervals");
         for (ia, ib) in a.intervals.iter().zip(&b.content.intervals) {
             assert_eq!(ia.id, i64::from(ib.id), "{path}: interval id");
-            let va: Vec<Option<f64>> = ia.payloads.iter().flat_map(|p| p.values.iter().map(|v| v.as_f64())).collect();
+            let va: Vec<Option<f64>> = ia
+                .payloads
+                .iter()
+                .flat_map(|p| p.values.iter().map(|v| v.as_f64()))
+                .collect();
             let vb: Vec<Option<f64>> = ib
                 .payloads
                 .iter()
@@ -118,7 +123,9 @@ fn bench_oadr3(c: &mut Criterion) {
     group.bench_function("decode_events", |b| {
         b.iter(|| oadr3::decode_events(black_box(text.as_bytes()), &limits))
     });
-    group.bench_function("decode_any", |b| b.iter(|| oadr3::decode_any(black_box(text.as_bytes()))));
+    group.bench_function("decode_any", |b| {
+        b.iter(|| oadr3::decode_any(black_box(text.as_bytes())))
+    });
     group.bench_function("openleadr_wire", |b| {
         b.iter(|| serde_json::from_str::<Vec<openleadr_wire::Event>>(black_box(&text)))
     });

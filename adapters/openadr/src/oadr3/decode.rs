@@ -1,20 +1,28 @@
 //! Decoding untrusted OpenADR 3 JSON with limits and field paths in every error.
 //!
-//! Three passes: a size check, a byte scan (nesting depth, list lengths, finite numbers),
-//! then serde_json into a `Value`, which is converted field by field so that an error names the
-//! field (`[0].intervals[1].intervalPeriod.duration: negative duration`). Unknown fields are
-//! kept in each object's `extra`.
+//! The size is checked first ([`Limits::max_bytes`]), then UTF-8 (the whole input at once,
+//! faster than string by string), then one pass of the typed reader (`oadr3/reader.rs`,
+//! `oadr3/typed.rs`) builds the model straight from the text, member by member. On the way it
+//! enforces the nesting depth, list lengths and number ranges, and it refuses a key written twice
+//! in one object; every error names the JSON path of the value
+//! (`[0].intervals[1].intervalPeriod.duration: negative duration`). Unknown fields are kept in
+//! each object's `extra`. Errors come in document order, except that a document of no known
+//! kind is read to its end first, so that a limit or syntax error anywhere in it is what is
+//! reported.
+//!
+//! This pass used to parse into a `serde_json::Value` tree (after a separate limit scan) and
+//! convert the tree field by field, which made the decoder 2.5× slower than openleadr-rs's
+//! plain serde types. Deserializing the model with serde and tracking the path was the other
+//! way. It was not taken: the model's `flatten`ed `extra` maps and its untagged targets and
+//! payload values make serde buffer each object into an intermediate tree anyway, a
+//! `flatten`ed map and a `Value` keep the last of two equal keys without a word, and a type
+//! error carries no path unless every visitor is wrapped. The hand reader has none of these
+//! costs; its lexical rules are in `oadr3/lex.rs`.
 
-use chrono::{DateTime, Utc};
-use serde::de::DeserializeOwned;
-use serde_json::{Map, Value};
-
-use super::model::{
-    Event, EventPayloadDescriptor, Interval, IntervalPeriod, Notification, NotifiedObject, Operation, PayloadValue,
-    Program, Report, ReportDescriptor, ReportPayloadDescriptor, ReportResource, Target, ValuesMap,
-};
-use super::scan::scan;
-use super::time::{IsoDuration, parse_timestamp};
+use super::kind::{self, object_kind, object_type_text};
+use super::model::{Event, Notification, NotifiedObject, Program, Report};
+use super::reader::Reader;
+use super::typed;
 
 /// Bounds on what [`decode_any_with_limits`] accepts, so a hostile or broken VTN cannot make the
 /// VEN allocate or recurse without bound.
@@ -22,7 +30,8 @@ use super::time::{IsoDuration, parse_timestamp};
 pub struct Limits {
     /// Largest document in bytes (default 4 MiB, as for 2.0b).
     pub max_bytes: usize,
-    /// Deepest nesting of arrays and objects (default 32; a real event needs 7).
+    /// Deepest nesting of arrays and objects (default 32; a real event needs 7). At most 128
+    /// is honoured, whatever is set, so that decoding never runs out of stack.
     pub max_depth: usize,
     /// Most elements in one array or members in one object (default 10,000).
     pub max_list: usize,
@@ -97,6 +106,13 @@ pub enum DecodeError {
         /// What is wrong with it.
         message: String,
     },
+    /// A key that appears twice in one object. serde_json would keep the last, so the same bytes
+    /// could be read two ways; `dr.event/1` refuses them too.
+    #[error("{path}: appears more than once; send each field once")]
+    Duplicate {
+        /// The repeated member (`[0].intervals[1].id`).
+        path: String,
+    },
     /// Valid JSON that is none of the documents [`decode_any`] accepts.
     #[error("not an OpenADR 3 event, event list, program, report or notification: {0}")]
     UnknownDocument(String),
@@ -158,549 +174,135 @@ pub fn decode_any(bytes: &[u8]) -> Result<Document, DecodeError> {
 
 /// [`decode_any`] with explicit limits.
 pub fn decode_any_with_limits(bytes: &[u8], limits: &Limits) -> Result<Document, DecodeError> {
-    let value = parse_checked(bytes, limits)?;
-    match &value {
-        Value::Array(items) => decode_list(items),
-        Value::Object(map) => decode_object(map, ""),
-        other => Err(DecodeError::UnknownDocument(format!("a top-level {}", kind_of(other)))),
-    }
+    let text = checked(bytes, limits)?;
+    let mut r = Reader::new(text, limits);
+    let doc = match r.peek() {
+        Some(b'[') => decode_list(&mut r, text)?,
+        Some(b'{') => decode_object(&mut r, text)?,
+        _ => {
+            let err = DecodeError::UnknownDocument(format!("a top-level {}", r.kind()));
+            return Err(r.first_error_or(err));
+        }
+    };
+    r.finish()?;
+    Ok(doc)
 }
 
 /// Decodes a `GET /events` answer: a JSON array of events (a single event object is accepted
 /// too, as a list of one).
 pub fn decode_events(bytes: &[u8], limits: &Limits) -> Result<Vec<Event>, DecodeError> {
-    let value = parse_checked(bytes, limits)?;
-    match &value {
-        Value::Array(items) => items
-            .iter()
-            .enumerate()
-            .map(|(i, v)| event_from(v, &format!("[{i}]")))
-            .collect(),
-        Value::Object(_) => Ok(vec![event_from(&value, "")?]),
-        other => Err(DecodeError::UnknownDocument(format!("a top-level {}", kind_of(other)))),
-    }
+    let text = checked(bytes, limits)?;
+    let mut r = Reader::new(text, limits);
+    let events = match r.peek() {
+        Some(b'[') => r.list(typed::event)?.unwrap_or_default(),
+        Some(b'{') => vec![typed::event(&mut r)?],
+        _ => {
+            let err = DecodeError::UnknownDocument(format!("a top-level {}", r.kind()));
+            return Err(r.first_error_or(err));
+        }
+    };
+    r.finish()?;
+    Ok(events)
 }
 
-/// Size check, limit scan, then serde_json.
-pub(crate) fn parse_checked(bytes: &[u8], limits: &Limits) -> Result<Value, DecodeError> {
+/// The size check and UTF-8.
+fn checked<'a>(bytes: &'a [u8], limits: &Limits) -> Result<&'a str, DecodeError> {
     if bytes.len() > limits.max_bytes {
         return Err(DecodeError::TooLarge {
             size: bytes.len(),
             limit: limits.max_bytes,
         });
     }
-    scan(bytes, limits)?;
-    serde_json::from_slice(bytes).map_err(|e| DecodeError::Syntax {
+    std::str::from_utf8(bytes).map_err(|e| DecodeError::Syntax {
         path: "$".into(),
-        offset: 0,
-        message: e.to_string(),
+        offset: e.valid_up_to(),
+        message: "invalid UTF-8".into(),
     })
 }
 
-fn kind_of(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "boolean",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    }
-}
-
-/// What kind of object a map is: `objectType` when present, else a guess from its fields.
-fn object_kind(map: &Map<String, Value>) -> Option<&'static str> {
-    if let Some(Value::String(t)) = map.get("objectType") {
-        return match t.as_str() {
-            "EVENT" => Some("EVENT"),
-            "PROGRAM" => Some("PROGRAM"),
-            "REPORT" => Some("REPORT"),
-            _ => None,
-        };
-    }
-    if map.contains_key("operation") && map.contains_key("object") {
-        Some("NOTIFICATION")
-    } else if map.contains_key("programName") {
-        Some("PROGRAM")
-    } else if map.contains_key("eventID") || map.contains_key("clientName") {
-        Some("REPORT")
-    } else if map.contains_key("programID") || map.contains_key("intervals") {
-        Some("EVENT")
-    } else {
-        None
-    }
-}
-
-fn decode_object(map: &Map<String, Value>, path: &str) -> Result<Document, DecodeError> {
+/// The top-level object: its kind from its [`Hints`], then the object read as that kind.
+fn decode_object(r: &mut Reader<'_>, text: &str) -> Result<Document, DecodeError> {
+    let hints = match kind::skim(r) {
+        Ok(h) => h,
+        Err(e) => return Err(r.first_error_or(e)),
+    };
     // A notification has `objectType` too (the object's type), so look for its shape first.
-    if map.contains_key("operation") && map.contains_key("object") {
-        return notification_from(map, path).map(|n| Document::Notification(Box::new(n)));
+    if hints.is_notification() {
+        return typed::notification(r, text).map(|n| Document::Notification(Box::new(n)));
     }
-    let v = Value::Object(map.clone());
-    match object_kind(map) {
-        Some("EVENT") => Ok(Document::Event(Box::new(event_from(&v, path)?))),
-        Some("PROGRAM") => Ok(Document::Program(Box::new(program_from(&v, path)?))),
-        Some("REPORT") => Ok(Document::Report(Box::new(report_from(&v, path)?))),
-        _ => Err(DecodeError::UnknownDocument(match map.get("objectType") {
-            Some(t) => format!("objectType {t}"),
-            None => "an object without objectType".into(),
-        })),
+    match object_kind(&hints, text) {
+        Some("EVENT") => Ok(Document::Event(Box::new(typed::event(r)?))),
+        Some("PROGRAM") => Ok(Document::Program(Box::new(typed::program(r)?))),
+        Some("REPORT") => Ok(Document::Report(Box::new(typed::report(r)?))),
+        _ => {
+            let err = DecodeError::UnknownDocument(match object_type_text(&hints, text) {
+                Some(t) => format!("objectType {t}"),
+                None => "an object without objectType".into(),
+            });
+            Err(r.first_error_or(err))
+        }
     }
 }
 
-fn decode_list(items: &[Value]) -> Result<Document, DecodeError> {
-    let Some(first) = items.first() else {
-        return Ok(Document::Events(Vec::new()));
-    };
-    let kind = match first {
-        Value::Object(m) => object_kind(m),
-        _ => None,
-    };
-    let kind = kind.ok_or_else(|| DecodeError::UnknownDocument(format!("[0] is a {}", kind_of(first))))?;
-    for (i, item) in items.iter().enumerate().skip(1) {
-        let k = match item {
-            Value::Object(m) => object_kind(m),
-            _ => None,
+/// A top-level list, whose kind is its first element's (skimmed before it is read). Every
+/// other element notes its own kind as it is read; one of another known kind refuses the list,
+/// also when reading it as the list's kind failed.
+fn decode_list(r: &mut Reader<'_>, text: &str) -> Result<Document, DecodeError> {
+    let mut doc = Document::Events(Vec::new());
+    let mut list_kind: Option<&'static str> = None;
+    r.elements(|r, i| {
+        let Some(kind) = list_kind else {
+            let own = match r.peek() {
+                Some(b'{') => match kind::skim(r) {
+                    Ok(h) => object_kind(&h, text),
+                    Err(e) => return Err(r.first_error_or(e)),
+                },
+                _ => None,
+            };
+            let err = match own {
+                Some(k @ ("EVENT" | "PROGRAM" | "REPORT")) => {
+                    doc = match k {
+                        "PROGRAM" => Document::Programs(vec![typed::program(r)?]),
+                        "REPORT" => Document::Reports(vec![typed::report(r)?]),
+                        _ => Document::Events(vec![typed::event(r)?]),
+                    };
+                    list_kind = Some(k);
+                    return Ok(());
+                }
+                Some(other) => DecodeError::UnknownDocument(format!("a list of {other} objects")),
+                None => DecodeError::UnknownDocument(format!("[0] is a {}", r.kind())),
+            };
+            return Err(r.first_error_or(err));
         };
-        if k.is_some_and(|k| k != kind) {
-            return Err(DecodeError::Invalid {
+        let mark = r.mark();
+        r.note_next_object();
+        let read = match &mut doc {
+            Document::Events(v) => typed::event(r).map(|e| v.push(e)),
+            Document::Programs(v) => typed::program(r).map(|p| v.push(p)),
+            Document::Reports(v) => typed::report(r).map(|p| v.push(p)),
+            _ => Ok(()),
+        };
+        let own = match read {
+            Ok(()) => object_kind(&r.take_noted(), text),
+            Err(e) => {
+                // Perhaps it failed because it is something else: say so if it is.
+                r.take_noted();
+                r.reset(mark);
+                let other = match r.peek() {
+                    Some(b'{') => kind::skim(r).ok().and_then(|h| object_kind(&h, text)),
+                    _ => None,
+                };
+                Some(other.filter(|own| *own != kind).ok_or(e)?)
+            }
+        };
+        if own.is_some_and(|own| own != kind) {
+            let err = DecodeError::Invalid {
                 path: format!("[{i}]"),
                 message: format!("a list of {kind} objects holds another kind"),
-            });
+            };
+            return Err(r.first_error_or(err));
         }
-    }
-    let paths = (0..items.len()).map(|i| format!("[{i}]"));
-    match kind {
-        "EVENT" => items
-            .iter()
-            .zip(paths)
-            .map(|(v, p)| event_from(v, &p))
-            .collect::<Result<_, _>>()
-            .map(Document::Events),
-        "PROGRAM" => items
-            .iter()
-            .zip(paths)
-            .map(|(v, p)| program_from(v, &p))
-            .collect::<Result<_, _>>()
-            .map(Document::Programs),
-        "REPORT" => items
-            .iter()
-            .zip(paths)
-            .map(|(v, p)| report_from(v, &p))
-            .collect::<Result<_, _>>()
-            .map(Document::Reports),
-        other => Err(DecodeError::UnknownDocument(format!("a list of {other} objects"))),
-    }
-}
-
-fn join(path: &str, key: &str) -> String {
-    if path.is_empty() {
-        key.to_string()
-    } else {
-        format!("{path}.{key}")
-    }
-}
-
-/// A JSON object being converted, with its path.
-struct Obj<'a> {
-    map: &'a Map<String, Value>,
-    path: String,
-}
-
-impl<'a> Obj<'a> {
-    fn new(v: &'a Value, path: &str) -> Result<Obj<'a>, DecodeError> {
-        match v {
-            Value::Object(map) => Ok(Obj {
-                map,
-                path: path.to_string(),
-            }),
-            other => Err(DecodeError::Invalid {
-                path: if path.is_empty() { "$".into() } else { path.into() },
-                message: format!("expected an object, found a {}", kind_of(other)),
-            }),
-        }
-    }
-
-    fn at(&self, key: &str) -> String {
-        join(&self.path, key)
-    }
-
-    /// The field, `null` counting as absent.
-    fn get(&self, key: &str) -> Option<&'a Value> {
-        self.map.get(key).filter(|v| !v.is_null())
-    }
-
-    /// A leaf field through serde (strings, numbers, booleans, plain maps).
-    fn leaf<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, DecodeError> {
-        match self.get(key) {
-            None => Ok(None),
-            Some(v) => serde_json::from_value(v.clone())
-                .map(Some)
-                .map_err(|e| DecodeError::Invalid {
-                    path: self.at(key),
-                    message: e.to_string(),
-                }),
-        }
-    }
-
-    fn required<T: DeserializeOwned>(&self, key: &str) -> Result<T, DecodeError> {
-        self.leaf(key)?
-            .ok_or_else(|| DecodeError::Missing { path: self.at(key) })
-    }
-
-    fn string(&self, key: &str) -> Result<Option<String>, DecodeError> {
-        match self.get(key) {
-            None => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s.clone())),
-            Some(other) => Err(DecodeError::Invalid {
-                path: self.at(key),
-                message: format!("expected a string, found a {}", kind_of(other)),
-            }),
-        }
-    }
-
-    fn timestamp(&self, key: &str) -> Result<Option<DateTime<Utc>>, DecodeError> {
-        match self.string(key)? {
-            None => Ok(None),
-            Some(s) => parse_timestamp(&s).map(Some).map_err(|e| DecodeError::Invalid {
-                path: self.at(key),
-                message: format!("{e}: {s:?}"),
-            }),
-        }
-    }
-
-    fn duration(&self, key: &str) -> Result<Option<IsoDuration>, DecodeError> {
-        match self.string(key)? {
-            None => Ok(None),
-            Some(s) => IsoDuration::parse(&s).map(Some).map_err(|e| DecodeError::Invalid {
-                path: self.at(key),
-                message: format!("{e}: {s:?}"),
-            }),
-        }
-    }
-
-    /// An integer field; floats with no fraction (`3.0`) are accepted.
-    fn integer(&self, key: &str) -> Result<Option<i64>, DecodeError> {
-        match self.get(key) {
-            None => Ok(None),
-            Some(Value::Number(n)) => {
-                if let Some(i) = n.as_i64() {
-                    return Ok(Some(i));
-                }
-                match n.as_f64() {
-                    Some(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => Ok(Some(f as i64)),
-                    _ => Err(DecodeError::Invalid {
-                        path: self.at(key),
-                        message: format!("expected an integer, found {n}"),
-                    }),
-                }
-            }
-            Some(other) => Err(DecodeError::Invalid {
-                path: self.at(key),
-                message: format!("expected an integer, found a {}", kind_of(other)),
-            }),
-        }
-    }
-
-    /// A list field converted element by element.
-    fn list<T>(
-        &self,
-        key: &str,
-        f: impl Fn(&Value, &str) -> Result<T, DecodeError>,
-    ) -> Result<Option<Vec<T>>, DecodeError> {
-        match self.get(key) {
-            None => Ok(None),
-            Some(Value::Array(items)) => {
-                let base = self.at(key);
-                items
-                    .iter()
-                    .enumerate()
-                    .map(|(i, v)| f(v, &format!("{base}[{i}]")))
-                    .collect::<Result<Vec<_>, _>>()
-                    .map(Some)
-            }
-            Some(other) => Err(DecodeError::Invalid {
-                path: self.at(key),
-                message: format!("expected an array, found a {}", kind_of(other)),
-            }),
-        }
-    }
-
-    /// The members not in `known`.
-    fn extra(&self, known: &[&str]) -> Map<String, Value> {
-        self.map
-            .iter()
-            .filter(|(k, _)| !known.contains(&k.as_str()))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect()
-    }
-}
-
-fn interval_period_from(v: &Value, path: &str) -> Result<IntervalPeriod, DecodeError> {
-    let o = Obj::new(v, path)?;
-    Ok(IntervalPeriod {
-        start: o.timestamp("start")?,
-        duration: o.duration("duration")?,
-        randomize_start: o.duration("randomizeStart")?,
-    })
-}
-
-fn payload_value_from(v: &Value, path: &str) -> Result<PayloadValue, DecodeError> {
-    Ok(match v {
-        Value::Number(n) => PayloadValue::Number(n.clone()),
-        Value::String(s) => PayloadValue::Text(s.clone()),
-        Value::Bool(b) => PayloadValue::Bool(*b),
-        Value::Object(m) => match (m.get("x").and_then(Value::as_f64), m.get("y").and_then(Value::as_f64)) {
-            (Some(x), Some(y)) if m.len() == 2 => PayloadValue::Point { x, y },
-            _ => PayloadValue::Other(v.clone()),
-        },
-        Value::Null => {
-            return Err(DecodeError::Invalid {
-                path: path.into(),
-                message: "null is not a payload value".into(),
-            });
-        }
-        Value::Array(_) => PayloadValue::Other(v.clone()),
-    })
-}
-
-fn values_map_from(v: &Value, path: &str) -> Result<ValuesMap, DecodeError> {
-    let o = Obj::new(v, path)?;
-    Ok(ValuesMap {
-        kind: o
-            .string("type")?
-            .ok_or_else(|| DecodeError::Missing { path: o.at("type") })?,
-        values: o.list("values", payload_value_from)?.unwrap_or_default(),
-    })
-}
-
-fn target_from(v: &Value, path: &str) -> Result<Target, DecodeError> {
-    match v {
-        Value::String(s) => Ok(Target::Name(s.clone())),
-        Value::Object(_) => {
-            let o = Obj::new(v, path)?;
-            Ok(Target::Map {
-                kind: o
-                    .string("type")?
-                    .ok_or_else(|| DecodeError::Missing { path: o.at("type") })?,
-                values: o.leaf::<Vec<Value>>("values")?.unwrap_or_default(),
-            })
-        }
-        other => Err(DecodeError::Invalid {
-            path: path.into(),
-            message: format!(
-                "a target is a string (3.1) or a valuesMap (3.0), not a {}",
-                kind_of(other)
-            ),
-        }),
-    }
-}
-
-fn interval_from(v: &Value, path: &str) -> Result<Interval, DecodeError> {
-    let o = Obj::new(v, path)?;
-    Ok(Interval {
-        id: o
-            .integer("id")?
-            .ok_or_else(|| DecodeError::Missing { path: o.at("id") })?,
-        interval_period: o
-            .get("intervalPeriod")
-            .map(|p| interval_period_from(p, &o.at("intervalPeriod")))
-            .transpose()?,
-        payloads: o.list("payloads", values_map_from)?.unwrap_or_default(),
-    })
-}
-
-fn event_payload_descriptor_from(v: &Value, path: &str) -> Result<EventPayloadDescriptor, DecodeError> {
-    let o = Obj::new(v, path)?;
-    Ok(EventPayloadDescriptor {
-        object_type: o.string("objectType")?,
-        payload_type: o.required("payloadType")?,
-        units: o.string("units")?,
-        currency: o.string("currency")?,
-        extra: o.extra(&["objectType", "payloadType", "units", "currency"]),
-    })
-}
-
-fn report_descriptor_from(v: &Value, path: &str) -> Result<ReportDescriptor, DecodeError> {
-    let o = Obj::new(v, path)?;
-    Ok(ReportDescriptor {
-        payload_type: o.required("payloadType")?,
-        reading_type: o.string("readingType")?,
-        units: o.string("units")?,
-        aggregate: o.leaf("aggregate")?,
-        start_interval: o.integer("startInterval")?,
-        num_intervals: o.integer("numIntervals")?,
-        historical: o.leaf("historical")?,
-        frequency: o.integer("frequency")?,
-        repeat: o.integer("repeat")?,
-        extra: o.extra(&[
-            "payloadType",
-            "readingType",
-            "units",
-            "aggregate",
-            "startInterval",
-            "numIntervals",
-            "historical",
-            "frequency",
-            "repeat",
-        ]),
-    })
-}
-
-/// Converts one event object, naming `path` (e.g. `[3]`) in errors.
-pub(crate) fn event_from(v: &Value, path: &str) -> Result<Event, DecodeError> {
-    let o = Obj::new(v, path)?;
-    let priority = match o.integer("priority")? {
-        None => None,
-        Some(p) => Some(u32::try_from(p).map_err(|_| DecodeError::Invalid {
-            path: o.at("priority"),
-            message: format!("priority must be a non-negative integer, found {p}"),
-        })?),
-    };
-    Ok(Event {
-        id: o.string("id")?,
-        created_date_time: o.timestamp("createdDateTime")?,
-        modification_date_time: o.timestamp("modificationDateTime")?,
-        object_type: o.string("objectType")?,
-        program_id: o.string("programID")?.unwrap_or_default(),
-        event_name: o.string("eventName")?,
-        priority,
-        targets: o.list("targets", target_from)?,
-        report_descriptors: o.list("reportDescriptors", report_descriptor_from)?,
-        payload_descriptors: o.list("payloadDescriptors", event_payload_descriptor_from)?,
-        interval_period: o
-            .get("intervalPeriod")
-            .map(|p| interval_period_from(p, &o.at("intervalPeriod")))
-            .transpose()?,
-        intervals: o.list("intervals", interval_from)?.unwrap_or_default(),
-        duration: o.duration("duration")?,
-        extra: o.extra(&[
-            "id",
-            "createdDateTime",
-            "modificationDateTime",
-            "objectType",
-            "programID",
-            "eventName",
-            "priority",
-            "targets",
-            "reportDescriptors",
-            "payloadDescriptors",
-            "intervalPeriod",
-            "intervals",
-            "duration",
-        ]),
-    })
-}
-
-fn program_from(v: &Value, path: &str) -> Result<Program, DecodeError> {
-    let o = Obj::new(v, path)?;
-    Ok(Program {
-        id: o.string("id")?,
-        created_date_time: o.timestamp("createdDateTime")?,
-        modification_date_time: o.timestamp("modificationDateTime")?,
-        object_type: o.string("objectType")?,
-        program_name: o.string("programName")?.unwrap_or_default(),
-        program_long_name: o.string("programLongName")?,
-        interval_period: o
-            .get("intervalPeriod")
-            .map(|p| interval_period_from(p, &o.at("intervalPeriod")))
-            .transpose()?,
-        payload_descriptors: o.leaf("payloadDescriptors")?,
-        targets: o.list("targets", target_from)?,
-        extra: o.extra(&[
-            "id",
-            "createdDateTime",
-            "modificationDateTime",
-            "objectType",
-            "programName",
-            "programLongName",
-            "intervalPeriod",
-            "payloadDescriptors",
-            "targets",
-        ]),
-    })
-}
-
-fn report_payload_descriptor_from(v: &Value, path: &str) -> Result<ReportPayloadDescriptor, DecodeError> {
-    let o = Obj::new(v, path)?;
-    Ok(ReportPayloadDescriptor {
-        object_type: o.string("objectType")?,
-        payload_type: o.required("payloadType")?,
-        reading_type: o.string("readingType")?,
-        units: o.string("units")?,
-        extra: o.extra(&["objectType", "payloadType", "readingType", "units"]),
-    })
-}
-
-fn report_resource_from(v: &Value, path: &str) -> Result<ReportResource, DecodeError> {
-    let o = Obj::new(v, path)?;
-    Ok(ReportResource {
-        resource_name: o.string("resourceName")?.unwrap_or_default(),
-        interval_period: o
-            .get("intervalPeriod")
-            .map(|p| interval_period_from(p, &o.at("intervalPeriod")))
-            .transpose()?,
-        intervals: o.list("intervals", interval_from)?.unwrap_or_default(),
-    })
-}
-
-fn report_from(v: &Value, path: &str) -> Result<Report, DecodeError> {
-    let o = Obj::new(v, path)?;
-    Ok(Report {
-        id: o.string("id")?,
-        created_date_time: o.timestamp("createdDateTime")?,
-        modification_date_time: o.timestamp("modificationDateTime")?,
-        object_type: o.string("objectType")?,
-        program_id: o.string("programID")?,
-        event_id: o.string("eventID")?.unwrap_or_default(),
-        client_name: o.string("clientName")?.unwrap_or_default(),
-        report_name: o.string("reportName")?,
-        payload_descriptors: o.list("payloadDescriptors", report_payload_descriptor_from)?,
-        resources: o.list("resources", report_resource_from)?.unwrap_or_default(),
-        extra: o.extra(&[
-            "id",
-            "createdDateTime",
-            "modificationDateTime",
-            "objectType",
-            "programID",
-            "eventID",
-            "clientName",
-            "reportName",
-            "payloadDescriptors",
-            "resources",
-        ]),
-    })
-}
-
-fn notification_from(map: &Map<String, Value>, path: &str) -> Result<Notification, DecodeError> {
-    let v = Value::Object(map.clone());
-    let o = Obj::new(&v, path)?;
-    let op_text: String = o.required("operation")?;
-    let operation = Operation::parse(&op_text).ok_or_else(|| DecodeError::Invalid {
-        path: o.at("operation"),
-        message: format!("unknown operation {op_text:?} (expected CREATE/READ/UPDATE/DELETE or 3.0's POST/GET/PUT)"),
+        Ok(())
     })?;
-    let object_value = o
-        .get("object")
-        .ok_or_else(|| DecodeError::Missing { path: o.at("object") })?;
-    let object_path = o.at("object");
-    let object_type = match o.string("objectType")? {
-        Some(t) => t,
-        None => match object_value {
-            Value::Object(m) => object_kind(m).unwrap_or("UNKNOWN").to_string(),
-            _ => "UNKNOWN".to_string(),
-        },
-    };
-    let object = match object_type.as_str() {
-        "EVENT" => NotifiedObject::Event(Box::new(event_from(object_value, &object_path)?)),
-        "PROGRAM" => NotifiedObject::Program(Box::new(program_from(object_value, &object_path)?)),
-        "REPORT" => NotifiedObject::Report(Box::new(report_from(object_value, &object_path)?)),
-        _ => NotifiedObject::Other(object_value.clone()),
-    };
-    Ok(Notification {
-        object_type,
-        operation,
-        object,
-        targets: o.list("targets", target_from)?,
-    })
+    Ok(doc)
 }

@@ -5,9 +5,10 @@
 //!
 //! - [`model`]: serde types for events, programs, reports and notifications, tolerant of unknown
 //!   fields and of both target styles (3.0 valuesMaps, 3.1 strings).
-//! - [`decode_any`]: untrusted bytes → [`Document`], with [`Limits`] on size (4 MiB), nesting
-//!   depth (checked before serde) and list length; out-of-range numbers (`1e999`), negative
-//!   durations and malformed timestamps are errors that name the field path.
+//! - [`decode_any`]: untrusted bytes → [`Document`] in one pass, with [`Limits`] on size
+//!   (4 MiB), nesting depth and list length; out-of-range numbers (`1e999`), a key written twice
+//!   in one object, negative durations and malformed timestamps are errors that name the field
+//!   path.
 //! - [`time`]: ISO 8601 durations with years and months (`P9999Y` = forever, the verbose
 //!   `P0Y0M0DT0H30M0S`) and RFC 3339 timestamps (`+00:00`, nanoseconds, the `0001-01-01` "now"
 //!   sentinel).
@@ -40,13 +41,16 @@
 pub mod client;
 pub mod decode;
 pub mod json;
+mod kind;
+mod lex;
 pub mod mapping;
 pub mod model;
 pub mod priority;
-mod scan;
+mod reader;
 pub mod time;
 pub mod timing;
 pub mod tracker;
+mod typed;
 
 #[cfg(feature = "http")]
 pub use client::{Auth, Client, ClientError, Polled, Problem, http_client};

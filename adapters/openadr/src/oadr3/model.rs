@@ -5,8 +5,9 @@
 //! field or a private extension (User Guide "Private Extensions") survives a round trip, and
 //! both 3.0 targets (`[{"type":"VEN_NAME","values":[..]}]`) and 3.1 targets (plain strings) are
 //! accepted. For untrusted bytes use [`super::decode_any`], which adds size, depth and range
-//! limits and names the field path in its errors; `serde_json::from_slice::<Event>` also works
-//! but reports errors without a path.
+//! limits, refuses duplicate keys and names the field path in its errors;
+//! `serde_json::from_slice::<Event>` also works but reports errors without a path and keeps the
+//! last of two equal keys.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};

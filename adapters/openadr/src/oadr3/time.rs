@@ -79,6 +79,10 @@ impl IsoDuration {
 
     /// Parses `PT30M`, `P1DT2H`, `PT0.5S`, `P0Y0M0DT0H30M0S`, `P9999Y`, `P2W`, `PT0S`.
     /// Surrounding whitespace is ignored; a sign of `-` is rejected ([`DurationError::Negative`]).
+    ///
+    /// It allocates nothing: each number is a slice of the input (digits and `.`/`,` are ASCII,
+    /// so a number is one contiguous run), parsed where it stands. Decoding an event parses a
+    /// few durations, and this used to be a tenth of the OpenADR 3 decode.
     pub fn parse(input: &str) -> Result<IsoDuration, DurationError> {
         let s = input.trim();
         if s.is_empty() {
@@ -99,21 +103,23 @@ impl IsoDuration {
         let mut nanos: i128 = 0;
         let mut components = 0;
         let mut time_components = 0;
-        let mut num = String::new();
+        // Where the number being read starts (its digits and separators run up to the
+        // designator).
+        let mut num_start: Option<usize> = None;
         let mut saw_fraction = false;
-        for c in s.chars() {
+        for (i, c) in s.char_indices() {
             if c.is_ascii_digit() || c == '.' || c == ',' {
                 if saw_fraction {
                     return Err(DurationError::Fraction);
                 }
-                if num.len() > 40 {
+                let start = *num_start.get_or_insert(i);
+                if i - start > 40 {
                     return Err(DurationError::Overflow);
                 }
-                num.push(if c == ',' { '.' } else { c });
                 continue;
             }
             if c == 'T' {
-                if in_time || !num.is_empty() {
+                if in_time || num_start.is_some() {
                     return Err(DurationError::Unexpected(c));
                 }
                 in_time = true;
@@ -124,23 +130,30 @@ impl IsoDuration {
             let Some(idx) = table.iter().position(|&d| d == c) else {
                 return Err(DurationError::Unexpected(c));
             };
-            if idx < next_idx || num.is_empty() {
+            let Some(start) = num_start.take() else {
+                return Err(DurationError::Unexpected(c));
+            };
+            if idx < next_idx {
                 return Err(DurationError::Unexpected(c));
             }
             next_idx = idx + 1;
-            let (int_part, frac_part) = match num.split_once('.') {
-                Some((i, f)) => (i, Some(f)),
-                None => (num.as_str(), None),
+            let num = &s[start..i];
+            let (int_part, frac_part) = match num.bytes().position(|b| b == b'.' || b == b',') {
+                Some(at) => (&num[..at], Some(&num[at + 1..])),
+                None => (num, None),
             };
             if int_part.is_empty() && frac_part.is_none_or(|f| f.is_empty()) {
                 return Err(DurationError::Unexpected(c));
             }
-            let has_fraction = frac_part.is_some_and(|f| f.chars().any(|d| d != '0'));
+            let has_fraction = frac_part.is_some_and(|f| f.bytes().any(|d| d != b'0'));
             if frac_part.is_some() {
                 saw_fraction = true;
             }
             let whole: u128 = if int_part.is_empty() {
                 0
+            } else if int_part.len() <= 19 {
+                // Digits only (the run ends at the first separator): fits a u64 as it is.
+                u128::from(int_part.bytes().fold(0u64, |acc, d| acc * 10 + u64::from(d - b'0')))
             } else {
                 int_part.parse::<u128>().map_err(|_| DurationError::Overflow)?
             };
@@ -167,7 +180,9 @@ impl IsoDuration {
                     let whole = i128::try_from(whole).map_err(|_| DurationError::Overflow)?;
                     let mut value = whole.checked_mul(unit).ok_or(DurationError::Overflow)?;
                     if let Some(f) = frac_part {
-                        let digits: String = f.chars().take(18).collect();
+                        // At most 18 digits count (attoseconds of a second are far below a
+                        // nanosecond); a second separator makes the digits unparsable.
+                        let digits = &f[..f.len().min(18)];
                         if !digits.is_empty() {
                             let exp = u32::try_from(digits.len()).map_err(|_| DurationError::Overflow)?;
                             let frac: i128 = digits.parse().map_err(|_| DurationError::Overflow)?;
@@ -177,20 +192,26 @@ impl IsoDuration {
                     nanos = nanos.checked_add(value).ok_or(DurationError::Overflow)?;
                 }
             }
-            num.clear();
             components += 1;
             if in_time {
                 time_components += 1;
             }
         }
-        if !num.is_empty() {
+        if num_start.is_some() {
             return Err(DurationError::Dangling);
         }
         if components == 0 || (in_time && time_components == 0) {
             return Err(DurationError::NoComponents);
         }
-        let secs = i64::try_from(nanos / 1_000_000_000).map_err(|_| DurationError::Overflow)?;
-        let sub = u32::try_from(nanos % 1_000_000_000).map_err(|_| DurationError::Overflow)?;
+        // 128-bit division is a library call; every duration that fits 292 years fits an i64.
+        let (secs, sub) = match i64::try_from(nanos) {
+            Ok(n) => (n / 1_000_000_000, n % 1_000_000_000),
+            Err(_) => (
+                i64::try_from(nanos / 1_000_000_000).map_err(|_| DurationError::Overflow)?,
+                i64::try_from(nanos % 1_000_000_000).map_err(|_| DurationError::Overflow)?,
+            ),
+        };
+        let sub = u32::try_from(sub).map_err(|_| DurationError::Overflow)?;
         let fixed = TimeDelta::new(secs, sub).ok_or(DurationError::Overflow)?;
         Ok(IsoDuration { years, months, fixed })
     }
@@ -340,9 +361,73 @@ pub fn parse_timestamp(input: &str) -> Result<DateTime<Utc>, TimestampError> {
     {
         return Ok(now_sentinel());
     }
+    if let Some(t) = parse_plain_rfc3339(s) {
+        return Ok(t);
+    }
     DateTime::parse_from_rfc3339(s)
         .map(|d| d.with_timezone(&Utc))
         .map_err(|e| TimestampError { reason: e.to_string() })
+}
+
+/// The form every VTN writes, `2026-07-01T18:00:00Z` or `…T18:00:00.639004168+02:00`, read
+/// directly; `None` for anything else (a lowercase `t` or `z`, a space, a leap second, more
+/// than nine fraction digits, a date that does not exist), which chrono's full parser then
+/// decides. A test checks that both agree wherever this accepts. chrono's general parser was a
+/// twentieth of decoding an event list, which carries three timestamps per event.
+fn parse_plain_rfc3339(s: &str) -> Option<DateTime<Utc>> {
+    let b = s.as_bytes();
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || b[13] != b':' || b[16] != b':' {
+        return None;
+    }
+    let year = two_digits(b, 0)? * 100 + two_digits(b, 2)?;
+    let (month, day) = (two_digits(b, 5)?, two_digits(b, 8)?);
+    let (hour, minute, second) = (two_digits(b, 11)?, two_digits(b, 14)?, two_digits(b, 17)?);
+    let mut at = 19;
+    let mut nanos = 0u32;
+    if b[at] == b'.' {
+        let mut scale = 100_000_000;
+        at += 1;
+        let first = at;
+        while let Some(&d) = b.get(at).filter(|d| d.is_ascii_digit()) {
+            if at - first == 9 {
+                return None;
+            }
+            nanos += u32::from(d - b'0') * scale;
+            scale /= 10;
+            at += 1;
+        }
+        if at == first {
+            return None;
+        }
+    }
+    let offset_secs = match b.get(at..)? {
+        b"Z" => 0,
+        [sign @ (b'+' | b'-'), _, _, b':', _, _] => {
+            let (h, m) = (two_digits(b, at + 1)?, two_digits(b, at + 4)?);
+            if h > 23 || m > 59 {
+                return None;
+            }
+            let secs = i64::from(h * 3600 + m * 60);
+            if *sign == b'-' { -secs } else { secs }
+        }
+        _ => return None,
+    };
+    if second > 59 {
+        return None;
+    }
+    let local = NaiveDate::from_ymd_opt(i32::try_from(year).ok()?, month, day)?
+        .and_hms_nano_opt(hour, minute, second, nanos)?;
+    if offset_secs == 0 {
+        return Some(local.and_utc());
+    }
+    Some(local.checked_sub_signed(TimeDelta::seconds(offset_secs))?.and_utc())
+}
+
+/// The two ASCII digits at `b[at..at + 2]` as a number.
+#[inline]
+fn two_digits(b: &[u8], at: usize) -> Option<u32> {
+    let (hi, lo) = (b.get(at)?.wrapping_sub(b'0'), b.get(at + 1)?.wrapping_sub(b'0'));
+    (hi < 10 && lo < 10).then(|| u32::from(hi) * 10 + u32::from(lo))
 }
 
 /// Formats a timestamp the way OpenADR 3 VTNs write them: RFC 3339, `Z`, fractional seconds only
