@@ -40,6 +40,10 @@ impl Drop for Vtn {
 
 impl Vtn {
     async fn start() -> Vtn {
+        Self::start_with(&[]).await
+    }
+
+    async fn start_with(extra: &[&str]) -> Vtn {
         let python = std::env::var("FLEXGATE_OADR2B_PYTHON")
             .map(PathBuf::from)
             .unwrap_or_else(|_| workspace().join("target/peers/oadr2b-venv/bin/python"));
@@ -60,6 +64,7 @@ impl Vtn {
                 "2",
                 "--exit-on-stdin-eof",
             ])
+            .args(extra)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -162,7 +167,10 @@ impl Site {
 }
 
 async fn start_site() -> Site {
-    let vtn = Vtn::start().await;
+    start_site_with(Vtn::start().await).await
+}
+
+async fn start_site_with(vtn: Vtn) -> Site {
     let dir = tempfile::tempdir().expect("tempdir").keep();
     let mut config = Config::default();
     config.gateway.data_dir = dir.clone();
@@ -475,5 +483,50 @@ async fn back_to_back_events_from_openleadr_leave_every_job_uncapped() {
         let state = site.event(id).await.expect("event")["summary"]["state"].clone();
         assert_eq!(state, "completed", "{id}: {state}");
     }
+    site.server.shutdown().await;
+}
+
+/// Stock openleadr 0.5.36 requests TELEMETRY_STATUS too and then answers 500 to every update
+/// that carries a status point (its own bug). The usage data must keep flowing: each report
+/// goes in its own oadrUpdateReport, and each refusal is in the ledger (issue 12, item 8).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_reports_keep_flowing_when_the_stock_vtn_refuses_status_reports() {
+    let site = start_site_with(Vtn::start_with(&["--request-status"]).await).await;
+    let gw = site.server.gateway.clone();
+    let values = eventually("TELEMETRY_USAGE values at the VTN", 30, async || {
+        let state = site.vtn.state().await;
+        let values = state["report_values"]
+            .as_object()?
+            .iter()
+            .find(|(k, _)| k.ends_with("meter_kw"))?
+            .1
+            .clone();
+        (values.as_array()?.len() >= 3).then_some(values)
+    })
+    .await;
+    assert!(values.as_array().is_some_and(|v| v.len() >= 3), "{values}");
+    // The status updates were refused, and the ledger says so with the VTN's answer.
+    let refused = eventually("a refused TELEMETRY_STATUS update in the ledger", 20, async || {
+        gw.ledger().iter_from(0).filter_map(Result::ok).find(|r| {
+            r.body["message"] == "oadrUpdateReport"
+                && r.body["answer"]["answer"] == "refused"
+                && r.body["content"].to_string().contains("TELEMETRY_STATUS")
+        })
+    })
+    .await;
+    assert_eq!(refused.body["answer"]["status"], 500, "{}", refused.body);
+    // And the usage data was taken by the VTN (an accepted answer), not refused along with the
+    // status: sent together, every update would have been refused.
+    let accepted_usage = eventually("an accepted TELEMETRY_USAGE update in the ledger", 20, async || {
+        gw.ledger().iter_from(0).filter_map(Result::ok).find(|r| {
+            let content = r.body["content"].to_string();
+            r.body["message"] == "oadrUpdateReport"
+                && r.body["answer"]["answer"] == "accepted"
+                && content.contains("TELEMETRY_USAGE")
+                && !content.contains("TELEMETRY_STATUS")
+        })
+    })
+    .await;
+    assert!(accepted_usage.seq > 0);
     site.server.shutdown().await;
 }

@@ -351,6 +351,7 @@ impl Sim {
                     }
                 }
                 Action::Warn(w) => self.warnings.push(w),
+                Action::Abandoned { out, .. } => self.warnings.push(format!("abandoned {}", out.name())),
             }
         }
     }
@@ -1491,6 +1492,42 @@ fn registered_report_with_requests_starts_reports_at_their_cadence() {
     assert_eq!(floats(third)[4], (80, "meter_kw".into(), 1090.0));
     // report IDs are unique
     assert_ne!(updates[0].1[0].report_id, updates[1].1[0].report_id);
+}
+
+#[test]
+fn usage_and_status_due_together_go_in_separate_messages() {
+    // openleadr 0.5.36 answers 500 to a TELEMETRY_STATUS update; in one message with the usage
+    // data, the usage would be refused with it every period (issue 12, item 8).
+    let mut sim = Sim::new(VenConfig::new("site-a"), None);
+    sim.vtn.on_register_report = Some(registered_report(&[
+        report_request(
+            "RR-U",
+            "TELEMETRY_USAGE",
+            "PT10S",
+            "PT30S",
+            &["meter_kw", "gpu_board_kw"],
+        ),
+        report_request("RR-S", "TELEMETRY_STATUS", "PT10S", "PT30S", &["status"]),
+    ]));
+    sim.start();
+    let m = sim.mark();
+    for k in 0..=6 {
+        let at = t0() + secs(5 * k);
+        sim.ven.record_sample(at, sample(1000.0 + 5.0 * k as f64)).unwrap();
+        sim.advance_to(at);
+    }
+    let updates = update_reports(&sim, m);
+    assert!(updates.len() >= 2, "{updates:?}");
+    assert!(
+        updates.iter().all(|(_, reports)| reports.len() == 1),
+        "one report per oadrUpdateReport: {updates:?}"
+    );
+    let at_30: Vec<&str> = updates
+        .iter()
+        .filter(|(t, _)| *t == 30)
+        .map(|(_, r)| r[0].report_request_id.as_str())
+        .collect();
+    assert_eq!(at_30, vec!["RR-U", "RR-S"]);
 }
 
 #[test]

@@ -635,6 +635,14 @@ pub enum PeerAnswer {
     },
     /// Published; the protocol gives no answer to wait for (MQTT QoS 0/1 publish of reports).
     Published,
+    /// Given up after every retry failed: it never reached the peer and will not be sent again
+    /// (each attempt is recorded too, with its own answer).
+    Abandoned {
+        /// How often it was tried.
+        attempts: u32,
+        /// The last failure.
+        detail: String,
+    },
 }
 
 /// A protocol message we sent to the grid side, with the peer's answer.

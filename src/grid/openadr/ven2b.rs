@@ -184,6 +184,15 @@ impl Ven2b {
                 tracing::warn!("OpenADR 2.0b: {w}");
                 Vec::new()
             }
+            Action::Abandoned { out, attempts, error } => {
+                let answer = PeerAnswer::Abandoned {
+                    attempts,
+                    detail: error,
+                };
+                self.record_outbound(&out, flexgate_openadr::oadr2b::encode(&out), answer)
+                    .await;
+                Vec::new()
+            }
         }
     }
 

@@ -156,6 +156,17 @@ pub enum Action {
     Events(DistributeOutcome),
     /// Worth logging; nothing to do.
     Warn(String),
+    /// A message the VEN stopped retrying: it was not delivered and will not be. The caller
+    /// records it, so that what never reached the VTN (report data, an opt) is visible to an
+    /// auditor, not only in a log line.
+    Abandoned {
+        /// The message.
+        out: Outgoing,
+        /// How often it was tried.
+        attempts: u32,
+        /// The last failure.
+        error: String,
+    },
 }
 
 /// Where the VEN is in its registration lifecycle.

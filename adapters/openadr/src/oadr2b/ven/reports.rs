@@ -367,14 +367,7 @@ impl Ven {
             pending_report_request_ids: self.report_request_ids(),
         };
         self.send(actions, out);
-        if !finals.is_empty() {
-            let out = Outgoing::UpdateReport {
-                request_id: self.next_id("req"),
-                ven_id: self.ven_id(),
-                reports: finals,
-            };
-            self.send(actions, out);
-        }
+        self.send_each(actions, finals);
     }
 
     pub(super) fn tick_reports(&mut self, now: DateTime<Utc>, actions: &mut Vec<Action>) {
@@ -414,11 +407,20 @@ impl Ven {
             !finished
         });
         self.reports = reports;
-        if !data.is_empty() {
+        self.send_each(actions, data);
+    }
+
+    /// One `oadrUpdateReport` per report. A VTN that refuses one report (openleadr 0.5.36
+    /// answers 500 to every TELEMETRY_STATUS update, a bug of its own) must not take the
+    /// others down with it: sent together, the usage data would be refused, and retried, and
+    /// dropped with it every period. Each message is retried and, if abandoned, recorded on its
+    /// own.
+    fn send_each(&mut self, actions: &mut Vec<Action>, reports: Vec<ReportDataOut>) {
+        for report in reports {
             let out = Outgoing::UpdateReport {
                 request_id: self.next_id("req"),
                 ven_id: self.ven_id(),
-                reports: data,
+                reports: vec![report],
             };
             self.send(actions, out);
         }

@@ -63,6 +63,11 @@ impl Ven {
             _ if attempts >= self.cfg.retry.max_attempts => {
                 let why = format!("{name} failed: {error}; dropped after {attempts} attempts");
                 self.warn(&mut actions, why);
+                actions.push(Action::Abandoned {
+                    out: out.clone(),
+                    attempts,
+                    error: error.to_string(),
+                });
                 if matches!(out, Outgoing::CancelPartyRegistration { .. }) && self.phase == Phase::Cancelling {
                     self.warn(
                         &mut actions,
