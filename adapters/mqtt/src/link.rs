@@ -154,8 +154,9 @@ pub enum ConnectionState {
 pub struct LinkStats {
     /// Event publishes passed to the application.
     pub delivered: AtomicU64,
-    /// Publishes acknowledged and dropped by the link (bad topic, empty or oversized payload),
-    /// and QoS 0 publishes dropped because the application's queue was full.
+    /// Publishes acknowledged and dropped by the link (bad topic, empty payload), and QoS 0
+    /// publishes dropped because the application's queue was full. (An oversized payload is
+    /// not dropped: it is delivered, refused, for the application to answer.)
     pub dropped: AtomicU64,
     /// ConnAcks received (the first connection included).
     pub connects: AtomicU64,
