@@ -9,11 +9,15 @@
 //! - `ledger_append/sequential_1x200`: one appender, 200 appends one after the other, so one
 //!   flush per record: the baseline that group commit improves on.
 //! - `ledger_verify/12800`: full chain verification (hashes, links, dedup index) of 12,800
-//!   records, for scale.
+//!   records, for scale (the gateway walks the whole chain at start).
+//! - `sled_commit/flush` and `sled_commit/flush_fdatasync`: one ~512-byte insert and flush of a
+//!   bare sled tree, without and with the `fdatasync(2)` of sled's log file that the ledger adds
+//!   after every flush (`src/ledger/durable.rs`): the cost of durability against power loss,
+//!   measured in the same run as the ledger figures.
 //!
 //! The ledger lives under `CARGO_TARGET_TMPDIR` (the target directory's disk), not `/tmp`, which
 //! may be a tmpfs where a flush costs nothing. Figures are only meaningful on the disk the
-//! gateway will use; sled's flush is `sync_file_range`, not `fsync` (see the ledger module docs).
+//! gateway will use (see the ledger module docs for what each flush guarantees).
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 use flexgate::ledger::{Ledger, NewRecord, RecordKind};
 use serde_json::json;
@@ -136,5 +140,38 @@ fn verify(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, append, verify);
+/// The durability step alone: sled's flush (`sync_file_range`), then the same plus
+/// `fdatasync` of the log file, one record per commit.
+fn sled_commit(c: &mut Criterion) {
+    let dir = temp_dir();
+    let db = sled::Config::new()
+        .path(dir.path())
+        .cache_capacity(16 << 20)
+        .open()
+        .expect("sled opens");
+    let tree = db.open_tree("records").expect("tree");
+    let log = std::fs::File::open(dir.path().join("db")).expect("sled's log file");
+    let value = flexgate::ledger::canonical_json(&body(0, 0)).into_bytes();
+    let mut key = 0u64;
+    let mut group = c.benchmark_group("sled_commit");
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("flush", |b| {
+        b.iter(|| {
+            key += 1;
+            tree.insert(key.to_be_bytes(), value.as_slice()).expect("insert");
+            db.flush().expect("flush");
+        })
+    });
+    group.bench_function("flush_fdatasync", |b| {
+        b.iter(|| {
+            key += 1;
+            tree.insert(key.to_be_bytes(), value.as_slice()).expect("insert");
+            db.flush().expect("flush");
+            log.sync_data().expect("fdatasync");
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, append, verify, sled_commit);
 criterion_main!(benches);

@@ -275,5 +275,23 @@ async fn the_gateway_follows_a_real_openadr3_vtn() {
         (state == "cancelled" || state == "recovering" || state == "completed").then_some(())
     })
     .await;
+    // The report of the deleted event names an event the VTN no longer has, and the VTN refuses
+    // it: the refusal, with the VTN's status and words, is in the ledger beside what was sent
+    // (issue 12, item 8; openleadr-rs answered such a refusal with 409, this VTN with 400).
+    let refused = eventually("the refused report in the ledger", 20, async || {
+        gw.ledger().iter_from(0).filter_map(Result::ok).find(|r| {
+            r.event.as_deref() == Some(id.as_str())
+                && r.body["message"] == "report"
+                && r.body["answer"]["answer"] == "refused"
+        })
+    })
+    .await;
+    let status = refused.body["answer"]["status"].as_u64().expect("the VTN's status");
+    assert!((400..500).contains(&status), "{}", refused.body);
+    assert!(
+        refused.body["content"]["json"]["eventID"] == id.as_str(),
+        "{}",
+        refused.body
+    );
     server.shutdown().await;
 }
