@@ -127,7 +127,8 @@ impl Server {
             tasks.push(tokio::spawn(bridge.run(stopped.clone())));
         }
         let control = tokio::spawn(gateway.clone().control_loop(wait(stopped.clone())));
-        let limits = http::server::HttpLimits::from_config(&full_config.gateway);
+        let limits = http::server::HttpLimits::from_config(&full_config.gateway)
+            .within_handle_limit(http::server::open_files_limit());
         let http_stop = wait(stopped);
         let http = tokio::spawn(http::server::serve(listener, router, limits, http_stop));
         tasks.push(control);

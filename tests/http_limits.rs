@@ -160,3 +160,74 @@ async fn broken_chunked_bodies_are_answered_400_and_an_endless_chunk_408() {
     assert!(endless.1 < Duration::from_secs(4), "answered after {:?}", endless.1);
     server.shutdown().await;
 }
+
+/// Under a 256-handle limit, 374 idle connections from one address once starved every other
+/// client. Now that address gets its 64 slots and a 503 beyond them, the rest of the world is
+/// served at once, and the connection limit is lowered to fit the handle limit (real binary).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_from_one_address_do_not_starve_others_under_a_small_handle_limit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        probe.local_addr().expect("addr").port()
+    };
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let mut child = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -n 256 && exec {} run --data {} --listen {addr}",
+            env!("CARGO_BIN_EXE_flexgate"),
+            dir.path().display()
+        ))
+        .env("FLEXGATE_API_TOKEN", TOKEN)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("flexgate run");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while flexgate::http_client::request(addr, "GET", "/healthz", None, None)
+        .await
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "the gateway did not start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let held: Vec<tokio::net::TcpStream> = {
+        let mut held = Vec::new();
+        for _ in 0..374 {
+            held.push(tokio::net::TcpStream::connect(addr).await.expect("connect"));
+        }
+        held
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Another client, from another loopback address: answered at once.
+    let started = Instant::now();
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.bind(([127, 0, 0, 2], 0).into()).expect("bind 127.0.0.2");
+    let mut other = socket.connect(addr).await.expect("connect from 127.0.0.2");
+    tokio::io::AsyncWriteExt::write_all(
+        &mut other,
+        b"GET /healthz HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n",
+    )
+    .await
+    .expect("write");
+    let mut answer = String::new();
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::io::AsyncReadExt::read_to_string(&mut other, &mut answer),
+    )
+    .await
+    .expect("answered within 5 s")
+    .expect("read");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    drop(held);
+    let _ = child.kill();
+    let output = child.wait_with_output().expect("wait");
+    let log = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        log.contains("file-handle limit allows"),
+        "the lowered limit is logged: {log}"
+    );
+}

@@ -54,6 +54,53 @@ impl HttpLimits {
     }
 }
 
+/// File handles kept back from HTTP connections for everything else the gateway opens (the
+/// ledger's files, agent and VTN connections, the MQTT link, logs).
+const HANDLES_RESERVED: u64 = 64;
+
+impl HttpLimits {
+    /// These limits, with the connection limit lowered where the process's file-handle limit
+    /// (`ulimit -n`) could not hold it plus [`HANDLES_RESERVED`]: otherwise `accept` fails with
+    /// "too many open files" before the limit is reached, and the gateway can open nothing else
+    /// (not even its ledger) while the idle connections last. `open_files` is the soft limit, if
+    /// known.
+    #[must_use]
+    pub fn within_handle_limit(mut self, open_files: Option<u64>) -> Self {
+        if let Some(limit) = open_files {
+            let room = usize::try_from(limit.saturating_sub(HANDLES_RESERVED).max(1)).unwrap_or(usize::MAX);
+            if self.max_connections > room {
+                tracing::warn!(
+                    configured = self.max_connections,
+                    open_files_limit = limit,
+                    effective = room,
+                    "gateway.http_max_connections is above what the file-handle limit allows; using the lower figure \
+                     (raise `ulimit -n` or LimitNOFILE= to allow more)"
+                );
+                self.max_connections = room;
+                self.max_per_peer = self.max_per_peer.min(room);
+            }
+        }
+        self
+    }
+}
+
+/// The soft `Max open files` limit of this process, from `/proc/self/limits` (Linux); `None`
+/// where it cannot be read or is unlimited.
+#[must_use]
+pub fn open_files_limit() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/limits").ok()?;
+    parse_open_files_limit(&text)
+}
+
+fn parse_open_files_limit(limits: &str) -> Option<u64> {
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line.trim_start_matches("Max open files")
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 impl Default for HttpLimits {
     fn default() -> Self {
         Self::from_config(&crate::config::GatewayConfig::default())
@@ -250,6 +297,23 @@ async fn refuse(mut tcp: TcpStream, full: Full) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_connection_limit_stays_within_the_file_handle_limit() {
+        let limits = HttpLimits::default();
+        assert_eq!(limits.max_connections, 512);
+        let lowered = limits.within_handle_limit(Some(256));
+        assert_eq!((lowered.max_connections, lowered.max_per_peer), (192, 64));
+        assert_eq!(limits.within_handle_limit(Some(20_000)), limits);
+        assert_eq!(limits.within_handle_limit(None), limits);
+        let text = "Limit                     Soft Limit           Hard Limit           Units\n\
+                    Max open files            256                  4096                 files\n";
+        assert_eq!(parse_open_files_limit(text), Some(256));
+        assert_eq!(
+            parse_open_files_limit("Max open files  unlimited unlimited files"),
+            None
+        );
+    }
 
     #[test]
     fn slots_are_bounded_in_total_and_per_peer_and_given_back() {
