@@ -442,6 +442,82 @@ fn event_duration_loops_and_truncates() {
     assert_eq!(m.targets.len(), 170);
 }
 
+/// Maps `doc`'s event on another thread and gives up after `limit`: a mapping that does not
+/// finish is a failure here, not a test that never ends.
+fn map_within(doc: &'static [u8], now: DateTime<Utc>, limit: std::time::Duration) -> EventTargetsResult {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let Ok(Document::Event(e)) = decode_any(doc) else {
+            panic!("not an event")
+        };
+        let _ = tx.send(event_targets(&e, now));
+    });
+    rx.recv_timeout(limit).expect("event_targets must finish promptly")
+}
+
+type EventTargetsResult = Result<flexgate_openadr::oadr3::EventTargets, flexgate_openadr::oadr3::TimingError>;
+
+#[test]
+fn a_long_looping_event_whose_payloads_map_to_nothing_is_not_walked_cycle_by_cycle() {
+    // Found by the decode_3 fuzz target (a timeout): P9989Y is not "forever", so the intervals
+    // loop, and with nothing to repeat no span limit stopped the walk over every cycle: billions
+    // of one-second cycles, past 2^31 of which the offset stopped growing and it never ended.
+    let doc: &'static [u8] = br#"{"id":"ev-long","programID":"p-1","duration":"P9989Y",
+        "intervalPeriod":{"start":"2026-07-01T18:00:00Z","duration":"PT1S"},
+        "intervals":[{"id":0,"payloads":[{"type":"IMPORT_CAPACITY_LIMIt","values":[700]}]}]}"#;
+    let m = map_within(doc, t("2026-07-01T12:00:00Z"), std::time::Duration::from_secs(5)).expect("map");
+    assert!(m.targets.is_empty(), "{:?}", m.targets);
+    assert_eq!(m.refusals.len(), 1, "the unknown payload type is refused, not acted on");
+    let year_12015 = IsoDuration::parse("P9989Y")
+        .expect("P9989Y")
+        .end_from(t("2026-07-01T18:00:00Z"));
+    assert_eq!(m.end, year_12015);
+}
+
+#[test]
+fn a_looping_event_near_the_end_of_time_stops_there_instead_of_overflowing() {
+    // Intervals of 128,679 years looping for 260,096 years: the third repetition ends beyond
+    // chrono's last year (262,142), which panicked ("DateTime + TimeDelta overflowed").
+    let doc: &'static [u8] = br#"{"id":"ev-far","programID":"p-1","duration":"P95000000D",
+        "payloadDescriptors":[{"payloadType":"IMPORT_CAPACITY_LIMIT","units":"KW"}],
+        "intervalPeriod":{"start":"2026-07-01T18:00:00Z","duration":"P47000000D"},
+        "intervals":[{"id":0,"payloads":[{"type":"IMPORT_CAPACITY_LIMIT","values":[700]}]}]}"#;
+    let m = map_within(doc, t("2026-07-01T12:00:00Z"), std::time::Duration::from_secs(5)).expect("map");
+    let end = m.end.expect("the event ends");
+    assert_eq!(m.targets.len(), 3, "three repetitions start before the end");
+    let last = &m.targets[2].span;
+    assert_eq!(
+        last.start + TimeDelta::seconds(i64::try_from(last.duration_s.expect("clipped")).expect("secs")),
+        end
+    );
+    assert!(m.targets.iter().all(|t| t.span.target == ceiling(700.0)));
+}
+
+#[test]
+fn a_forever_loop_of_short_intervals_started_long_ago_is_expanded_from_now() {
+    // More than 2^31 one-second cycles have passed since year 1: the expansion still starts at
+    // the cycle that holds `now` (it used to start 68 years after the event, long in the past).
+    let doc: &'static [u8] = br#"{"id":"ev-old","programID":"p-1","duration":"P9999Y",
+        "payloadDescriptors":[{"payloadType":"IMPORT_CAPACITY_LIMIT","units":"KW"}],
+        "intervalPeriod":{"start":"0001-01-02T00:00:00Z","duration":"PT1S"},
+        "intervals":[{"id":0,"payloads":[{"type":"IMPORT_CAPACITY_LIMIT","values":[700]}]},
+                     {"id":1,"payloads":[{"type":"IMPORT_CAPACITY_LIMIT","values":[600]}]}]}"#;
+    let now = t("2026-07-01T12:00:00.5Z");
+    let m = map_within(doc, now, std::time::Duration::from_secs(5)).expect("map");
+    let first = &m.targets[0].span;
+    assert!(
+        first.start <= now && now < first.start + TimeDelta::seconds(2),
+        "{}",
+        first.start
+    );
+    assert_eq!(m.targets.len(), flexgate_openadr::oadr3::mapping::MAX_SPANS);
+    assert!(
+        m.warnings.iter().any(|w| w.contains("later repetitions omitted")),
+        "{:?}",
+        m.warnings
+    );
+}
+
 #[test]
 fn every_payload_type_is_mapped_listed_or_refused() {
     let m = event_targets(&event("all_payload_types.json"), t("2026-08-01T00:00:00Z")).expect("map");

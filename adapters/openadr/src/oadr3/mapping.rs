@@ -275,7 +275,10 @@ fn apply_event_duration(
     }
     // The event lasts longer than its intervals: they repeat (User Guide §7.3 "looping").
     let period = pattern_end - first_start;
-    if period <= TimeDelta::zero() {
+    if period <= TimeDelta::zero() || pieces.is_empty() {
+        // Nothing to repeat. (Without this, an event of P9989Y whose payloads map to nothing
+        // walked every one of its cycles, which no span limit stopped: seconds for one-hour
+        // intervals, for ever for one-second ones, once past 2^31 cycles.)
         out.end = event_end;
         return pieces;
     }
@@ -299,32 +302,39 @@ fn apply_event_duration(
     };
     // Start from the cycle that holds `now` (earlier cycles are over).
     let elapsed = now - first_start;
-    let first_cycle = if elapsed > TimeDelta::zero() {
-        elapsed.num_milliseconds() / period.num_milliseconds().max(1)
-    } else {
+    let first_cycle = if elapsed <= TimeDelta::zero() {
         0
+    } else {
+        match (elapsed.num_nanoseconds(), period.num_nanoseconds()) {
+            (Some(e), Some(p)) if p > 0 => e / p,
+            _ => elapsed.num_milliseconds() / period.num_milliseconds().max(1),
+        }
     };
     let mut expanded = Vec::new();
     let mut cycle = first_cycle;
     let mut capped = false;
-    while let Some(offset) = period.checked_mul(i32::try_from(cycle).unwrap_or(i32::MAX)) {
-        let cycle_start = first_start + offset;
+    // A cycle number beyond i32 cannot be a multiplier; chrono's range ends long before anyway.
+    // Times past chrono's range (year 262,143) end the expansion: that far is forever for a VEN.
+    'cycles: while let Some(offset) = cycle_offset(period, cycle) {
+        let Some(cycle_start) = first_start.checked_add_signed(offset) else {
+            break;
+        };
         if cycle_start >= horizon_end {
             break;
         }
         for p in &pieces {
             if expanded.len() >= MAX_SPANS {
                 capped = true;
-                break;
+                break 'cycles;
             }
+            let Some(start) = p.start.checked_add_signed(offset) else {
+                break 'cycles;
+            };
             expanded.push(Piece {
-                start: p.start + offset,
-                end: p.end.map(|e| e + offset),
+                start,
+                end: p.end.and_then(|e| e.checked_add_signed(offset)),
                 ..p.clone()
             });
-        }
-        if capped {
-            break;
         }
         cycle += 1;
     }
@@ -335,13 +345,21 @@ fn apply_event_duration(
     }
     out.end = event_end;
     if event_end.is_none() {
-        let until = first_start
-            + period
-                .checked_mul(i32::try_from(cycle).unwrap_or(i32::MAX))
-                .unwrap_or(period);
-        out.expanded_until = Some(until);
+        out.expanded_until = cycle_offset(period, cycle).and_then(|offset| first_start.checked_add_signed(offset));
     }
     truncate(expanded, event_end)
+}
+
+/// `period × cycle`; `None` past `TimeDelta`'s range. Cycle numbers can pass i32 (one-second
+/// intervals looping since year 1), which `TimeDelta::checked_mul` does not take.
+fn cycle_offset(period: TimeDelta, cycle: i64) -> Option<TimeDelta> {
+    if let Ok(c) = i32::try_from(cycle) {
+        return period.checked_mul(c);
+    }
+    let nanos = i128::from(period.num_nanoseconds()?) * i128::from(cycle);
+    let secs = i64::try_from(nanos.div_euclid(1_000_000_000)).ok()?;
+    let sub = u32::try_from(nanos.rem_euclid(1_000_000_000)).ok()?;
+    TimeDelta::new(secs, sub)
 }
 
 /// Drops pieces that start at or after `end` and clips the rest to it.
