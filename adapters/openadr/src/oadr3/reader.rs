@@ -423,7 +423,7 @@ impl<'a> Reader<'a> {
 
     /// Reads a string (the next value must be one): its contents as written and whether they
     /// hold an escape.
-    #[inline]
+    #[inline(always)]
     fn raw_string(&mut self) -> Result<(&'a str, bool), DecodeError> {
         let start = self.pos + 1;
         let (end, escaped) = match lex::string_end(self.bytes, start) {
@@ -439,7 +439,7 @@ impl<'a> Reader<'a> {
     }
 
     /// Decodes the escapes of `raw` (contents of the string that ended just before the reader).
-    #[inline]
+    #[inline(always)]
     fn unescaped(&self, raw: &'a str, escaped: bool) -> Result<Cow<'a, str>, DecodeError> {
         if !escaped {
             return Ok(Cow::Borrowed(raw));
