@@ -183,6 +183,17 @@ async fn caps_land_on_the_jobs_gpus_and_come_back_off() {
     );
     assert!(gpus(&c.urls[0]).await.iter().all(|g| g.limit_w == Some(400.0)));
 
+    // The same generation again with another cap: the agent refuses it (409
+    // generation_conflict) and keeps 400 W; the gateway reports a failure, not a newer plan.
+    let r = b.apply(&[command("node:n0", 350.0, 1)]).await;
+    match &r[0].outcome {
+        CapOutcome::Failed { reason } => {
+            assert!(reason.contains("held with other caps"), "{reason}");
+        }
+        other => panic!("expected a failure naming the conflict, got {other:?}"),
+    }
+    assert!(gpus(&c.urls[0]).await.iter().all(|g| g.limit_w == Some(400.0)));
+
     // Unknown job.
     let r = b.apply(&[command("node:n9", 300.0, 3)]).await;
     assert_eq!(r[0].outcome, CapOutcome::UnknownJob);

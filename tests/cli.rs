@@ -442,7 +442,9 @@ fn demo_then_audit_verify_export_and_a_tampered_ledger_is_caught() {
 
     // Alter one record's body in place: verify must fail and name it.
     {
-        let db = sled::open(data.join("ledger")).expect("open ledger");
+        let db = flexgate::ledger::sled_config(&data.join("ledger"))
+            .open()
+            .expect("open ledger");
         let records = db.open_tree("records").expect("records tree");
         let seq: u64 = 5;
         let stored = records.get(seq.to_be_bytes()).expect("read").expect("record 5");

@@ -82,7 +82,7 @@ fn sha256_hex(bytes: &[u8]) -> String {
 
 /// Every stored record of a closed ledger, by seq, as JSON.
 fn raw_records(ledger_dir: &Path) -> (sled::Db, sled::Tree, Vec<(u64, Value)>) {
-    let db = sled::open(ledger_dir).expect("sled");
+    let db = flexgate::ledger::sled_config(ledger_dir).open().expect("sled");
     let tree = db.open_tree("records").expect("records");
     let records = tree
         .iter()

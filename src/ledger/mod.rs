@@ -93,6 +93,7 @@ mod tests;
 mod writer;
 
 pub use flexgate_jcs::canonical_json;
+pub use store::sled_config;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};

@@ -14,6 +14,38 @@ use std::path::{Path, PathBuf};
 /// Page cache of the ledger's sled database.
 const LEDGER_CACHE_BYTES: u64 = 16 * 1024 * 1024;
 
+/// sled's log segment size for new ledgers: 4 MiB instead of sled's 512 KiB. sled writes any
+/// page larger than a quarter of a segment to a file of its own under `blobs/`, and making a new
+/// file durable costs an `fdatasync` of it and an `fsync` of the directory (a journal commit on
+/// ext4) at every group commit that makes one. With 512 KiB segments every plan record of a
+/// site of about a thousand jobs became a blob, and the durable flush tripled the ack's p99;
+/// with 4 MiB segments pages up to 1 MiB stay in the log (BENCHMARKS.md, issue 12). sled keeps
+/// the size a ledger was created with (its `conf` file) and refuses another, so a ledger made
+/// before keeps its own ([`segment_size_for`]).
+const LEDGER_SEGMENT_BYTES: usize = 4 * 1024 * 1024;
+
+/// How the ledger opens the sled database in `dir` (cache, segment size): for the store, and for
+/// tools and tests that must read a closed ledger's store directly.
+pub fn sled_config(dir: &Path) -> sled::Config {
+    sled::Config::new()
+        .path(dir)
+        .cache_capacity(LEDGER_CACHE_BYTES)
+        .segment_size(segment_size_for(dir))
+}
+
+/// The segment size to open the sled database in `dir` with: the one recorded in its `conf`
+/// file, or [`LEDGER_SEGMENT_BYTES`] for a new database.
+fn segment_size_for(dir: &Path) -> usize {
+    std::fs::read_to_string(dir.join("conf"))
+        .ok()
+        .and_then(|conf| {
+            conf.lines()
+                .find_map(|line| line.strip_prefix("segment_size:"))
+                .and_then(|value| value.trim().parse().ok())
+        })
+        .unwrap_or(LEDGER_SEGMENT_BYTES)
+}
+
 const FORMAT_KEY: &[u8] = b"format";
 pub(crate) const FORMAT: &str = "flexgate-ledger/1";
 
@@ -42,7 +74,7 @@ impl Store {
         // therefore retried for a short grace period before it is reported.
         let deadline = std::time::Instant::now() + LOCK_GRACE;
         let db = loop {
-            match sled::Config::new().path(dir).cache_capacity(LEDGER_CACHE_BYTES).open() {
+            match sled_config(dir).open() {
                 Ok(db) => break db,
                 Err(e) => match open_error(dir, e) {
                     LedgerError::Locked { .. } if std::time::Instant::now() < deadline => {

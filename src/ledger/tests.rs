@@ -27,7 +27,7 @@ async fn append_n(ledger: &Ledger, n: usize) -> Vec<Appended> {
 
 /// Opens the raw sled store of a closed ledger (for tampering).
 fn raw_records(dir: &Path) -> (sled::Db, sled::Tree) {
-    let db = sled::open(dir).unwrap();
+    let db = super::sled_config(dir).open().unwrap();
     let records = db.open_tree("records").unwrap();
     (db, records)
 }

@@ -32,6 +32,8 @@ pub enum CallError {
         detail: String,
         /// For 409 on a lease: the generation the agent holds.
         held_generation: Option<u64>,
+        /// The agent's machine-readable kind of refusal, when it gave one.
+        kind: Option<flexgate_agent::api::ErrorKind>,
     },
     /// The answer was not the JSON we expect (a version mismatch).
     #[error("{node}: unexpected answer: {detail}")]
@@ -145,6 +147,7 @@ impl Caller {
                 status,
                 detail: format!("metrics page {url}"),
                 held_generation: None,
+                kind: None,
             });
         }
         let mut body = Vec::new();
@@ -232,15 +235,16 @@ async fn once<B: Serialize + ?Sized, T: DeserializeOwned>(
         detail: e.to_string(),
     })?;
     if !(200..300).contains(&status) {
-        let (detail, held_generation) = match serde_json::from_slice::<ErrorBody>(&bytes) {
-            Ok(e) => (e.detail, e.held_generation),
-            Err(_) => (String::from_utf8_lossy(&bytes).chars().take(300).collect(), None),
+        let (detail, held_generation, kind) = match serde_json::from_slice::<ErrorBody>(&bytes) {
+            Ok(e) => (e.detail, e.held_generation, Some(e.error)),
+            Err(_) => (String::from_utf8_lossy(&bytes).chars().take(300).collect(), None, None),
         };
         return Err(CallError::Refused {
             node: agent.node.clone(),
             status,
             detail,
             held_generation,
+            kind,
         });
     }
     serde_json::from_slice(&bytes).map_err(|e| CallError::Protocol {

@@ -163,6 +163,7 @@ impl AgentsBackend {
                                     status: 200,
                                     detail: format!("GPU {}: {:?}", a.uuid, a.status),
                                     held_generation: None,
+                                    kind: None,
                                 });
                             }
                             clamped |= a.status == CapStatus::Clamped;
@@ -190,6 +191,23 @@ impl AgentsBackend {
                     } else {
                         known.leases.insert((job.id.clone(), node), lease);
                     }
+                }
+                // The agent holds this generation with other caps (the job's GPUs changed between
+                // the first PUT and a re-send): nothing was applied, and it is not a newer plan.
+                // Stop renewing a lease whose caps we never asked for; the next plan replaces it
+                // under a higher generation.
+                Err(CallError::Refused {
+                    status: 409,
+                    kind: Some(flexgate_agent::api::ErrorKind::GenerationConflict),
+                    detail,
+                    node: agent,
+                    ..
+                }) => {
+                    known.leases.remove(&(job.id.clone(), node));
+                    failures.push(format!(
+                        "{agent}: generation {} is held with other caps; not applied: {detail}",
+                        command.generation
+                    ));
                 }
                 Err(CallError::Refused {
                     status: 409,
