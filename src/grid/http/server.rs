@@ -60,7 +60,7 @@ const HANDLES_RESERVED: u64 = 64;
 
 impl HttpLimits {
     /// These limits, with the connection limit lowered where the process's file-handle limit
-    /// (`ulimit -n`) could not hold it plus [`HANDLES_RESERVED`]: otherwise `accept` fails with
+    /// (`ulimit -n`) could not hold it plus 64 handles kept back for everything else: otherwise `accept` fails with
     /// "too many open files" before the limit is reached, and the gateway can open nothing else
     /// (not even its ledger) while the idle connections last. `open_files` is the soft limit, if
     /// known.
@@ -183,7 +183,7 @@ fn is_connection_error(e: &std::io::Error) -> bool {
 }
 
 /// Serve `router` on `listener` until `shutdown` resolves, within `limits`. Requests in flight
-/// get [`SHUTDOWN_GRACE`] to finish. Accept errors (out of file handles, …) are logged and
+/// get 5 s to finish. Accept errors (out of file handles, …) are logged and
 /// retried after a short pause, so that they never stop the gateway.
 pub async fn serve(
     listener: TcpListener,
