@@ -18,6 +18,7 @@
 //!   back to [`Ven::answer_distribute`], which builds the `oadrCreatedEvent` (or nothing, when
 //!   no event needs a response). Decisions may come later; the VEN keeps working meanwhile.
 //! - [`Action::Warn`]: something worth a log line; no reaction needed.
+//! - [`Action::Abandoned`]: a message the VEN stopped retrying; record it.
 //!
 //! Call [`Ven::tick`] whenever `now >= ven.next_wakeup()`: it sends due polls, samples and sends
 //! reports, and retries failed requests. Messages the VTN pushes (push mode) go to
@@ -79,6 +80,8 @@
 //!                 }
 //!             }
 //!             Action::Warn(w) => eprintln!("{w}"),
+//!             // Record what will never be delivered (the gateway writes it to its ledger).
+//!             Action::Abandoned { out, attempts, .. } => eprintln!("gave up on {} after {attempts}", out.name()),
 //!         }
 //!     }
 //!     now = ven.next_wakeup(); // a real loop sleeps until then (or until a push arrives)
