@@ -275,6 +275,13 @@ async fn malformed_payloads_get_refusals_and_change_nothing() {
         assert!(reason.contains(&expect.to_lowercase()), "{id}: {reason}");
         assert!(server.gateway.event(id).await.is_none(), "{id} must not reach the book");
     }
+    // Each refusal is counted once, whether the MQTT bridge or the intake refused it.
+    let metrics = server.gateway.metrics().await;
+    let refused = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("flexgate_events_refused_total "))
+        .and_then(|v| v.trim().parse::<f64>().ok());
+    assert_eq!(refused, Some(cases.len() as f64), "{metrics}");
     // Still running: a valid event afterwards is taken.
     utility
         .publish("fine", &serde_json::to_vec(&valid("fine")).expect("json"))

@@ -336,6 +336,7 @@ async fn the_gateway_follows_a_real_openleadr_vtn() {
     assert!(close(ceiling, 0.8 * baseline.expect("baseline")), "ceiling {ceiling}");
 
     // 8. A target that is not ours: optOut with a reason, nothing in the book.
+    let refused_before = refused_total(&gw).await;
     let id = site
         .add_event(
             json!({"signal_name": "LOAD_DISPATCH", "signal_type": "setpoint", "start": iso_in(2),
@@ -364,6 +365,11 @@ async fn the_gateway_follows_a_real_openleadr_vtn() {
         decided.body["reason"].as_str().unwrap_or("").contains("eiTarget"),
         "{}",
         decided.body
+    );
+    assert_eq!(
+        refused_total(&gw).await,
+        refused_before + 1.0,
+        "the VEN's opt-out is counted in flexgate_events_refused_total"
     );
 
     // 9. The VTN forgets us: the VEN re-registers and keeps working.
@@ -529,4 +535,14 @@ async fn usage_reports_keep_flowing_when_the_stock_vtn_refuses_status_reports() 
     .await;
     assert!(accepted_usage.seq > 0);
     site.server.shutdown().await;
+}
+
+/// `flexgate_events_refused_total` as `/metrics` shows it.
+async fn refused_total(gw: &flexgate::runtime::Gateway) -> f64 {
+    let metrics = gw.metrics().await;
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("flexgate_events_refused_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no refusal counter in {metrics}"))
 }

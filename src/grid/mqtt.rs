@@ -318,7 +318,9 @@ impl Intake {
             _ => String::new(),
         };
         if let Some(reason) = refused {
-            return self.refusal(&topic, event_id, payload, reason, CODE_TOO_LARGE).await;
+            return self
+                .refusal(&topic, event_id, payload, reason, CODE_TOO_LARGE, Counted::Here)
+                .await;
         }
         let now = self.gateway.clock().now();
         // Transport-level checks first: the signature for this topic, topic/document
@@ -328,7 +330,14 @@ impl Intake {
             .admit(&topic, event_id, payload, &self.keys, self.policy, now)
         {
             let code = refusal_code(&why);
-            return self.refusal(&topic, event_id, payload, why.to_string(), code).await;
+            let counted = if code == CODE_REPEAT {
+                Counted::NotARefusal
+            } else {
+                Counted::Here
+            };
+            return self
+                .refusal(&topic, event_id, payload, why.to_string(), code, counted)
+                .await;
         }
         tracing::debug!(event = %event_id, "MQTT event: submitting");
         pause_point("mqtt_received", event_id).await;
@@ -338,8 +347,16 @@ impl Intake {
                 Decision::Answer(ack_payload(&ack))
             }
             Err(SubmitError::Invalid(e)) => {
-                self.refusal(&topic, event_id, payload, e.to_string(), CODE_INVALID)
-                    .await
+                // `submit_event` counted it when its parse refused it.
+                self.refusal(
+                    &topic,
+                    event_id,
+                    payload,
+                    e.to_string(),
+                    CODE_INVALID,
+                    Counted::ByIntake,
+                )
+                .await
             }
             Err(e @ SubmitError::Ledger(_)) => {
                 tracing::error!(event = %event_id, "MQTT event not recorded, left for redelivery: {e}");
@@ -356,7 +373,15 @@ impl Intake {
     /// A retained refusal comes back at every subscription; the records are keyed on what was
     /// refused (topic, bytes, reason), so each distinct refusal is written once. If the ledger
     /// cannot write, nothing is acknowledged and the broker redelivers, as for an event.
-    async fn refusal(&self, topic: &str, event_id: &str, payload: &[u8], reason: String, code: u16) -> Decision {
+    async fn refusal(
+        &self,
+        topic: &str,
+        event_id: &str,
+        payload: &[u8],
+        reason: String,
+        code: u16,
+        counted: Counted,
+    ) -> Decision {
         let now = self.gateway.clock().now();
         let revision = serde_json::from_slice::<serde_json::Value>(payload)
             .ok()
@@ -393,7 +418,15 @@ impl Intake {
         // record of it), as an event's ack is anchored on the record that holds it.
         let (checkpoint, seq) = match appended {
             Ok(appended) => match appended.last() {
-                Some(last) => (last.hash.clone(), Some(last.seq)),
+                Some(last) => {
+                    if !last.duplicate
+                        && counted == Counted::Here
+                        && let Err(e) = self.gateway.count_adapter_refusal().await
+                    {
+                        tracing::warn!(event = %event_id, "MQTT refusal recorded but not counted: {e}");
+                    }
+                    (last.hash.clone(), Some(last.seq))
+                }
                 None => (self.gateway.ledger().head().1, None),
             },
             Err(e) => {
@@ -408,6 +441,17 @@ impl Intake {
         ack.reason = Some(reason);
         Decision::Answer(ack)
     }
+}
+
+/// Who counts a refusal in `flexgate_events_refused_total`, so that each is counted once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Counted {
+    /// The bridge refused it by itself: it counts it once the refusal is recorded.
+    Here,
+    /// The intake's parse refused it and counted it.
+    ByIntake,
+    /// A stale repeat, which the HTTP API does not count as a refusal either.
+    NotARefusal,
 }
 
 /// `adapter_opted_out.code` of an MQTT refusal. MQTT 3.1.1's PUBACK carries no code, so the

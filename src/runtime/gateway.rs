@@ -227,6 +227,19 @@ impl Gateway {
         self.ledger.append(NewRecord::from(recorded)).await
     }
 
+    /// Count an event a protocol adapter refused by itself (an MQTT payload over the size limit,
+    /// a bad signature, the screen; an OpenADR 2.0b event the VEN opted out of), after its
+    /// refusal is recorded, so `flexgate_events_refused_total` counts every refusal whatever
+    /// the transport. A refusal recorded before (a retained MQTT copy) is not counted again.
+    pub async fn count_adapter_refusal(&self) -> Result<(), LedgerError> {
+        self.decide(|core| {
+            core.count_refused();
+            ((), Vec::new())
+        })
+        .await
+        .map(|_| ())
+    }
+
     /// The snapshot reads are served from.
     pub(crate) fn published(&self) -> Arc<Published> {
         self.published.read().unwrap_or_else(PoisonError::into_inner).clone()
@@ -537,7 +550,7 @@ impl Gateway {
             (
                 "flexgate_events_refused_total",
                 "counter",
-                "Events refused (invalid, wrong site, unmappable).",
+                "Events refused (invalid, wrong site, unmappable), by the gateway or by a protocol adapter.",
                 c.events_refused as f64,
             ),
             (

@@ -662,9 +662,11 @@ pub struct WireSent {
     pub answer: PeerAnswer,
 }
 
-/// The protocol adapter answered an event by itself, before the gateway saw it (OpenADR 2.0b:
-/// an eiTarget that is not ours, a program we are not enrolled in, an unsupported signal, an
-/// out-of-range value): the decision and its reason, beside the bytes sent.
+/// The protocol adapter answered an event by itself, before the gateway's intake saw it: the
+/// decision and its reason, beside the bytes received or sent. OpenADR 2.0b: an eiTarget that is
+/// not ours, a program we are not enrolled in, an unsupported signal, an out-of-range value.
+/// MQTT: a payload over the `dr.event/1` size limit, a missing or invalid signature, a document
+/// that does not parse, or one the screen refuses (another event's topic, stale, expired).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AdapterOptedOut {
     /// When.
@@ -675,7 +677,10 @@ pub struct AdapterOptedOut {
     pub event_id: String,
     /// The protocol's revision (modificationNumber).
     pub revision: u64,
-    /// The response code sent (2.0b: 200, 454, 460).
+    /// The response code. OpenADR 2.0b: the code sent in `oadrCreatedEvent` (200, 454, 460).
+    /// MQTT, whose PUBACK carries no code: the status `POST /v1/events` answers for the same
+    /// refusal (413 too large, 400 unreadable, 401 signature, 409 stale repeat, 422 not
+    /// acceptable here), so one filter finds a kind of refusal whatever the transport.
     pub code: u16,
     /// Why.
     pub reason: String,

@@ -336,8 +336,8 @@ impl Controller {
         })
     }
 
-    /// Count a submission refused before it reached the controller (a document that does not
-    /// parse).
+    /// Count a submission refused before it reached the controller: a document that does not
+    /// parse, or an event a protocol adapter refused by itself.
     pub fn count_refused(&mut self) {
         self.counters.events_refused += 1;
     }

@@ -290,8 +290,13 @@ impl Ven2b {
                         code,
                         reason: reason.clone(),
                     });
-                    if let Err(e) = self.gateway.record(Recorded::new(entry, Some(event_id.clone()))).await {
-                        tracing::error!("ledger: cannot record the VEN's opt-out of {event_id}: {e}");
+                    match self.gateway.record(Recorded::new(entry, Some(event_id.clone()))).await {
+                        Ok(_) => {
+                            if let Err(e) = self.gateway.count_adapter_refusal().await {
+                                tracing::warn!("the VEN's opt-out of {event_id} is recorded but not counted: {e}");
+                            }
+                        }
+                        Err(e) => tracing::error!("ledger: cannot record the VEN's opt-out of {event_id}: {e}"),
                     }
                     tracing::info!(%event_id, code, "OpenADR 2.0b event opted out by the VEN: {reason}");
                     self.cancel(now, &event_id, u64::from(modification_number)).await;
