@@ -12,6 +12,7 @@ use flexgate::runtime::Clock;
 use flexgate::serve::Server;
 use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS};
 use serde_json::{Value, json};
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
@@ -542,6 +543,65 @@ async fn a_report_follows_the_end_of_each_event() {
         assert!(Instant::now() < deadline, "report not in the ledger");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    server.shutdown().await;
+}
+
+/// More events end at once than the gateway's phase-change channel holds (1,024): the bridge
+/// lags behind it, and must still publish every report, catching up from the book.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_report_goes_out_when_more_events_end_at_once_than_the_phase_channel_holds() {
+    const EVENTS: usize = 1_300;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Mosquitto::start(&dir.path().join("broker"));
+    let server = gateway(&broker, &dir.path().join("gw")).await;
+    let mut utility = Utility::connect_to(broker.port, "utility-burst-reports", &format!("dr/{SITE}/#")).await;
+    let _ = utility.next_on(&format!("dr/{SITE}/status"), 10).await;
+    let meter = {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(kw) = server.gateway.status().await.measured_meter_kw {
+                break kw;
+            }
+            assert!(Instant::now() < deadline, "no meter reading");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    // All start now and end together, 4 s on, so their terminal phase changes arrive in one
+    // burst.
+    let start = (Utc::now() + chrono::Duration::seconds(1)).to_rfc3339_opts(SecondsFormat::Secs, true);
+    for i in 0..EVENTS {
+        let id = format!("ev-end-{i}");
+        let body = serde_json::to_vec(&json!({
+            "schema": "dr.event/1", "event_id": id, "revision": 1, "site": SITE,
+            "target": {"form": "ceiling", "point": "meter", "kw": (0.95 * meter).round()},
+            "window": {"start": start, "ramp_s": 0, "duration_s": 4, "recovery_s": 0}
+        }))
+        .expect("json");
+        utility.publish(&id, &body).await;
+    }
+    let mut acks = HashSet::new();
+    let mut reports = HashSet::new();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while reports.len() < EVENTS {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Ok(Some((topic, body, _))) = tokio::time::timeout(left, utility.seen.recv()).await else {
+            panic!(
+                "{} of {EVENTS} acks, {} of {EVENTS} reports within 90 s",
+                acks.len(),
+                reports.len()
+            );
+        };
+        if let Some(id) = topic.strip_prefix(&format!("dr/{SITE}/acks/")) {
+            let ack: Value = serde_json::from_slice(&body).expect("ack");
+            assert_eq!(ack["opt"], "in", "{ack}");
+            acks.insert(id.to_string());
+        } else if let Some(id) = topic.strip_prefix(&format!("dr/{SITE}/reports/")) {
+            let report: Value = serde_json::from_slice(&body).expect("report");
+            assert_eq!(report["event_id"], id, "{report}");
+            assert!(reports.insert(id.to_string()), "one report per event: {id} twice");
+        }
+    }
+    assert_eq!(acks.len(), EVENTS);
     server.shutdown().await;
 }
 

@@ -16,7 +16,7 @@
 use crate::config::{Config, MqttConfig};
 use crate::grid::dr_event::ack_payload;
 use crate::ledger::{Entry, Recorded};
-use crate::runtime::{Gateway, SubmitError, Transport};
+use crate::runtime::{EventView, Gateway, SubmitError, Transport};
 use flexgate_mqtt::{
     AckPayload, GatewayState, IncomingEvent, MqttLink, MqttSettings, Opt, Refusal, ReportInterval, ReportPayload,
     Screen, Secret, SignaturePolicy, StatusPayload, TelemetryPayload, TlsFiles, Topics, TrustedKeys,
@@ -136,14 +136,20 @@ impl MqttBridge {
         let mut pipeline: VecDeque<InFlight> = VecDeque::new();
         let mut ids_in_flight: HashSet<String> = HashSet::new();
         let mut transitions = self.intake.gateway.subscribe_transitions();
+        let mut reported = Reported::seeded(&self.intake.gateway.events().await);
         loop {
             tokio::select! {
                 () = async { let _ = stop.wait_for(|s| *s).await; } => break,
                 transition = transitions.recv() => match transition {
-                    Ok(t) if t.to.is_terminal() => self.publish_report(&t.event_id).await,
+                    Ok(t) if t.to.is_terminal() => {
+                        if let Some(revision) = self.publish_report(&t.event_id).await {
+                            reported.insert(&t.event_id, revision);
+                        }
+                    }
                     Ok(_) => {}
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
-                        tracing::warn!("MQTT: {missed} event phase changes missed; their reports are not published");
+                        tracing::warn!("MQTT: {missed} event phase changes missed while busy; catching their reports up from the book");
+                        self.catch_up_reports(&mut reported).await;
                     }
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => {}
                 },
@@ -231,13 +237,13 @@ impl MqttBridge {
     /// `dr.report/1` on `reports/{event_id}` once an event has ended (completed or
     /// cancelled), recorded in the ledger as an outbound message. Test events get none: they
     /// were never acted on.
-    async fn publish_report(&self, event_id: &str) {
+    /// Publishes and records the `dr.report/1` of an event that has ended. Returns the revision
+    /// it reported on (or that needs none: a test event), `None` when it could not.
+    async fn publish_report(&self, event_id: &str) -> Option<u64> {
         let gateway = &self.intake.gateway;
-        let Some(delivery) = gateway.event_delivery(event_id).await else {
-            return;
-        };
+        let delivery = gateway.event_delivery(event_id).await?;
         if delivery.test {
-            return;
+            return Some(delivery.revision);
         }
         let intervals = delivery
             .intervals
@@ -253,7 +259,7 @@ impl MqttBridge {
         );
         if let Err(e) = self.link.publish_report(&report).await {
             tracing::warn!(event = %event_id, "MQTT report publish: {e}");
-            return;
+            return None;
         }
         let entry = Entry::WireSent(WireSent {
             at: gateway.clock().now(),
@@ -267,6 +273,19 @@ impl MqttBridge {
         if let Err(e) = recorded {
             tracing::warn!(event = %event_id, "MQTT report published but not recorded: {e}");
         }
+        Some(delivery.revision)
+    }
+
+    /// After the phase-change channel lagged: publish the report of every event the book shows
+    /// as ended that has not had one, so a burst cannot make a report go missing.
+    async fn catch_up_reports(&self, reported: &mut Reported) {
+        let views = self.intake.gateway.events().await;
+        for (event_id, _) in reported.owed(&views) {
+            if let Some(revision) = self.publish_report(&event_id).await {
+                reported.insert(&event_id, revision);
+            }
+        }
+        reported.retain_in(&views);
     }
 
     async fn publish_status(&self) {
@@ -443,6 +462,51 @@ impl Intake {
     }
 }
 
+/// The ended events (id, revision) whose `dr.report/1` has gone out, so that reports missed
+/// while the phase-change channel lagged can be found in the book and caught up.
+#[derive(Debug, Default)]
+struct Reported(HashSet<(String, u64)>);
+
+impl Reported {
+    /// At start, every event already over was reported by the run before (or ended before any
+    /// report was owed): only what ends from now on is owed.
+    fn seeded(views: &[EventView]) -> Self {
+        Self(
+            views
+                .iter()
+                .filter(|v| is_over(v))
+                .map(|v| (v.id.clone(), v.revision))
+                .collect(),
+        )
+    }
+
+    fn insert(&mut self, event_id: &str, revision: u64) {
+        self.0.insert((event_id.to_owned(), revision));
+    }
+
+    /// The ended events of `views` without a report for the revision held, in book order.
+    fn owed(&self, views: &[EventView]) -> Vec<(String, u64)> {
+        views
+            .iter()
+            .filter(|v| is_over(v) && !self.0.contains(&(v.id.clone(), v.revision)))
+            .map(|v| (v.id.clone(), v.revision))
+            .collect()
+    }
+
+    /// Forget events the book no longer holds, so the set stays as small as the book.
+    fn retain_in(&mut self, views: &[EventView]) {
+        let held: HashSet<(&str, u64)> = views.iter().map(|v| (v.id.as_str(), v.revision)).collect();
+        self.0.retain(|(id, revision)| held.contains(&(id.as_str(), *revision)));
+    }
+}
+
+/// Whether the event has reached an end that calls for its report.
+fn is_over(view: &EventView) -> bool {
+    [Phase::Completed, Phase::Cancelled, Phase::OptedOut]
+        .iter()
+        .any(|p| p.as_str() == view.state)
+}
+
 /// Who counts a refusal in `flexgate_events_refused_total`, so that each is counted once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Counted {
@@ -505,6 +569,53 @@ async fn pause_point(point: &str, event_id: &str) {
 mod tests {
     use super::*;
     use flexgate_mqtt::{Rejection, SignatureError};
+
+    fn view(id: &str, revision: u64, phase: Phase) -> EventView {
+        EventView {
+            id: id.into(),
+            revision,
+            state: phase.as_str().into(),
+            test: false,
+            ceiling_kw: None,
+            lowest_ceiling_kw: None,
+            start: chrono::DateTime::UNIX_EPOCH,
+        }
+    }
+
+    #[test]
+    fn reports_missed_in_a_lag_are_found_in_the_book_once() {
+        let at_start = [
+            view("done-before", 1, Phase::Completed),
+            view("running", 1, Phase::Active),
+        ];
+        let mut reported = Reported::seeded(&at_start);
+        assert!(
+            reported.owed(&at_start).is_empty(),
+            "what ended before this run is not owed again"
+        );
+
+        // A burst: "running" completed, "late" was cancelled, "pending" has not ended.
+        let book = [
+            view("done-before", 1, Phase::Completed),
+            view("running", 1, Phase::Completed),
+            view("late", 3, Phase::Cancelled),
+            view("pending", 1, Phase::Pending),
+        ];
+        assert_eq!(
+            reported.owed(&book),
+            vec![("running".to_string(), 1), ("late".to_string(), 3)]
+        );
+        reported.insert("running", 1);
+        reported.insert("late", 3);
+        assert!(reported.owed(&book).is_empty());
+
+        // A new revision of an ended event ends again: owed again.
+        let revived = [view("running", 2, Phase::OptedOut)];
+        assert_eq!(reported.owed(&revived), vec![("running".to_string(), 2)]);
+        // The set shrinks with the book.
+        reported.retain_in(&revived);
+        assert!(reported.0.is_empty());
+    }
 
     #[test]
     fn refusals_are_coded_as_the_http_api_answers_them() {
