@@ -563,13 +563,13 @@ impl Gateway {
                 "flexgate_http_connections_open",
                 "gauge",
                 "HTTP connections open now.",
-                crate::grid::http::server::CONNECTIONS_OPEN.load(std::sync::atomic::Ordering::Relaxed) as f64,
+                crate::grid::http::server::CONNECTIONS.open() as f64,
             ),
             (
                 "flexgate_http_connections_refused_total",
                 "counter",
                 "HTTP connections answered 503 and closed because a connection limit was reached.",
-                crate::grid::http::server::CONNECTIONS_REFUSED.load(std::sync::atomic::Ordering::Relaxed) as f64,
+                crate::grid::http::server::CONNECTIONS.refused() as f64,
             ),
             (
                 "flexgate_dispatch_failures_total",

@@ -23,9 +23,8 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
-use tokio::task::{JoinHandle, JoinSet};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
 
 /// Largest request body accepted (a lease for 64 GPUs is about 5 KiB).
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -282,101 +281,72 @@ pub fn spawn_watchdog(agent: &Agent) -> JoinHandle<()> {
     })
 }
 
+/// How long a client may take to send a request's headers, and the longest idle wait between
+/// requests on a keep-alive connection. Longer than the gateway's telemetry and renewal periods,
+/// so its pooled connections are reused rather than cut; short enough that a silent client does
+/// not hold a connection slot for long.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a client may take to complete the TLS handshake. Without a limit a client that
+/// connects and stays silent would hold a task and a connection slot forever.
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Most connections [`serve`] and [`serve_tls`] hold at once (handshaking or serving), lowered
+/// to fit the process's file-handle limit. Beyond it a new plain connection is answered `503`
+/// and an HTTPS one is closed before its handshake, instead of exhausting memory or file
+/// handles.
+pub const MAX_CONNECTIONS: usize = 1024;
+
+/// How long [`serve`] and [`serve_tls`] let in-flight requests finish after `shutdown`
+/// resolves before they drop the remaining connections, so that a stuck client cannot delay a
+/// restart.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// The agent's accept loop (shared with the gateway's API, `flexgate-httpserve`).
+fn server(tls: Option<Arc<rustls::ServerConfig>>) -> flexgate_httpserve::Server {
+    let limits = flexgate_httpserve::Limits {
+        header_timeout: HEADER_TIMEOUT,
+        max_connections: MAX_CONNECTIONS,
+        max_per_peer: MAX_CONNECTIONS,
+    }
+    .within_handle_limit(flexgate_httpserve::open_files_limit(), "the agent's connection limit");
+    let mut server = flexgate_httpserve::Server::new("agent", limits);
+    server.tls = tls.map(|config| flexgate_httpserve::Tls {
+        config,
+        handshake_timeout: TLS_HANDSHAKE_TIMEOUT,
+    });
+    server.shutdown_grace = SHUTDOWN_GRACE;
+    server.accept_retry = Duration::from_secs(1);
+    server.refusal_body = |message| {
+        serde_json::to_string(&ErrorBody {
+            error: ErrorKind::Unavailable,
+            detail: message.to_string(),
+            held_generation: None,
+        })
+        .unwrap_or_default()
+    };
+    server
+}
+
 /// Serve `agent` on `listener` until `shutdown` resolves, with its watchdog running.
 ///
+/// A connection that sends no complete request head within [`HEADER_TIMEOUT`] (or stays idle
+/// that long between requests) is closed; at most [`MAX_CONNECTIONS`] are held at once. Accept
+/// errors (out of file handles, …) are logged and retried after a second, so that they never
+/// stop the agent while it may hold caps.
+///
 /// Shutdown does **not** restore caps: a restarted agent must find them in force (it re-applies
-/// them from the state file anyway), and only a lease's expiry or deletion ends a cap.
+/// them from the state file anyway), and only a lease's expiry or deletion ends a cap. Returns
+/// `Ok(())` once shut down.
 pub async fn serve(
     agent: Agent,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let watchdog = spawn_watchdog(&agent);
-    let app = router(&agent).into_make_service_with_connect_info::<SocketAddr>();
-    let result = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
+    server(None).serve(listener, router(&agent), shutdown).await;
     watchdog.abort();
-    result
-}
-
-/// How long a client may take to complete the TLS handshake. Without a limit a client that
-/// connects and stays silent would hold a task and a connection slot forever.
-pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Most connections [`serve_tls`] handles at once (handshaking or serving). Beyond it, new
-/// connections wait in the kernel's accept queue instead of exhausting memory or file handles.
-pub const MAX_TLS_CONNECTIONS: usize = 1024;
-
-/// How long [`serve_tls`] lets in-flight requests finish after `shutdown` resolves before it
-/// drops the remaining connections, so that a stuck client cannot delay a restart.
-pub const TLS_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
-
-/// Accept errors that concern one connection only (the peer gave up before `accept`).
-fn is_connection_error(e: &std::io::Error) -> bool {
-    matches!(
-        e.kind(),
-        std::io::ErrorKind::ConnectionRefused
-            | std::io::ErrorKind::ConnectionAborted
-            | std::io::ErrorKind::ConnectionReset
-    )
-}
-
-/// True when a failed handshake was a refused client certificate (a security event worth a
-/// warning), false for noise such as plain HTTP or port scanners.
-fn is_certificate_refusal(e: &std::io::Error) -> bool {
-    e.get_ref()
-        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-        .is_some_and(|e| {
-            matches!(
-                e,
-                rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented
-            )
-        })
-}
-
-/// One accepted TCP connection: TLS handshake (bounded by [`TLS_HANDSHAKE_TIMEOUT`], abandoned
-/// at shutdown), then HTTP/1.1 until the client closes or a graceful shutdown ends it.
-async fn serve_tls_connection(
-    tcp: TcpStream,
-    peer: SocketAddr,
-    acceptor: tokio_rustls::TlsAcceptor,
-    app: Router,
-    watcher: hyper_util::server::graceful::Watcher,
-    mut stop: watch::Receiver<bool>,
-    _permit: OwnedSemaphorePermit,
-) {
-    let handshake = tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(tcp));
-    let stream = tokio::select! {
-        result = handshake => match result {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(e)) if is_certificate_refusal(&e) => {
-                tracing::warn!(%peer, error = %e, "TLS handshake failed: client certificate refused");
-                return;
-            }
-            Ok(Err(e)) => {
-                tracing::debug!(%peer, error = %e, "TLS handshake failed (plain HTTP to the HTTPS port, or a probe?)");
-                return;
-            }
-            Err(_) => {
-                tracing::debug!(%peer, timeout_s = TLS_HANDSHAKE_TIMEOUT.as_secs(), "TLS handshake timed out");
-                return;
-            }
-        },
-        _ = stop.wait_for(|stopping| *stopping) => return,
-    };
-    // Handlers read the peer address (refusal logs) from `ConnectInfo`, as under `serve`.
-    let service = tower::ServiceExt::map_request(app, move |mut req: Request<hyper::body::Incoming>| {
-        req.extensions_mut().insert(axum::extract::ConnectInfo(peer));
-        req
-    });
-    let connection = hyper::server::conn::http1::Builder::new()
-        .timer(hyper_util::rt::TokioTimer::new())
-        .serve_connection(
-            hyper_util::rt::TokioIo::new(stream),
-            hyper_util::service::TowerToHyperService::new(service),
-        );
-    if let Err(e) = watcher.watch(connection).await {
-        tracing::debug!(%peer, error = %e, "HTTPS connection ended with an error");
-    }
+    Ok(())
 }
 
 /// Serve `agent` over TLS on `listener` until `shutdown` resolves, with its watchdog running:
@@ -386,13 +356,11 @@ async fn serve_tls_connection(
 /// certificate from that CA get past the handshake, and the token is checked on top. A failed
 /// or slow handshake (plain HTTP to this port, a refused client certificate, silence for
 /// [`TLS_HANDSHAKE_TIMEOUT`]) is logged with the peer address and closes that connection only;
-/// the server keeps serving. At most [`MAX_TLS_CONNECTIONS`] connections are handled at once.
+/// the server keeps serving. The limits and deadlines of [`serve`] apply.
 ///
 /// When `shutdown` resolves the listener is closed, pending handshakes are dropped, and requests
-/// in flight get up to [`TLS_SHUTDOWN_GRACE`] to finish. Like [`serve`], shutdown does **not**
-/// restore caps. It returns `Ok(())` once shut down; the `Result` mirrors [`serve`]. Accept
-/// errors (out of file handles, …) are logged and retried after a second, and per-connection
-/// errors are logged, so that neither stops the agent while it may hold caps.
+/// in flight get up to [`SHUTDOWN_GRACE`] to finish. Like [`serve`], shutdown does **not**
+/// restore caps.
 pub async fn serve_tls(
     agent: Agent,
     listener: TcpListener,
@@ -400,78 +368,7 @@ pub async fn serve_tls(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let watchdog = spawn_watchdog(&agent);
-    let app = router(&agent);
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let slots = Arc::new(Semaphore::new(MAX_TLS_CONNECTIONS));
-    let mut tasks = JoinSet::new();
-    let mut shutdown = std::pin::pin!(shutdown);
-    // Warn once per episode of saturation, not once per waiting connection.
-    let mut saturated = false;
-    loop {
-        // Reap finished connection tasks so the set only holds live ones.
-        while tasks.try_join_next().is_some() {}
-        let permit = match Arc::clone(&slots).try_acquire_owned() {
-            Ok(p) => {
-                saturated = false;
-                p
-            }
-            Err(_) => {
-                if !saturated {
-                    saturated = true;
-                    tracing::warn!(
-                        limit = MAX_TLS_CONNECTIONS,
-                        "connection limit reached; new connections wait"
-                    );
-                }
-                tokio::select! {
-                    () = &mut shutdown => break,
-                    p = Arc::clone(&slots).acquire_owned() => match p {
-                        Ok(p) => p,
-                        Err(_) => break, // never closed; be safe
-                    },
-                }
-            }
-        };
-        let (tcp, peer) = tokio::select! {
-            () = &mut shutdown => break,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) if is_connection_error(&e) => continue,
-                Err(e) => {
-                    // E.g. out of file handles: wait instead of spinning; the server recovers.
-                    tracing::error!(error = %e, "cannot accept connections; retrying in 1 s");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    continue;
-                }
-            },
-        };
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(%peer, error = %e, "cannot set TCP_NODELAY");
-        }
-        tasks.spawn(serve_tls_connection(
-            tcp,
-            peer,
-            acceptor.clone(),
-            app.clone(),
-            graceful.watcher(),
-            stop_rx.clone(),
-            permit,
-        ));
-    }
-    drop(listener);
-    let _ = stop_tx.send(true);
-    if tokio::time::timeout(TLS_SHUTDOWN_GRACE, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!(
-            grace_s = TLS_SHUTDOWN_GRACE.as_secs(),
-            "connections still open after the shutdown grace period; closing them"
-        );
-    }
-    tasks.shutdown().await;
+    server(Some(tls)).serve(listener, router(&agent), shutdown).await;
     watchdog.abort();
     Ok(())
 }
