@@ -12,47 +12,88 @@ use crate::oadr2b::outgoing;
 use crate::oadr2b::xml::{Node, Ns};
 use crate::oadr2b::{parse_date_time, parse_duration};
 
-pub(super) fn join(path: &str, name: &str) -> String {
-    format!("{path}/{name}")
+/// An element path such as `oadrDistributeEvent/oadrEvent[1]/eiEvent`, kept as a chain of
+/// borrowed segments on the stack while decoding descends, and written out only when an error or
+/// a warning names it: building every path eagerly, as strings, was about a fifth of the decode.
+#[derive(Clone, Copy)]
+pub(super) enum Path<'p> {
+    /// The message element.
+    Root(&'p str),
+    /// `parent/name`.
+    Child(&'p Path<'p>, &'p str),
+    /// `parent/name[n]` (1-based, as the schema's readers count).
+    Nth(&'p Path<'p>, &'p str, usize),
 }
 
-pub(super) fn invalid(path: &str, value: &str, reason: impl Into<String>) -> DecodeError {
+impl Path<'_> {
+    pub(super) fn child<'q>(&'q self, name: &'q str) -> Path<'q> {
+        Path::Child(self, name)
+    }
+
+    /// The `i`-th (0-based) `name` child: written `name[i + 1]`.
+    pub(super) fn nth<'q>(&'q self, name: &'q str, i: usize) -> Path<'q> {
+        Path::Nth(self, name, i + 1)
+    }
+}
+
+impl std::fmt::Display for Path<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Path::Root(name) => f.write_str(name),
+            Path::Child(parent, name) => write!(f, "{parent}/{name}"),
+            Path::Nth(parent, name, n) => write!(f, "{parent}/{name}[{n}]"),
+        }
+    }
+}
+
+pub(super) fn missing(path: &Path) -> DecodeError {
+    DecodeError::Missing { path: path.to_string() }
+}
+
+pub(super) fn invalid(path: &Path, value: &str, reason: impl Into<String>) -> DecodeError {
     DecodeError::Invalid {
-        path: path.to_owned(),
+        path: path.to_string(),
         value: value.to_owned(),
         reason: reason.into(),
     }
 }
 
+/// Whether `s` is exactly how `i` is written in decimal (what `i.to_string() == s` says, without
+/// the allocation).
+pub(super) fn is_decimal_of(s: &str, i: usize) -> bool {
+    let canonical = s == "0" || (!s.is_empty() && !s.starts_with('0') && s.bytes().all(|b| b.is_ascii_digit()));
+    canonical && s.parse::<usize>().is_ok_and(|v| v == i)
+}
+
 /// Required child.
-pub(super) fn req<'a>(node: &'a Node<'a>, ns: &Ns, name: &str, path: &str) -> Result<&'a Node<'a>, DecodeError> {
-    node.child(ns, name)
-        .ok_or_else(|| DecodeError::Missing { path: join(path, name) })
+pub(super) fn req<'t>(node: Node<'t>, ns: Ns, name: &str, path: &Path) -> Result<Node<'t>, DecodeError> {
+    node.child(ns, name).ok_or_else(|| missing(&path.child(name)))
 }
 
 /// Required non-empty text of a child.
-pub(super) fn req_text(node: &Node, ns: &Ns, name: &str, path: &str) -> Result<String, DecodeError> {
+pub(super) fn req_text(node: Node, ns: Ns, name: &str, path: &Path) -> Result<String, DecodeError> {
     let t = req(node, ns, name, path)?.trimmed();
     if t.is_empty() {
-        return Err(invalid(&join(path, name), t, "must not be empty"));
+        return Err(invalid(&path.child(name), t, "must not be empty"));
     }
     Ok(t.to_owned())
 }
 
 /// Optional trimmed text of a child (`None` when absent or empty).
-pub(super) fn opt_text(node: &Node, ns: &Ns, name: &str) -> Option<String> {
+pub(super) fn opt_text(node: Node, ns: Ns, name: &str) -> Option<String> {
     node.child(ns, name)
-        .map(|c| c.trimmed().to_owned())
+        .map(|c| c.trimmed())
         .filter(|t| !t.is_empty())
+        .map(str::to_owned)
 }
 
-pub(super) fn parse_u32(text: &str, path: &str) -> Result<u32, DecodeError> {
+pub(super) fn parse_u32(text: &str, path: &Path) -> Result<u32, DecodeError> {
     text.trim()
         .parse::<u32>()
         .map_err(|e| invalid(path, text, e.to_string()))
 }
 
-pub(super) fn parse_float(text: &str, path: &str) -> Result<f64, DecodeError> {
+pub(super) fn parse_float(text: &str, path: &Path) -> Result<f64, DecodeError> {
     let t = text.trim();
     let v = t.parse::<f64>().map_err(|e| invalid(path, t, e.to_string()))?;
     if !v.is_finite() {
@@ -64,7 +105,7 @@ pub(super) fn parse_float(text: &str, path: &str) -> Result<f64, DecodeError> {
 /// A duration element's value. Besides [`parse_duration`]'s ISO 8601 forms this accepts a bare
 /// `P` or `PT` as zero: the 2.0b XSD pattern allows them, and openleadr writes a zero
 /// `timedelta` as `P` (e.g. the granularity of an on-change report request).
-pub(super) fn dur(text: &str, path: &str) -> Result<TimeDelta, DecodeError> {
+pub(super) fn dur(text: &str, path: &Path) -> Result<TimeDelta, DecodeError> {
     let t = text.trim();
     if matches!(t.strip_prefix(['+', '-']).unwrap_or(t), "P" | "PT") {
         return Ok(TimeDelta::zero());
@@ -72,35 +113,28 @@ pub(super) fn dur(text: &str, path: &str) -> Result<TimeDelta, DecodeError> {
     parse_duration(t).map_err(|e| invalid(path, t, e.to_string()))
 }
 
-pub(super) fn date_time(text: &str, path: &str) -> Result<DateTime<Utc>, DecodeError> {
+pub(super) fn date_time(text: &str, path: &Path) -> Result<DateTime<Utc>, DecodeError> {
     parse_date_time(text).map_err(|e| invalid(path, text.trim(), format!("not an ISO 8601 date-time with offset: {e}")))
 }
 
-/// The text and path of a `<xcal:duration><xcal:duration>PT1H</xcal:duration></xcal:duration>`
-/// -style wrapper under `node/name`, if present.
-fn wrapped_duration_text<'a>(
-    node: &'a Node,
-    ns: &Ns,
-    name: &str,
-    path: &str,
-) -> Result<Option<(&'a str, String)>, DecodeError> {
+/// The inner element of a `<xcal:duration><xcal:duration>PT1H</xcal:duration></xcal:duration>`
+/// -style wrapper under `node/name`, if present. Its path is `path/name/duration`.
+fn wrapped_duration_node<'t>(node: Node<'t>, ns: Ns, name: &str, path: &Path) -> Result<Option<Node<'t>>, DecodeError> {
     let Some(outer) = node.child(ns, name) else {
         return Ok(None);
     };
-    let p = join(path, name);
-    let inner = req(outer, &Ns::Xcal, "duration", &p)?;
-    Ok(Some((inner.text.as_ref(), join(&p, "duration"))))
+    req(outer, Ns::Xcal, "duration", &path.child(name)).map(Some)
 }
 
 /// A wrapped duration under `node/name` (see [`dur`] for the forms accepted).
 pub(super) fn opt_wrapped_duration(
-    node: &Node,
-    ns: &Ns,
+    node: Node,
+    ns: Ns,
     name: &str,
-    path: &str,
+    path: &Path,
 ) -> Result<Option<TimeDelta>, DecodeError> {
-    wrapped_duration_text(node, ns, name, path)?
-        .map(|(text, at)| dur(text, &at))
+    wrapped_duration_node(node, ns, name, path)?
+        .map(|inner| dur(inner.text(), &path.child(name).child("duration")))
         .transpose()
 }
 
@@ -109,17 +143,17 @@ pub(super) fn opt_wrapped_duration(
 /// malformed duration must not become an open-ended curtailment. An explicit zero (`PT0S`)
 /// still says "open-ended", as OpenADR 2.0b defines it.
 pub(super) fn opt_wrapped_event_duration(
-    node: &Node,
-    ns: &Ns,
+    node: Node,
+    ns: Ns,
     name: &str,
-    path: &str,
+    path: &Path,
 ) -> Result<Option<TimeDelta>, DecodeError> {
-    wrapped_duration_text(node, ns, name, path)?
-        .map(|(text, at)| {
-            let t = text.trim();
+    wrapped_duration_node(node, ns, name, path)?
+        .map(|inner| {
+            let t = inner.text().trim();
             parse_duration(t).map_err(|e| {
                 invalid(
-                    &at,
+                    &path.child(name).child("duration"),
                     t,
                     format!("{e}; an event duration must say how long (PT0S: no set end)"),
                 )
@@ -128,15 +162,15 @@ pub(super) fn opt_wrapped_event_duration(
         .transpose()
 }
 
-pub(super) fn ei_response(node: &Node, path: &str) -> Result<EiResponse, DecodeError> {
+pub(super) fn ei_response(node: Node, path: &Path) -> Result<EiResponse, DecodeError> {
     Ok(EiResponse {
-        code: req_text(node, &Ns::Ei, "responseCode", path)?,
-        description: opt_text(node, &Ns::Ei, "responseDescription"),
-        request_id: opt_text(node, &Ns::Pyld, "requestID"),
+        code: req_text(node, Ns::Ei, "responseCode", path)?,
+        description: opt_text(node, Ns::Ei, "responseDescription"),
+        request_id: opt_text(node, Ns::Pyld, "requestID"),
     })
 }
 
-pub(super) fn parse_bool(text: &str, path: &str) -> Result<bool, DecodeError> {
+pub(super) fn parse_bool(text: &str, path: &Path) -> Result<bool, DecodeError> {
     match text.trim() {
         "true" | "1" => Ok(true),
         "false" | "0" => Ok(false),
@@ -144,42 +178,37 @@ pub(super) fn parse_bool(text: &str, path: &str) -> Result<bool, DecodeError> {
     }
 }
 
-pub(super) fn req_bool(node: &Node, ns: &Ns, name: &str, path: &str) -> Result<bool, DecodeError> {
-    parse_bool(&req(node, ns, name, path)?.text, &join(path, name))
+pub(super) fn req_bool(node: Node, ns: Ns, name: &str, path: &Path) -> Result<bool, DecodeError> {
+    parse_bool(req(node, ns, name, path)?.text(), &path.child(name))
 }
 
-pub(super) fn opt_bool(node: &Node, ns: &Ns, name: &str, path: &str) -> Result<Option<bool>, DecodeError> {
+pub(super) fn opt_bool(node: Node, ns: Ns, name: &str, path: &Path) -> Result<Option<bool>, DecodeError> {
     match node.child(ns, name) {
-        Some(b) => parse_bool(&b.text, &join(path, name)).map(Some),
+        Some(b) => parse_bool(b.text(), &path.child(name)).map(Some),
         None => Ok(None),
     }
 }
 
-pub(super) fn opt_date_time(
-    node: &Node,
-    ns: &Ns,
-    name: &str,
-    path: &str,
-) -> Result<Option<DateTime<Utc>>, DecodeError> {
+pub(super) fn opt_date_time(node: Node, ns: Ns, name: &str, path: &Path) -> Result<Option<DateTime<Utc>>, DecodeError> {
     match node.child(ns, name) {
-        Some(x) => date_time(&x.text, &join(path, name)).map(Some),
+        Some(x) => date_time(x.text(), &path.child(name)).map(Some),
         None => Ok(None),
     }
 }
 
 /// `xcal:dtstart/xcal:date-time` under `node`, if present.
-pub(super) fn opt_dtstart(node: &Node, path: &str) -> Result<Option<DateTime<Utc>>, DecodeError> {
-    match node.child(&Ns::Xcal, "dtstart") {
+pub(super) fn opt_dtstart(node: Node, path: &Path) -> Result<Option<DateTime<Utc>>, DecodeError> {
+    match node.child(Ns::Xcal, "dtstart") {
         Some(ds) => {
-            let dp = join(path, "dtstart");
-            date_time(&req(ds, &Ns::Xcal, "date-time", &dp)?.text, &join(&dp, "date-time")).map(Some)
+            let dp = path.child("dtstart");
+            date_time(req(ds, Ns::Xcal, "date-time", &dp)?.text(), &dp.child("date-time")).map(Some)
         }
         None => Ok(None),
     }
 }
 
 /// `PT0S` becomes `None` (OpenADR's "unset"); negative durations are errors.
-pub(super) fn nonzero(d: Option<TimeDelta>, path: &str) -> Result<Option<TimeDelta>, DecodeError> {
+pub(super) fn nonzero(d: Option<TimeDelta>, path: &Path) -> Result<Option<TimeDelta>, DecodeError> {
     match d {
         Some(d) if d < TimeDelta::zero() => Err(invalid(path, "", "negative duration")),
         Some(d) if d == TimeDelta::zero() => Ok(None),
@@ -187,41 +216,81 @@ pub(super) fn nonzero(d: Option<TimeDelta>, path: &str) -> Result<Option<TimeDel
     }
 }
 
-pub(super) fn opt_type(node: &Node, path: &str) -> Result<outgoing::OptType, DecodeError> {
-    match req(node, &Ns::Ei, "optType", path)?.trimmed() {
+pub(super) fn opt_type(node: Node, path: &Path) -> Result<outgoing::OptType, DecodeError> {
+    match req(node, Ns::Ei, "optType", path)?.trimmed() {
         "optIn" => Ok(outgoing::OptType::OptIn),
         "optOut" => Ok(outgoing::OptType::OptOut),
-        other => Err(invalid(&join(path, "optType"), other, "expected optIn|optOut")),
+        other => Err(invalid(&path.child("optType"), other, "expected optIn|optOut")),
     }
 }
 
 /// An itemBase element: anything carrying `itemUnits`/`itemDescription` or a scale code.
-pub(super) fn is_item_base(c: &Node) -> bool {
-    c.children
-        .iter()
-        .any(|x| x.name == "itemUnits" || x.name == "itemDescription" || x.is(&Ns::Scale, "siScaleCode"))
+pub(super) fn is_item_base(c: Node) -> bool {
+    c.children()
+        .any(|x| x.name() == "itemUnits" || x.name() == "itemDescription" || x.is(Ns::Scale, "siScaleCode"))
 }
 
-pub(super) fn item_base(c: &Node) -> ItemBase {
+pub(super) fn item_base(c: Node) -> ItemBase {
     ItemBase {
-        kind: c.name.to_string(),
+        kind: c.name().to_owned(),
         description: c
-            .children
-            .iter()
-            .find(|x| x.name == "itemDescription")
+            .children()
+            .find(|x| x.name() == "itemDescription")
             .map(|x| x.trimmed().to_owned()),
         units: c
-            .children
-            .iter()
-            .find(|x| x.name == "itemUnits")
+            .children()
+            .find(|x| x.name() == "itemUnits")
             .map(|x| x.trimmed().to_owned()),
-        scale: opt_text(c, &Ns::Scale, "siScaleCode"),
+        scale: opt_text(c, Ns::Scale, "siScaleCode"),
     }
 }
 
-pub(super) fn opt_float(node: &Node, ns: &Ns, name: &str, path: &str) -> Result<Option<f64>, DecodeError> {
+pub(super) fn opt_float(node: Node, ns: Ns, name: &str, path: &Path) -> Result<Option<f64>, DecodeError> {
     match node.child(ns, name) {
-        Some(x) => parse_float(&x.text, &join(path, name)).map(Some),
+        Some(x) => parse_float(x.text(), &path.child(name)).map(Some),
         None => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_read_as_before() {
+        let root = Path::Root("oadrDistributeEvent");
+        let ev = root.nth("oadrEvent", 0);
+        let ei = ev.child("eiEvent");
+        let p = ei.child("eventDescriptor");
+        assert_eq!(
+            p.to_string(),
+            "oadrDistributeEvent/oadrEvent[1]/eiEvent/eventDescriptor"
+        );
+        assert_eq!(root.to_string(), "oadrDistributeEvent");
+    }
+
+    #[test]
+    fn decimal_of_matches_to_string() {
+        for s in [
+            "",
+            "0",
+            "00",
+            "01",
+            "1",
+            "+1",
+            "-0",
+            " 1",
+            "1 ",
+            "10",
+            "9",
+            "18446744073709551616",
+            "x",
+            "٣",
+        ] {
+            for i in [0usize, 1, 9, 10, 11, usize::MAX] {
+                assert_eq!(is_decimal_of(s, i), i.to_string() == s, "{s:?} {i}");
+            }
+        }
+        assert!(is_decimal_of(&usize::MAX.to_string(), usize::MAX));
     }
 }

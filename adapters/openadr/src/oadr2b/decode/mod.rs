@@ -18,10 +18,10 @@ use super::model::{
 use super::report::{
     CanceledReport, CreateReport, CreatedReport, RegisterReport, RegisteredReport, UpdateReport, UpdatedReport,
 };
-use super::xml::{self, Node, Ns};
+use super::xml::{self, All, Node, Ns};
 use fields::{
-    ei_response, join, opt_bool, opt_date_time, opt_dtstart, opt_text, opt_type, opt_wrapped_duration, parse_u32, req,
-    req_bool, req_text,
+    Path, ei_response, missing, opt_bool, opt_date_time, opt_dtstart, opt_text, opt_type, opt_wrapped_duration,
+    parse_u32, req, req_bool, req_text,
 };
 
 /// Resource limits applied while decoding hostile or broken input.
@@ -111,8 +111,8 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
 
 /// [`decode`] with explicit limits.
 pub fn decode_with_limits(bytes: &[u8], limits: &Limits) -> Result<Message, DecodeError> {
-    let root = xml::parse(bytes, limits)?;
-    let msg = unwrap_payload(&root)?;
+    let tree = xml::parse(bytes, limits)?;
+    let msg = unwrap_payload(tree.root())?;
     let mut cx = Cx {
         limits,
         warnings: Vec::new(),
@@ -121,42 +121,42 @@ pub fn decode_with_limits(bytes: &[u8], limits: &Limits) -> Result<Message, Deco
     cx.message(msg)
 }
 
-fn not_oadr(node: &Node) -> DecodeError {
+fn not_oadr(node: Node) -> DecodeError {
     DecodeError::NotOpenAdr {
-        namespace: node.ns.uri().to_owned(),
-        name: node.name.to_string(),
+        namespace: node.ns_uri().to_owned(),
+        name: node.name().to_owned(),
     }
 }
 
-fn single_child<'a>(node: &'a Node<'a>) -> Result<&'a Node<'a>, DecodeError> {
-    let mut it = node.children.iter().filter(|c| c.ns != Ns::Ds);
+fn single_child(node: Node) -> Result<Node, DecodeError> {
+    let mut it = node.children().filter(|c| c.ns() != Ns::Ds);
     let first = it.next().ok_or_else(|| DecodeError::Missing {
-        path: format!("{}/*", node.name),
+        path: format!("{}/*", node.name()),
     })?;
     if let Some(extra) = it.next() {
         return Err(DecodeError::Invalid {
-            path: node.name.to_string(),
-            value: extra.name.to_string(),
+            path: node.name().to_owned(),
+            value: extra.name().to_owned(),
             reason: "more than one message".into(),
         });
     }
     Ok(first)
 }
 
-fn unwrap_payload<'a>(root: &'a Node<'a>) -> Result<&'a Node<'a>, DecodeError> {
-    if root.ns != Ns::Oadr {
+fn unwrap_payload(root: Node) -> Result<Node, DecodeError> {
+    if root.ns() != Ns::Oadr {
         return Err(not_oadr(root));
     }
     let mut node = root;
-    if node.name == "oadrPayload" {
+    if node.name() == "oadrPayload" {
         node = single_child(node)?;
-        if !node.is(&Ns::Oadr, "oadrSignedObject") {
+        if !node.is(Ns::Oadr, "oadrSignedObject") {
             return Err(not_oadr(node));
         }
     }
-    if node.name == "oadrSignedObject" {
+    if node.name() == "oadrSignedObject" {
         node = single_child(node)?;
-        if node.ns != Ns::Oadr {
+        if node.ns() != Ns::Oadr {
             return Err(not_oadr(node));
         }
     }
@@ -172,179 +172,205 @@ struct Cx<'l> {
     event_problems: Vec<String>,
 }
 
+/// The children of one name under a node, counted and found within [`Limits::max_items`]
+/// (see [`Cx::limited`]). Iterating walks the children again instead of collecting them: no
+/// allocation per list.
+struct Limited<'t, 'n> {
+    all: All<'t, 'n>,
+    left: usize,
+}
+
+impl<'t> Iterator for Limited<'t, '_> {
+    type Item = Node<'t>;
+
+    fn next(&mut self) -> Option<Node<'t>> {
+        let n = self.all.next()?;
+        self.left = self.left.saturating_sub(1);
+        Some(n)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left, Some(self.left))
+    }
+}
+
+impl ExactSizeIterator for Limited<'_, '_> {}
+
 impl Cx<'_> {
-    fn limited<'a>(
+    /// The `{ns}name` children of `node`, refused when there are more than
+    /// [`Limits::max_items`].
+    fn limited<'t, 'n>(
         &self,
-        node: &'a Node<'a>,
-        ns: &'a Ns,
-        name: &'a str,
-        path: &str,
-    ) -> Result<Vec<&'a Node<'a>>, DecodeError> {
-        let items: Vec<&Node> = node.all(ns, name).take(self.limits.max_items + 1).collect();
-        if items.len() > self.limits.max_items {
+        node: Node<'t>,
+        ns: Ns,
+        name: &'n str,
+        path: &Path,
+    ) -> Result<Limited<'t, 'n>, DecodeError> {
+        let all = node.all(ns, name);
+        let left = all.clone().take(self.limits.max_items + 1).count();
+        if left > self.limits.max_items {
             return Err(DecodeError::TooMany {
-                path: join(path, name),
+                path: path.child(name).to_string(),
                 limit: self.limits.max_items,
             });
         }
-        Ok(items)
+        Ok(Limited { all, left })
     }
 
-    fn texts(&self, node: &Node, ns: &Ns, name: &str, path: &str) -> Result<Vec<String>, DecodeError> {
+    fn texts(&self, node: Node, ns: Ns, name: &str, path: &Path) -> Result<Vec<String>, DecodeError> {
         Ok(self
             .limited(node, ns, name, path)?
-            .into_iter()
             .map(|n| n.trimmed().to_owned())
             .collect())
     }
 
-    fn warn(&mut self, path: impl Into<String>, message: impl Into<String>) {
+    fn warn(&mut self, path: &Path, message: impl Into<String>) {
         self.warnings.push(Warning {
-            path: path.into(),
+            path: path.to_string(),
             message: message.into(),
         });
     }
 
-    fn message(&mut self, m: &Node) -> Result<Message, DecodeError> {
-        let p = m.name.as_ref();
-        Ok(match p {
+    fn message(&mut self, m: Node) -> Result<Message, DecodeError> {
+        let p = &Path::Root(m.name());
+        Ok(match m.name() {
             "oadrDistributeEvent" => Message::DistributeEvent(self.distribute(m)?),
             "oadrCreatedPartyRegistration" => {
-                let response = ei_response(req(m, &Ns::Ei, "eiResponse", p)?, &join(p, "eiResponse"))?;
+                let response = ei_response(req(m, Ns::Ei, "eiResponse", p)?, &p.child("eiResponse"))?;
                 let mut profiles = Vec::new();
-                if let Some(ps) = m.child(&Ns::Oadr, "oadrProfiles") {
-                    let pp = join(p, "oadrProfiles");
-                    for prof in self.limited(ps, &Ns::Oadr, "oadrProfile", &pp)? {
-                        if let Some(n) = opt_text(prof, &Ns::Oadr, "oadrProfileName") {
+                if let Some(ps) = m.child(Ns::Oadr, "oadrProfiles") {
+                    let pp = p.child("oadrProfiles");
+                    for prof in self.limited(ps, Ns::Oadr, "oadrProfile", &pp)? {
+                        if let Some(n) = opt_text(prof, Ns::Oadr, "oadrProfileName") {
                             profiles.push(n);
                         }
                     }
                 }
                 Message::CreatedPartyRegistration(CreatedPartyRegistration {
                     response,
-                    registration_id: opt_text(m, &Ns::Ei, "registrationID"),
-                    ven_id: opt_text(m, &Ns::Ei, "venID"),
-                    vtn_id: opt_text(m, &Ns::Ei, "vtnID"),
+                    registration_id: opt_text(m, Ns::Ei, "registrationID"),
+                    ven_id: opt_text(m, Ns::Ei, "venID"),
+                    vtn_id: opt_text(m, Ns::Ei, "vtnID"),
                     profiles,
-                    poll_freq: opt_wrapped_duration(m, &Ns::Oadr, "oadrRequestedOadrPollFreq", p)?,
+                    poll_freq: opt_wrapped_duration(m, Ns::Oadr, "oadrRequestedOadrPollFreq", p)?,
                 })
             }
             "oadrRequestReregistration" => Message::RequestReregistration(RequestReregistration {
-                ven_id: opt_text(m, &Ns::Ei, "venID"),
+                ven_id: opt_text(m, Ns::Ei, "venID"),
             }),
             "oadrCancelPartyRegistration" => Message::CancelPartyRegistration(CancelPartyRegistration {
-                request_id: req_text(m, &Ns::Pyld, "requestID", p)?,
-                registration_id: req_text(m, &Ns::Ei, "registrationID", p)?,
-                ven_id: opt_text(m, &Ns::Ei, "venID"),
+                request_id: req_text(m, Ns::Pyld, "requestID", p)?,
+                registration_id: req_text(m, Ns::Ei, "registrationID", p)?,
+                ven_id: opt_text(m, Ns::Ei, "venID"),
             }),
             "oadrResponse" => Message::Response(Response {
-                response: ei_response(req(m, &Ns::Ei, "eiResponse", p)?, &join(p, "eiResponse"))?,
-                ven_id: opt_text(m, &Ns::Ei, "venID"),
+                response: ei_response(req(m, Ns::Ei, "eiResponse", p)?, &p.child("eiResponse"))?,
+                ven_id: opt_text(m, Ns::Ei, "venID"),
             }),
             "oadrRegisterReport" => {
-                let nodes = self.limited(m, &Ns::Oadr, "oadrReport", p)?;
+                let nodes = self.limited(m, Ns::Oadr, "oadrReport", p)?;
                 let mut reports = Vec::with_capacity(nodes.len());
-                for (i, r) in nodes.iter().enumerate() {
-                    reports.push(self.report_metadata(r, &format!("{p}/oadrReport[{}]", i + 1))?);
+                for (i, r) in nodes.enumerate() {
+                    reports.push(self.report_metadata(r, &p.nth("oadrReport", i))?);
                 }
                 Message::RegisterReport(RegisterReport {
-                    request_id: req_text(m, &Ns::Pyld, "requestID", p)?,
+                    request_id: req_text(m, Ns::Pyld, "requestID", p)?,
                     report_request_ids: reports.iter().filter_map(|r| r.report_request_id.clone()).collect(),
                     report_specifier_ids: reports.iter().filter_map(|r| r.report_specifier_id.clone()).collect(),
                     reports,
-                    ven_id: opt_text(m, &Ns::Ei, "venID"),
+                    ven_id: opt_text(m, Ns::Ei, "venID"),
                 })
             }
             "oadrRegisteredReport" => Message::RegisteredReport(RegisteredReport {
                 response: self.response_of(m, p)?,
                 report_request_ids: self.report_request_ids(m, p)?,
                 report_requests: self.report_requests(m, p)?,
-                ven_id: opt_text(m, &Ns::Ei, "venID"),
+                ven_id: opt_text(m, Ns::Ei, "venID"),
             }),
             "oadrCreateReport" => Message::CreateReport(CreateReport {
-                request_id: req_text(m, &Ns::Pyld, "requestID", p)?,
+                request_id: req_text(m, Ns::Pyld, "requestID", p)?,
                 report_request_ids: self.report_request_ids(m, p)?,
                 report_requests: self.report_requests(m, p)?,
-                ven_id: opt_text(m, &Ns::Ei, "venID"),
+                ven_id: opt_text(m, Ns::Ei, "venID"),
             }),
             "oadrCancelReport" => Message::CancelReport(self.cancel_report(m, p)?),
             "oadrCanceledPartyRegistration" => Message::CanceledPartyRegistration(CanceledPartyRegistration {
                 response: self.response_of(m, p)?,
-                registration_id: opt_text(m, &Ns::Ei, "registrationID"),
-                ven_id: opt_text(m, &Ns::Ei, "venID"),
+                registration_id: opt_text(m, Ns::Ei, "registrationID"),
+                ven_id: opt_text(m, Ns::Ei, "venID"),
             }),
             "oadrUpdatedReport" => Message::UpdatedReport(UpdatedReport {
                 response: self.response_of(m, p)?,
-                cancel_report: match m.child(&Ns::Oadr, "oadrCancelReport") {
-                    Some(c) => Some(self.cancel_report(c, &join(p, "oadrCancelReport"))?),
+                cancel_report: match m.child(Ns::Oadr, "oadrCancelReport") {
+                    Some(c) => Some(self.cancel_report(c, &p.child("oadrCancelReport"))?),
                     None => None,
                 },
-                ven_id: opt_text(m, &Ns::Ei, "venID"),
+                ven_id: opt_text(m, Ns::Ei, "venID"),
             }),
             "oadrCreatedOpt" => Message::CreatedOpt(CreatedOpt {
                 response: self.response_of(m, p)?,
-                opt_id: req_text(m, &Ns::Ei, "optID", p)?,
+                opt_id: req_text(m, Ns::Ei, "optID", p)?,
             }),
             "oadrCanceledOpt" => Message::CanceledOpt(CanceledOpt {
                 response: self.response_of(m, p)?,
-                opt_id: opt_text(m, &Ns::Ei, "optID"),
+                opt_id: opt_text(m, Ns::Ei, "optID"),
             }),
             "oadrCancelOpt" => Message::CancelOpt(CancelOpt {
-                request_id: req_text(m, &Ns::Pyld, "requestID", p)?,
-                opt_id: req_text(m, &Ns::Ei, "optID", p)?,
-                ven_id: req_text(m, &Ns::Ei, "venID", p)?,
+                request_id: req_text(m, Ns::Pyld, "requestID", p)?,
+                opt_id: req_text(m, Ns::Ei, "optID", p)?,
+                ven_id: req_text(m, Ns::Ei, "venID", p)?,
             }),
             "oadrCreatedReport" => Message::CreatedReport(CreatedReport {
                 response: self.response_of(m, p)?,
                 pending_report_request_ids: self.pending_reports(m, p)?,
-                ven_id: opt_text(m, &Ns::Ei, "venID"),
+                ven_id: opt_text(m, Ns::Ei, "venID"),
             }),
             "oadrCanceledReport" => Message::CanceledReport(CanceledReport {
                 response: self.response_of(m, p)?,
                 pending_report_request_ids: self.pending_reports(m, p)?,
-                ven_id: opt_text(m, &Ns::Ei, "venID"),
+                ven_id: opt_text(m, Ns::Ei, "venID"),
             }),
             "oadrCreatedEvent" => Message::CreatedEvent(self.created_event(m, p)?),
             "oadrPoll" => Message::Poll(Poll {
-                ven_id: req_text(m, &Ns::Ei, "venID", p)?,
+                ven_id: req_text(m, Ns::Ei, "venID", p)?,
             }),
             "oadrQueryRegistration" => Message::QueryRegistration(QueryRegistration {
-                request_id: req_text(m, &Ns::Pyld, "requestID", p)?,
+                request_id: req_text(m, Ns::Pyld, "requestID", p)?,
             }),
             "oadrCreatePartyRegistration" => Message::CreatePartyRegistration(CreatePartyRegistration {
-                request_id: req_text(m, &Ns::Pyld, "requestID", p)?,
-                registration_id: opt_text(m, &Ns::Ei, "registrationID"),
-                ven_id: opt_text(m, &Ns::Ei, "venID"),
-                profile_name: req_text(m, &Ns::Oadr, "oadrProfileName", p)?,
-                transport_name: req_text(m, &Ns::Oadr, "oadrTransportName", p)?,
-                transport_address: opt_text(m, &Ns::Oadr, "oadrTransportAddress"),
-                report_only: req_bool(m, &Ns::Oadr, "oadrReportOnly", p)?,
-                xml_signature: req_bool(m, &Ns::Oadr, "oadrXmlSignature", p)?,
-                ven_name: opt_text(m, &Ns::Oadr, "oadrVenName"),
-                http_pull_model: opt_bool(m, &Ns::Oadr, "oadrHttpPullModel", p)?,
+                request_id: req_text(m, Ns::Pyld, "requestID", p)?,
+                registration_id: opt_text(m, Ns::Ei, "registrationID"),
+                ven_id: opt_text(m, Ns::Ei, "venID"),
+                profile_name: req_text(m, Ns::Oadr, "oadrProfileName", p)?,
+                transport_name: req_text(m, Ns::Oadr, "oadrTransportName", p)?,
+                transport_address: opt_text(m, Ns::Oadr, "oadrTransportAddress"),
+                report_only: req_bool(m, Ns::Oadr, "oadrReportOnly", p)?,
+                xml_signature: req_bool(m, Ns::Oadr, "oadrXmlSignature", p)?,
+                ven_name: opt_text(m, Ns::Oadr, "oadrVenName"),
+                http_pull_model: opt_bool(m, Ns::Oadr, "oadrHttpPullModel", p)?,
             }),
             "oadrRequestEvent" => {
-                let rp = join(p, "eiRequestEvent");
-                let r = req(m, &Ns::Pyld, "eiRequestEvent", p)?;
+                let rp = p.child("eiRequestEvent");
+                let r = req(m, Ns::Pyld, "eiRequestEvent", p)?;
                 Message::RequestEvent(RequestEvent {
-                    request_id: req_text(r, &Ns::Pyld, "requestID", &rp)?,
-                    ven_id: req_text(r, &Ns::Ei, "venID", &rp)?,
-                    reply_limit: match r.child(&Ns::Pyld, "replyLimit") {
-                        Some(l) => Some(parse_u32(&l.text, &join(&rp, "replyLimit"))?),
+                    request_id: req_text(r, Ns::Pyld, "requestID", &rp)?,
+                    ven_id: req_text(r, Ns::Ei, "venID", &rp)?,
+                    reply_limit: match r.child(Ns::Pyld, "replyLimit") {
+                        Some(l) => Some(parse_u32(l.text(), &rp.child("replyLimit"))?),
                         None => None,
                     },
                 })
             }
             "oadrUpdateReport" => {
-                let nodes = self.limited(m, &Ns::Oadr, "oadrReport", p)?;
+                let nodes = self.limited(m, Ns::Oadr, "oadrReport", p)?;
                 let mut reports = Vec::with_capacity(nodes.len());
-                for (i, r) in nodes.iter().enumerate() {
-                    reports.push(self.report_data(r, &format!("{p}/oadrReport[{}]", i + 1))?);
+                for (i, r) in nodes.enumerate() {
+                    reports.push(self.report_data(r, &p.nth("oadrReport", i))?);
                 }
                 Message::UpdateReport(UpdateReport {
-                    request_id: req_text(m, &Ns::Pyld, "requestID", p)?,
+                    request_id: req_text(m, Ns::Pyld, "requestID", p)?,
                     reports,
-                    ven_id: opt_text(m, &Ns::Ei, "venID"),
+                    ven_id: opt_text(m, Ns::Ei, "venID"),
                 })
             }
             "oadrCreateOpt" => Message::CreateOpt(self.create_opt(m, p)?),
@@ -353,28 +379,28 @@ impl Cx<'_> {
     }
 
     /// The required `ei:eiResponse` of message `m`.
-    fn response_of(&self, m: &Node, p: &str) -> Result<EiResponse, DecodeError> {
-        ei_response(req(m, &Ns::Ei, "eiResponse", p)?, &join(p, "eiResponse"))
+    fn response_of(&self, m: Node, p: &Path) -> Result<EiResponse, DecodeError> {
+        ei_response(req(m, Ns::Ei, "eiResponse", p)?, &p.child("eiResponse"))
     }
 
-    fn created_event(&self, m: &Node, p: &str) -> Result<CreatedEvent, DecodeError> {
-        let cp = join(p, "eiCreatedEvent");
-        let c = req(m, &Ns::Pyld, "eiCreatedEvent", p)?;
+    fn created_event(&self, m: Node, p: &Path) -> Result<CreatedEvent, DecodeError> {
+        let cp = p.child("eiCreatedEvent");
+        let c = req(m, Ns::Pyld, "eiCreatedEvent", p)?;
         let mut event_responses = Vec::new();
-        if let Some(ers) = c.child(&Ns::Ei, "eventResponses") {
-            let ersp = join(&cp, "eventResponses");
-            for (i, er) in self.limited(ers, &Ns::Ei, "eventResponse", &ersp)?.iter().enumerate() {
-                let ep = format!("{ersp}/eventResponse[{}]", i + 1);
-                let qp = join(&ep, "qualifiedEventID");
-                let q = req(er, &Ns::Ei, "qualifiedEventID", &ep)?;
+        if let Some(ers) = c.child(Ns::Ei, "eventResponses") {
+            let ersp = cp.child("eventResponses");
+            for (i, er) in self.limited(ers, Ns::Ei, "eventResponse", &ersp)?.enumerate() {
+                let ep = ersp.nth("eventResponse", i);
+                let qp = ep.child("qualifiedEventID");
+                let q = req(er, Ns::Ei, "qualifiedEventID", &ep)?;
                 event_responses.push(EventResponse {
-                    code: req_text(er, &Ns::Ei, "responseCode", &ep)?,
-                    description: opt_text(er, &Ns::Ei, "responseDescription"),
-                    request_id: opt_text(er, &Ns::Pyld, "requestID"),
-                    event_id: req_text(q, &Ns::Ei, "eventID", &qp)?,
+                    code: req_text(er, Ns::Ei, "responseCode", &ep)?,
+                    description: opt_text(er, Ns::Ei, "responseDescription"),
+                    request_id: opt_text(er, Ns::Pyld, "requestID"),
+                    event_id: req_text(q, Ns::Ei, "eventID", &qp)?,
                     modification_number: parse_u32(
-                        &req(q, &Ns::Ei, "modificationNumber", &qp)?.text,
-                        &join(&qp, "modificationNumber"),
+                        req(q, Ns::Ei, "modificationNumber", &qp)?.text(),
+                        &qp.child("modificationNumber"),
                     )?,
                     opt: opt_type(er, &ep)?,
                 });
@@ -383,58 +409,53 @@ impl Cx<'_> {
         Ok(CreatedEvent {
             response: self.response_of(c, &cp)?,
             event_responses,
-            ven_id: req_text(c, &Ns::Ei, "venID", &cp)?,
+            ven_id: req_text(c, Ns::Ei, "venID", &cp)?,
         })
     }
 
-    fn create_opt(&self, m: &Node, p: &str) -> Result<CreateOpt, DecodeError> {
+    fn create_opt(&self, m: Node, p: &Path) -> Result<CreateOpt, DecodeError> {
         let mut availability = Vec::new();
-        if let Some(va) = m.child(&Ns::Xcal, "vavailability") {
-            let vp = join(p, "vavailability");
-            let comps = req(va, &Ns::Xcal, "components", &vp)?;
-            let cp = join(&vp, "components");
-            for (i, a) in self.limited(comps, &Ns::Xcal, "available", &cp)?.iter().enumerate() {
-                let ap = format!("{cp}/available[{}]", i + 1);
-                let pp = join(&ap, "properties");
-                let props = req(a, &Ns::Xcal, "properties", &ap)?;
+        if let Some(va) = m.child(Ns::Xcal, "vavailability") {
+            let vp = p.child("vavailability");
+            let comps = req(va, Ns::Xcal, "components", &vp)?;
+            let cp = vp.child("components");
+            for (i, a) in self.limited(comps, Ns::Xcal, "available", &cp)?.enumerate() {
+                let ap = cp.nth("available", i);
+                let pp = ap.child("properties");
+                let props = req(a, Ns::Xcal, "properties", &ap)?;
                 availability.push(Availability {
-                    start: opt_dtstart(props, &pp)?.ok_or_else(|| DecodeError::Missing {
-                        path: join(&pp, "dtstart"),
-                    })?,
-                    duration: opt_wrapped_duration(props, &Ns::Xcal, "duration", &pp)?.ok_or_else(|| {
-                        DecodeError::Missing {
-                            path: join(&pp, "duration"),
-                        }
-                    })?,
+                    start: opt_dtstart(props, &pp)?.ok_or_else(|| missing(&pp.child("dtstart")))?,
+                    duration: opt_wrapped_duration(props, Ns::Xcal, "duration", &pp)?
+                        .ok_or_else(|| missing(&pp.child("duration")))?,
                 });
             }
         }
-        let (event_id, modification_number) = match m.child(&Ns::Ei, "qualifiedEventID") {
+        let (event_id, modification_number) = match m.child(Ns::Ei, "qualifiedEventID") {
             Some(q) => {
-                let qp = join(p, "qualifiedEventID");
+                let qp = p.child("qualifiedEventID");
                 (
-                    Some(req_text(q, &Ns::Ei, "eventID", &qp)?),
+                    Some(req_text(q, Ns::Ei, "eventID", &qp)?),
                     Some(parse_u32(
-                        &req(q, &Ns::Ei, "modificationNumber", &qp)?.text,
-                        &join(&qp, "modificationNumber"),
+                        req(q, Ns::Ei, "modificationNumber", &qp)?.text(),
+                        &qp.child("modificationNumber"),
                     )?),
                 )
             }
             None => (None, None),
         };
         Ok(CreateOpt {
-            opt_id: req_text(m, &Ns::Ei, "optID", p)?,
+            opt_id: req_text(m, Ns::Ei, "optID", p)?,
             opt: opt_type(m, p)?,
-            reason: req_text(m, &Ns::Ei, "optReason", p)?,
-            market_context: opt_text(m, &Ns::Emix, "marketContext"),
-            ven_id: req_text(m, &Ns::Ei, "venID", p)?,
+            reason: req_text(m, Ns::Ei, "optReason", p)?,
+            market_context: opt_text(m, Ns::Emix, "marketContext"),
+            ven_id: req_text(m, Ns::Ei, "venID", p)?,
             availability,
-            created: opt_date_time(m, &Ns::Ei, "createdDateTime", p)?,
-            request_id: req_text(m, &Ns::Pyld, "requestID", p)?,
+            created: opt_date_time(m, Ns::Ei, "createdDateTime", p)?,
+            request_id: req_text(m, Ns::Pyld, "requestID", p)?,
             event_id,
             modification_number,
-            targets: match m.child(&Ns::Ei, "eiTarget") {
-                Some(t) => self.targets(t, &join(p, "eiTarget"))?,
+            targets: match m.child(Ns::Ei, "eiTarget") {
+                Some(t) => self.targets(t, &p.child("eiTarget"))?,
                 None => Targets::default(),
             },
         })
