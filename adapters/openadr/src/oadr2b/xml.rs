@@ -187,7 +187,7 @@ impl<'t> Node<'t> {
 
     pub(crate) fn is(self, ns: Ns, name: &str) -> bool {
         let e = self.elem();
-        e.ns == ns && e.name == name
+        e.ns == ns && short_eq(&e.name, name)
     }
 
     pub(crate) fn children(self) -> Children<'t> {
@@ -344,6 +344,15 @@ impl<'a> Builder<'a> {
             others: self.others,
         })
     }
+}
+
+/// Equality of the short strings compared for every element (prefixes, local names, end tags),
+/// as an inlined loop: a call to the C library's `memcmp` for a two-byte prefix cost more than
+/// the comparison, and made scope lookups alone about a sixth of a one-event decode.
+#[inline(always)]
+pub(crate) fn short_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
 }
 
 const PREDEFINED: [(&str, char); 5] = [("lt", '<'), ("gt", '>'), ("amp", '&'), ("quot", '"'), ("apos", '\'')];
@@ -566,15 +575,52 @@ pub(super) mod reference {
 pub(super) mod fast {
     use super::*;
 
-    /// Whitespace as XML (and quick-xml) defines it.
-    fn is_ws(b: u8) -> bool {
-        matches!(b, b' ' | b'\t' | b'\n' | b'\r')
+    /// Byte classes, looked up in [`CLASS`]: one load per byte in the scanning loops instead of
+    /// a chain of comparisons.
+    const WS: u8 = 1;
+    const NAME: u8 = 2;
+    /// Ends a run of text: `<`, `&`, and `\r` (which needs line-end normalization).
+    const TEXT_END: u8 = 4;
+    /// Ends an attribute value, or makes the fast parser give up on it: both quotes, `<`, `&`.
+    const VALUE_END: u8 = 8;
+
+    /// Whitespace is what XML (and quick-xml) calls whitespace. Any non-ASCII byte is part of a
+    /// name: the input is UTF-8, and names end at an ASCII byte, so every slice taken is on a
+    /// char boundary.
+    static CLASS: [u8; 256] = {
+        let mut t = [0u8; 256];
+        let mut i = 0;
+        while i < 256 {
+            let b = i as u8;
+            t[i] = if matches!(b, b' ' | b'\t' | b'\n') {
+                WS
+            } else if b == b'\r' {
+                WS | TEXT_END
+            } else if b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':') || b >= 0x80 {
+                NAME
+            } else if matches!(b, b'<' | b'&') {
+                TEXT_END | VALUE_END
+            } else if matches!(b, b'"' | b'\'') {
+                VALUE_END
+            } else {
+                0
+            };
+            i += 1;
+        }
+        t
+    };
+
+    fn is(b: u8, class: u8) -> bool {
+        CLASS[b as usize] & class != 0
     }
 
-    /// Bytes accepted in element and attribute names. Any non-ASCII byte is part of a name; the
-    /// input is UTF-8, and names end at an ASCII byte, so every slice is on a char boundary.
-    fn is_name(b: u8) -> bool {
-        b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':') || b >= 0x80
+    fn is_ws(b: u8) -> bool {
+        is(b, WS)
+    }
+
+    /// The position of the first byte of `class` in `hay` (its length if none).
+    fn scan(hay: &[u8], class: u8) -> usize {
+        hay.iter().position(|&b| is(b, class)).unwrap_or(hay.len())
     }
 
     fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
@@ -593,6 +639,10 @@ pub(super) mod fast {
             self.b.get(self.p).copied()
         }
 
+        fn rest(&self) -> &'a [u8] {
+            self.b.get(self.p..).unwrap_or_default()
+        }
+
         fn skip_ws(&mut self) {
             while self.peek().is_some_and(is_ws) {
                 self.p += 1;
@@ -602,13 +652,28 @@ pub(super) mod fast {
         /// A name at the cursor (at least one byte).
         fn name(&mut self) -> Option<&'a str> {
             let start = self.p;
-            while self.peek().is_some_and(is_name) {
-                self.p += 1;
-            }
+            self.p += self
+                .rest()
+                .iter()
+                .position(|&b| !is(b, NAME))
+                .unwrap_or(self.rest().len());
             if self.p == start {
                 return None;
             }
             self.text.get(start..self.p)
+        }
+
+        /// Text up to the next markup or reference; also says whether it has a `\r`.
+        fn text(&mut self) -> (usize, bool) {
+            let start = self.p;
+            self.p += scan(self.rest(), TEXT_END);
+            let mut cr = false;
+            while self.peek() == Some(b'\r') {
+                cr = true;
+                self.p += 1;
+                self.p += scan(self.rest(), TEXT_END);
+            }
+            (start, cr)
         }
 
         /// `name="value"` or `name='value'` at the cursor; values with `<` or `&` are left to the
@@ -626,9 +691,11 @@ pub(super) mod fast {
             self.p += 1;
             let start = self.p;
             loop {
+                self.p += scan(self.rest(), VALUE_END);
                 match self.peek()? {
                     b if b == quote => break,
                     b'<' | b'&' => return None,
+                    // The other quote.
                     _ => self.p += 1,
                 }
             }
@@ -684,16 +751,7 @@ pub(super) mod fast {
         }
         loop {
             // Text up to the next markup or reference.
-            let start = c.p;
-            let mut cr = false;
-            while let Some(ch) = c.peek() {
-                match ch {
-                    b'<' | b'&' => break,
-                    b'\r' => cr = true,
-                    _ => {}
-                }
-                c.p += 1;
-            }
+            let (start, cr) = c.text();
             if c.p > start {
                 let chunk = text.get(start..c.p)?;
                 if t.depth() == 0 {
@@ -736,7 +794,7 @@ pub(super) mod fast {
                     let qname = qnames.pop()?;
                     let from = c.p + 2;
                     let to = from + qname.len();
-                    if b.get(from..to)? != qname.as_bytes() || b.get(to) != Some(&b'>') {
+                    if !short_eq(text.get(from..to)?, qname) || b.get(to) != Some(&b'>') {
                         return None;
                     }
                     let depth = qnames.len();
@@ -781,7 +839,7 @@ pub(super) mod fast {
                                     continue;
                                 }
                                 let (name, value) = c.attribute()?;
-                                if attrs.contains(&name) {
+                                if attrs.iter().any(|a| short_eq(a, name)) {
                                     return None;
                                 }
                                 attrs.push(name);
@@ -806,7 +864,7 @@ pub(super) mod fast {
                         }
                     };
                     let (prefix, local) = qname.split_once(':').unwrap_or(("", qname));
-                    let ns = match scopes.iter().rev().find(|(p, _, _)| *p == prefix) {
+                    let ns = match scopes.iter().rev().find(|(p, _, _)| short_eq(p, prefix)) {
                         Some(&(_, ns, _)) => ns,
                         None if prefix.is_empty() => Ns::None,
                         None if prefix == "xml" => Ns::Other(XML_NS),

@@ -36,23 +36,68 @@ impl Path<'_> {
     }
 }
 
-impl std::fmt::Display for Path<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl Path<'_> {
+    /// The path as a string, e.g. `oadrDistributeEvent/oadrEvent[1]/eiEvent`. Written piece by
+    /// piece into one allocation of the right size: this runs for every warning (an
+    /// openleadr-style interval has one), and `fmt` machinery cost as much as the rest of a
+    /// warning.
+    pub(super) fn render(&self) -> String {
+        let mut out = String::with_capacity(self.len());
+        self.write_to(&mut out);
+        out
+    }
+
+    fn len(&self) -> usize {
         match self {
-            Path::Root(name) => f.write_str(name),
-            Path::Child(parent, name) => write!(f, "{parent}/{name}"),
-            Path::Nth(parent, name, n) => write!(f, "{parent}/{name}[{n}]"),
+            Path::Root(name) => name.len(),
+            Path::Child(parent, name) => parent.len() + 1 + name.len(),
+            Path::Nth(parent, name, n) => parent.len() + 1 + name.len() + 2 + decimal_len(*n),
+        }
+    }
+
+    fn write_to(&self, out: &mut String) {
+        match self {
+            Path::Root(name) => out.push_str(name),
+            Path::Child(parent, name) => {
+                parent.write_to(out);
+                out.push('/');
+                out.push_str(name);
+            }
+            Path::Nth(parent, name, n) => {
+                parent.write_to(out);
+                out.push('/');
+                out.push_str(name);
+                out.push('[');
+                push_decimal(out, *n);
+                out.push(']');
+            }
         }
     }
 }
 
+fn decimal_len(mut n: usize) -> usize {
+    let mut len = 1;
+    while n >= 10 {
+        n /= 10;
+        len += 1;
+    }
+    len
+}
+
+fn push_decimal(out: &mut String, n: usize) {
+    if n >= 10 {
+        push_decimal(out, n / 10);
+    }
+    out.push(char::from(b'0' + (n % 10) as u8));
+}
+
 pub(super) fn missing(path: &Path) -> DecodeError {
-    DecodeError::Missing { path: path.to_string() }
+    DecodeError::Missing { path: path.render() }
 }
 
 pub(super) fn invalid(path: &Path, value: &str, reason: impl Into<String>) -> DecodeError {
     DecodeError::Invalid {
-        path: path.to_string(),
+        path: path.render(),
         value: value.to_owned(),
         reason: reason.into(),
     }
@@ -262,11 +307,13 @@ mod tests {
         let ev = root.nth("oadrEvent", 0);
         let ei = ev.child("eiEvent");
         let p = ei.child("eventDescriptor");
-        assert_eq!(
-            p.to_string(),
-            "oadrDistributeEvent/oadrEvent[1]/eiEvent/eventDescriptor"
-        );
-        assert_eq!(root.to_string(), "oadrDistributeEvent");
+        assert_eq!(p.render(), "oadrDistributeEvent/oadrEvent[1]/eiEvent/eventDescriptor");
+        assert_eq!(root.render(), "oadrDistributeEvent");
+        for i in [0, 8, 9, 10, 98, 99, 100, 12_345, usize::MAX - 1] {
+            let nth = root.nth("oadrEvent", i);
+            let expected = format!("oadrDistributeEvent/oadrEvent[{}]", i + 1);
+            assert_eq!((nth.render(), nth.len()), (expected.clone(), expected.len()));
+        }
     }
 
     #[test]

@@ -210,7 +210,7 @@ impl Cx<'_> {
         let left = all.clone().take(self.limits.max_items + 1).count();
         if left > self.limits.max_items {
             return Err(DecodeError::TooMany {
-                path: path.child(name).to_string(),
+                path: path.child(name).render(),
                 limit: self.limits.max_items,
             });
         }
@@ -226,7 +226,7 @@ impl Cx<'_> {
 
     fn warn(&mut self, path: &Path, message: impl Into<String>) {
         self.warnings.push(Warning {
-            path: path.to_string(),
+            path: path.render(),
             message: message.into(),
         });
     }
