@@ -14,6 +14,9 @@
 //!   bare sled tree, without and with the `fdatasync(2)` of sled's log file that the ledger adds
 //!   after every flush (`src/ledger/durable.rs`): the cost of durability against power loss,
 //!   measured in the same run as the ledger figures.
+//! - `sled_commit/ack_shaped/*`: the commit an event's acknowledgment waits for (three records
+//!   and their de-duplication entries in one transaction over two trees), then with sled's
+//!   flush, then with the `fdatasync`: where the ack's time goes, stage by stage.
 //!
 //! The ledger lives under `CARGO_TARGET_TMPDIR` (the target directory's disk), not `/tmp`, which
 //! may be a tmpfs where a flush costs nothing. Figures are only meaningful on the disk the
@@ -21,6 +24,7 @@
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 use flexgate::ledger::{Ledger, NewRecord, RecordKind};
 use serde_json::json;
+use sled::Transactional;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -166,6 +170,41 @@ fn sled_commit(c: &mut Criterion) {
         b.iter(|| {
             key += 1;
             tree.insert(key.to_be_bytes(), value.as_slice()).expect("insert");
+            db.flush().expect("flush");
+            log.sync_data().expect("fdatasync");
+        })
+    });
+    // The shape of an event's acknowledgment commit: three records (raw input, interpretation,
+    // ack: 705, 2,752 and 743 bytes as the gateway bench writes them) and their
+    // de-duplication entries, in one transaction over the two trees, as the ledger writer does.
+    let dedup = db.open_tree("dedup").expect("tree");
+    let ack_records: Vec<Vec<u8>> = [705usize, 2_752, 743].iter().map(|n| vec![b'x'; *n]).collect();
+    let ack_commit = |key: &mut u64| {
+        let mut records = sled::Batch::default();
+        let mut keys = sled::Batch::default();
+        for value in &ack_records {
+            *key += 1;
+            records.insert(&key.to_be_bytes(), value.as_slice());
+            keys.insert(format!("ack:ev-{key}:1").as_bytes(), &key.to_be_bytes());
+        }
+        let written: Result<(), sled::transaction::TransactionError<()>> =
+            (&tree, &dedup).transaction(|(records_tx, dedup_tx)| {
+                records_tx.apply_batch(&records)?;
+                dedup_tx.apply_batch(&keys)?;
+                Ok(())
+            });
+        written.expect("transaction");
+    };
+    group.bench_function("ack_shaped/transaction", |b| b.iter(|| ack_commit(&mut key)));
+    group.bench_function("ack_shaped/transaction_flush", |b| {
+        b.iter(|| {
+            ack_commit(&mut key);
+            db.flush().expect("flush");
+        })
+    });
+    group.bench_function("ack_shaped/transaction_flush_fdatasync", |b| {
+        b.iter(|| {
+            ack_commit(&mut key);
             db.flush().expect("flush");
             log.sync_data().expect("fdatasync");
         })
