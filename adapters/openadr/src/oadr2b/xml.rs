@@ -627,6 +627,9 @@ pub(super) mod fast {
         hay.windows(needle.len()).position(|w| w == needle)
     }
 
+    /// Most attributes in one start tag that the fast parser checks for duplicates itself.
+    const MAX_FAST_ATTRIBUTES: usize = 32;
+
     /// The byte cursor over the document.
     struct Cursor<'a> {
         text: &'a str,
@@ -839,7 +842,10 @@ pub(super) mod fast {
                                     continue;
                                 }
                                 let (name, value) = c.attribute()?;
-                                if attrs.iter().any(|a| short_eq(a, name)) {
+                                // Duplicates are found by comparing with each earlier attribute:
+                                // quadratic, so a tag with more attributes goes to quick-xml,
+                                // which hashes them from 32 on.
+                                if attrs.len() >= MAX_FAST_ATTRIBUTES || attrs.iter().any(|a| short_eq(a, name)) {
                                     return None;
                                 }
                                 attrs.push(name);
@@ -967,6 +973,22 @@ mod tests {
         "<xml:x/>",
         "\u{e9}",
     ];
+
+    #[test]
+    fn many_attributes_go_to_the_reference_parser() {
+        let tag = |n: usize| {
+            let attrs: String = (0..n).map(|i| format!(" a{i}=\"{i}\"")).collect();
+            format!("<x{attrs}/>")
+        };
+        let limits = Limits::default();
+        assert!(check(tag(32).as_bytes(), &limits));
+        let many = tag(20_000);
+        assert!(fast::parse(&many, &limits).is_none());
+        assert!(reference::parse(&many, &limits).is_ok());
+        let dup = format!("<x{} a7=\"again\"/>", &tag(40)[2..tag(40).len() - 2]);
+        assert!(fast::parse(&dup, &limits).is_none());
+        assert!(matches!(parse(dup.as_bytes(), &limits), Err(DecodeError::Xml { .. })));
+    }
 
     #[test]
     fn the_fast_parser_agrees_with_the_reference_one() {
