@@ -2,12 +2,13 @@
 # Installs the real peers that flexgate's integration tests run on loopback:
 #   - openleadr 0.5.36 (OpenADR 2.0b VTN, Python) in target/peers/oadr2b-venv
 #   - openadr 0.4.0 (hupe1980; OpenADR 3.1 VTN, Rust) in target/peers/openadr/bin/openadr
+#   - pymodbus 3.8.6 (Modbus TCP server, Python) in target/peers/modbus-venv, for the meter tests
 #   - Mosquitto (MQTT broker, Debian package; the tests start their own instance on 127.0.0.1)
 #   - Slurm 22.05 (slurmctld, slurmd, slurmrestd, munge; Debian packages; the tests start a
 #     single-node cluster with 8 fake GPUs through tests/peers/slurm.sh)
 # Idempotent: each step is skipped when its result is already there. One line per step on
 # stdout; the tools' own output goes to target/peers/*.log and is shown only when a step fails.
-# Usage: tests/peers/setup.sh [--only oadr2b|oadr3|mosquitto|strace|cargo-deny|slurm]
+# Usage: tests/peers/setup.sh [--only oadr2b|oadr3|modbus|mosquitto|strace|cargo-deny|slurm]
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."   # workspace root
@@ -20,10 +21,10 @@ OADR3_ROOT=$PEERS/openadr
 OADR3_BIN=$OADR3_ROOT/bin/openadr
 ONLY=${2:-}
 if [[ ${1:-} == --only ]]; then
-    [[ $ONLY == oadr2b || $ONLY == oadr3 || $ONLY == mosquitto || $ONLY == strace || $ONLY == cargo-deny || $ONLY == slurm ]] ||
-        { echo "setup: --only takes oadr2b, oadr3, mosquitto, strace, cargo-deny or slurm" >&2; exit 2; }
+    [[ $ONLY == oadr2b || $ONLY == oadr3 || $ONLY == modbus || $ONLY == mosquitto || $ONLY == strace || $ONLY == cargo-deny || $ONLY == slurm ]] ||
+        { echo "setup: --only takes oadr2b, oadr3, modbus, mosquitto, strace, cargo-deny or slurm" >&2; exit 2; }
 elif [[ $# -gt 0 ]]; then
-    echo "usage: $0 [--only oadr2b|oadr3|mosquitto|strace|cargo-deny|slurm]" >&2; exit 2
+    echo "usage: $0 [--only oadr2b|oadr3|modbus|mosquitto|strace|cargo-deny|slurm]" >&2; exit 2
 fi
 mkdir -p "$PEERS"
 
@@ -46,11 +47,12 @@ openleadr_ok() {
 # python3 -m venv needs ensurepip; on Debian/Ubuntu that is the python3-venv package
 # (python3.X-venv), which a fresh image lacks: "ensurepip is not available".
 make_venv() {
-    local log=$PEERS/oadr2b-venv.log
-    if python3 -m venv "$VENV" >"$log" 2>&1; then
+    local dir=$1
+    local log=$dir.log
+    if python3 -m venv "$dir" >"$log" 2>&1; then
         return 0
     fi
-    rm -rf "$VENV"
+    rm -rf "$dir"
     if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
         local pkg
         pkg="python3-venv python$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')-venv"
@@ -58,7 +60,7 @@ make_venv() {
         { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $pkg; } >>"$log" 2>&1 ||
             DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >>"$log" 2>&1 ||
             fail "apt-get install python3-venv failed" "$log"
-        python3 -m venv "$VENV" >>"$log" 2>&1 || { rm -rf "$VENV"; fail "python3 -m venv still fails after installing python3-venv" "$log"; }
+        python3 -m venv "$dir" >>"$log" 2>&1 || { rm -rf "$dir"; fail "python3 -m venv still fails after installing python3-venv" "$log"; }
     else
         fail "python3 -m venv does not work (on Debian/Ubuntu: apt-get install python3-venv)" "$log"
     fi
@@ -74,13 +76,40 @@ setup_oadr2b() {
     if [[ ! -x $VENV/bin/python ]]; then
         step "creating $VENV (python3 -m venv, $(python3 --version 2>&1))"
         rm -rf "$VENV"
-        make_venv
+        make_venv "$VENV"
     fi
     step "pip install openleadr==$OPENLEADR_VERSION into $VENV (about 1 min)"
     local log=$PEERS/openleadr-install.log
     "$VENV/bin/python" -m pip install --quiet "openleadr==$OPENLEADR_VERSION" >"$log" 2>&1 ||
         fail "pip install openleadr==$OPENLEADR_VERSION failed (network? PyPI reachable?)" "$log"
     openleadr_ok || fail "openleadr installed but 'import openleadr' (version $OPENLEADR_VERSION) fails" "$log"
+}
+
+MODBUS_VENV=$PEERS/modbus-venv
+PYMODBUS_VERSION=3.8.6
+pymodbus_ok() {
+    [[ -x $MODBUS_VENV/bin/python ]] &&
+        "$MODBUS_VENV/bin/python" -c "import sys, pymodbus; sys.exit(pymodbus.__version__ != '$PYMODBUS_VERSION')" >/dev/null 2>&1
+}
+
+# pymodbus, a Modbus TCP server that is not ours, serves the meter in adapters/modbus/tests.
+setup_modbus() {
+    if pymodbus_ok; then
+        step "pymodbus $PYMODBUS_VERSION already in $MODBUS_VENV"
+        return
+    fi
+    command -v python3 >/dev/null 2>&1 ||
+        fail "python3 not found (on Debian/Ubuntu: apt-get install python3 python3-venv)"
+    if [[ ! -x $MODBUS_VENV/bin/python ]]; then
+        step "creating $MODBUS_VENV (python3 -m venv)"
+        rm -rf "$MODBUS_VENV"
+        make_venv "$MODBUS_VENV"
+    fi
+    step "pip install pymodbus==$PYMODBUS_VERSION into $MODBUS_VENV"
+    local log=$PEERS/pymodbus-install.log
+    "$MODBUS_VENV/bin/python" -m pip install --quiet "pymodbus==$PYMODBUS_VERSION" >"$log" 2>&1 ||
+        fail "pip install pymodbus==$PYMODBUS_VERSION failed (network? PyPI reachable?)" "$log"
+    pymodbus_ok || fail "pymodbus installed but 'import pymodbus' (version $PYMODBUS_VERSION) fails" "$log"
 }
 
 setup_oadr3() {
@@ -177,10 +206,11 @@ setup_slurm() {
 case $ONLY in
     oadr2b) setup_oadr2b ;;
     oadr3) setup_oadr3 ;;
+    modbus) setup_modbus ;;
     mosquitto) setup_mosquitto ;;
     slurm) setup_slurm ;;
     strace) setup_strace ;;
     cargo-deny) setup_cargo_deny ;;
-    *) setup_oadr2b; setup_oadr3; setup_mosquitto; setup_strace; setup_cargo_deny; setup_slurm ;;
+    *) setup_oadr2b; setup_modbus; setup_oadr3; setup_mosquitto; setup_strace; setup_cargo_deny; setup_slurm ;;
 esac
 step "done"
