@@ -14,6 +14,7 @@ pub mod estimate;
 pub mod event;
 pub mod facility;
 pub mod fleet;
+pub mod meter;
 pub mod pfi;
 pub mod physics;
 pub mod predictor;
