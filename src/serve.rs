@@ -87,8 +87,8 @@ impl Server {
                     let backend = crate::cluster::agents::AgentsBackend::new(agents, facility)
                         .map_err(|e| ServeError::Backend(e.to_string()))?;
                     tracing::warn!(
-                        "agents backend: no meter source; the meter is the facility model's estimate from measured GPU \
-                         power, so closed-loop trim acts on an estimate"
+                        "agents backend: no meter source; the meter figure is the facility model's estimate from measured \
+                         GPU power (meter_quality \"model\" in /v1/status), so the closed loop does not trim"
                     );
                     backend.spawn_renewal();
                     let backend: Arc<dyn ClusterBackend> = backend;

@@ -327,6 +327,11 @@ async fn telemetry_comes_from_metrics_and_predicts_the_pfi_of_uncapped_untagged_
     let mut copy = Vec::new();
     for round in 0..3 {
         let t = b.telemetry().await.expect("telemetry");
+        assert_eq!(
+            t.meter_quality,
+            flexgate_policies::meter::Quality::Model,
+            "without a meter source the meter figure is the facility model's, never called measured"
+        );
         let page = metrics_of(&c.urls[0]).await;
         assert_eq!(page.len(), 8);
         let page_power: f64 = page.iter().filter_map(|g| g.power_w).sum();

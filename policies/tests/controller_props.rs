@@ -57,6 +57,8 @@ struct ModelCluster {
     jobs: Vec<ModelJob>,
     /// Jobs whose node does not answer: commands fail, telemetry omits them.
     silent: Vec<Arc<str>>,
+    /// Whether the meter figure is a reading (`false`: the facility model's estimate).
+    model_meter: bool,
     /// Fail every command while set.
     failing: bool,
     next_job: u32,
@@ -124,6 +126,11 @@ impl ModelCluster {
             gpu_board_power: Watts(jobs.iter().map(|j| j.power.value()).sum()),
             jobs,
             meter_kw: Kilowatts(20.0 + gpu * 1.35 / 1000.0),
+            meter_quality: if self.model_meter {
+                flexgate_policies::meter::Quality::Model
+            } else {
+                flexgate_policies::meter::Quality::Measured
+            },
             nodes: u32::try_from(self.jobs.len()).unwrap_or(1).max(1),
         }
     }
@@ -602,4 +609,20 @@ fn a_failed_restore_is_retried_until_confirmed() {
     h.measure_and_tick();
     assert!(h.controller.caps().is_empty());
     assert!(h.cluster.jobs.iter().all(|j| j.cap == MAX_W));
+}
+
+/// The closed loop trims on the meter's own reading only: with the same site and event, a
+/// measured meter moves the trim, a model's figure never does.
+#[test]
+fn the_closed_loop_trims_on_a_measured_meter_never_on_a_model() {
+    let trims = |model_meter: bool| {
+        let mut h = Harness::new();
+        h.cluster.model_meter = model_meter;
+        let kw = 0.7 * h.uncapped_meter_kw();
+        h.submit(event(1, 1, kw, h.now, Some(600), false, false));
+        assert!(h.run_for(40), "the event capped jobs");
+        h.ledger.iter().filter(|e| matches!(e, Entry::Trimmed(_))).count()
+    };
+    assert!(trims(false) > 0, "a measured meter off the ceiling is trimmed on");
+    assert_eq!(trims(true), 0, "a model's figure is never trimmed on");
 }

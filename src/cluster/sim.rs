@@ -796,6 +796,8 @@ impl ClusterBackend for SimCluster {
             gpu_board_power: jobs.iter().map(|j| j.power).sum(),
             jobs,
             meter_kw,
+            // The simulated site's own meter: in simulation this is the measurement.
+            meter_quality: flexgate_policies::meter::Quality::Measured,
             nodes: self.config.nodes,
         })
     }

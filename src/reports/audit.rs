@@ -151,8 +151,12 @@ pub struct IntervalAudit {
     pub end: DateTime<Utc>,
     /// The event's meter ceiling for the interval.
     pub ceiling_kw: Option<f64>,
-    /// Meter samples.
+    /// Meter samples counted: read from the meter, or recorded before the gateway said where
+    /// its figure came from.
     pub samples: usize,
+    /// Samples in the interval whose figure was the facility model's (no meter source, or a
+    /// stale or missing meter): not counted in the figures below.
+    pub modelled_samples: usize,
     /// Mean measured meter.
     pub mean_meter_kw: Option<f64>,
     /// Highest measured meter.
@@ -183,10 +187,16 @@ pub fn build(records: &[Record], event_id: &str, window_s: u64) -> Result<Option
     let mut trims = Vec::new();
     let mut fallbacks: Vec<String> = Vec::new();
     let mut meter: Vec<(DateTime<Utc>, f64, Option<f64>)> = Vec::new();
+    let mut modelled: Vec<DateTime<Utc>> = Vec::new();
     for record in records {
         let entry = record.entry()?;
         if let Entry::MeterSample(m) = &entry {
-            meter.push((m.at, m.meter_kw, m.ceiling_kw));
+            // A model's figure is not evidence of what the meter saw: counted apart.
+            if m.meter_quality.is_some_and(|q| !q.is_measured()) {
+                modelled.push(m.at);
+            } else {
+                meter.push((m.at, m.meter_kw, m.ceiling_kw));
+            }
             continue;
         }
         if record.event.as_deref() != Some(event_id) {
@@ -354,6 +364,7 @@ pub fn build(records: &[Record], event_id: &str, window_s: u64) -> Result<Option
                 end: to,
                 ceiling_kw,
                 samples: xs.len(),
+                modelled_samples: modelled.iter().filter(|t| **t >= from && **t < to).count(),
                 mean_meter_kw: mean,
                 max_meter_kw: xs.iter().copied().reduce(f64::max),
                 compliance: ceiling_kw
@@ -590,6 +601,13 @@ impl AuditReport {
                 kw(i.over_delivery_kw)
             );
         }
+        for i in self.intervals.iter().filter(|i| i.modelled_samples > 0) {
+            let _ = writeln!(
+                out,
+                "\nInterval {}: {} meter samples were the facility model's estimate (no meter source, or the meter stale or missing), not a reading; they are not counted above.",
+                i.index, i.modelled_samples
+            );
+        }
         for i in self.intervals.iter().filter(|i| i.note.is_some()) {
             let _ = writeln!(
                 out,
@@ -659,9 +677,24 @@ mod tests {
     }
 
     fn sample(at: DateTime<Utc>, meter_kw: f64, ceiling_kw: Option<f64>) -> Entry {
+        sample_of(
+            at,
+            meter_kw,
+            ceiling_kw,
+            Some(flexgate_policies::meter::Quality::Measured),
+        )
+    }
+
+    fn sample_of(
+        at: DateTime<Utc>,
+        meter_kw: f64,
+        ceiling_kw: Option<f64>,
+        meter_quality: Option<flexgate_policies::meter::Quality>,
+    ) -> Entry {
         Entry::MeterSample(MeterSample {
             at,
             meter_kw,
+            meter_quality,
             gpu_board_w: 0.0,
             ceiling_kw,
             events: Vec::new(),
@@ -736,6 +769,23 @@ mod tests {
                 Some("ev"),
             );
         }
+        // While the meter source was down the facility model's upper estimate stood in: those
+        // figures are not evidence of the meter and must not count, either way.
+        for (minutes, quality) in [
+            (5, flexgate_policies::meter::Quality::Stale),
+            (15, flexgate_policies::meter::Quality::Model),
+            (25, flexgate_policies::meter::Quality::Missing),
+        ] {
+            push(
+                sample_of(
+                    start + ChronoDuration::minutes(minutes),
+                    95.0,
+                    Some(80.0),
+                    Some(quality),
+                ),
+                Some("ev"),
+            );
+        }
         let end = start + ChronoDuration::hours(1);
         push(transition(Phase::Active, Phase::Completed, end), Some("ev"));
         for minutes in (0..30).step_by(10) {
@@ -756,6 +806,12 @@ mod tests {
         assert_eq!(report.baseline.after_kw, Some(101.0));
         let i = &report.intervals[0];
         assert_eq!(i.samples, 6);
+        assert_eq!(i.modelled_samples, 3);
+        assert!(
+            report
+                .to_markdown()
+                .contains("3 meter samples were the facility model's estimate")
+        );
         assert!((i.compliance.expect("compliance") - 5.0 / 6.0).abs() < 1e-9);
         let mean = (85.0 + 5.0 * 78.0) / 6.0;
         assert!((i.mean_meter_kw.expect("mean") - mean).abs() < 1e-9);

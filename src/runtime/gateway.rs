@@ -616,8 +616,22 @@ impl Gateway {
             (
                 "flexgate_measured_meter_kw",
                 "gauge",
-                "Last measured meter power.",
+                "Last meter power read from the meter (NaN when the figure is a model's).",
                 status.measured_meter_kw.unwrap_or(f64::NAN),
+            ),
+            (
+                "flexgate_meter_kw",
+                "gauge",
+                "Last meter figure the gateway acted on, measured or modelled (NaN before telemetry).",
+                status.meter_kw.unwrap_or(f64::NAN),
+            ),
+            (
+                "flexgate_meter_measured",
+                "gauge",
+                "1 when the meter figure acted on is the meter's own reading, 0 when it is the facility model's.",
+                status
+                    .meter_quality
+                    .map_or(0.0, |q| if q.is_measured() { 1.0 } else { 0.0 }),
             ),
             (
                 "flexgate_measured_gpu_w",

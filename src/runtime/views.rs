@@ -26,8 +26,14 @@ pub struct StatusView {
     pub gpu_budget_w: Option<f64>,
     /// Closed-loop trim subtracted from the budget.
     pub trim_w: f64,
-    /// Last measured meter power.
+    /// The last meter figure when it is the meter's own reading; `None` when the figure is a
+    /// model's (see `meter_kw` and `meter_quality`): an estimate is never shown as measured.
     pub measured_meter_kw: Option<f64>,
+    /// The last meter figure the gateway acted on, measured or not.
+    pub meter_kw: Option<f64>,
+    /// Where `meter_kw` comes from: `measured`, `model` (no meter source: the facility model's
+    /// estimate), `stale` or `missing` (a meter source failed: the model's upper estimate).
+    pub meter_quality: Option<flexgate_policies::meter::Quality>,
     /// Last measured fleet GPU-board power.
     pub measured_gpu_w: Option<f64>,
     /// Running jobs.
@@ -54,7 +60,13 @@ impl StatusView {
             phase: ceiling.as_ref().map(|c| c.phase.as_str().to_string()),
             gpu_budget_w: snapshot.plan.as_ref().map(|p| p.gpu_budget_w),
             trim_w: snapshot.trim_w,
-            measured_meter_kw: snapshot.telemetry.as_ref().map(|t| t.meter_kw.value()),
+            measured_meter_kw: snapshot
+                .telemetry
+                .as_ref()
+                .filter(|t| t.meter_quality.is_measured())
+                .map(|t| t.meter_kw.value()),
+            meter_kw: snapshot.telemetry.as_ref().map(|t| t.meter_kw.value()),
+            meter_quality: snapshot.telemetry.as_ref().map(|t| t.meter_quality),
             measured_gpu_w: snapshot.telemetry.as_ref().map(|t| t.gpu_board_power.value()),
             jobs: snapshot.jobs.len(),
             unconfirmed_jobs: snapshot.caps.values().filter(|c| !c.confirmed).count(),

@@ -6,6 +6,7 @@
 //! The async trait that moves them lives with the gateway's cluster drivers.
 
 use crate::alloc::JobSpec;
+use crate::meter::Quality;
 use crate::units::{Kilowatts, TokensPerSec, Watts, WattsPerGpu};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -112,8 +113,18 @@ pub struct Telemetry {
     pub gpu_board_power: Watts,
     /// Facility power at the utility meter, which sees everything, measured or not.
     pub meter_kw: Kilowatts,
+    /// Where `meter_kw` comes from: the meter's own reading (`measured`), or the facility
+    /// model's estimate (`model`, and `stale`/`missing` when a meter source failed and the
+    /// model's upper estimate stands in). The closed loop trims only on a measured figure.
+    /// Absent in documents from before meter sources: taken as the model's (never as measured).
+    #[serde(default = "model_quality")]
+    pub meter_quality: Quality,
     /// Nodes behind the meter (all of them, busy or idle), for the facility model's host term.
     pub nodes: u32,
+}
+
+fn model_quality() -> Quality {
+    Quality::Model
 }
 
 /// One job's measured draw and throughput.

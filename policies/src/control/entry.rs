@@ -499,8 +499,12 @@ pub struct ElasticityKnown {
 pub struct MeterSample {
     /// When.
     pub at: DateTime<Utc>,
-    /// The meter, kW.
+    /// The meter, kW: the figure the gateway acted on.
     pub meter_kw: f64,
+    /// Where `meter_kw` comes from (`measured`, `stale`, `missing`, `model`; see
+    /// `flexgate_policies::meter`). `None` in samples recorded before the gateway said so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meter_quality: Option<crate::meter::Quality>,
     /// GPU-board power of the measured jobs, W.
     pub gpu_board_w: f64,
     /// The ceiling in force, kW.

@@ -701,6 +701,7 @@ impl Controller {
                 Entry::MeterSample(MeterSample {
                     at: now,
                     meter_kw: t.meter_kw.value(),
+                    meter_quality: Some(t.meter_quality),
                     gpu_board_w: t.gpu_board_power.value(),
                     ceiling_kw: ceiling.as_ref().map(|c| c.ceiling_kw),
                     events: ceiling.as_ref().map(|c| c.events.clone()).unwrap_or_default(),
@@ -716,10 +717,15 @@ impl Controller {
     }
 
     /// Closed loop: once the last dispatch has settled, move the trim on the measured meter.
+    /// Never on a model's figure: trimming the model's estimate against itself would give back
+    /// the conservative budget's margin on no evidence.
     fn trim(&mut self, now: DateTime<Utc>, effects: &mut Vec<Effect>) {
         let (Some(plan), Some(t)) = (&self.plan, &self.telemetry) else {
             return;
         };
+        if !t.meter_quality.is_measured() {
+            return;
+        }
         let settle =
             chrono::Duration::seconds(i64::try_from(self.settings.control.settle_s).unwrap_or(i64::MAX / 2_000));
         if self.last_dispatch.is_some_and(|at| now - at < settle) {

@@ -93,6 +93,8 @@ impl AgentsBackend {
             gpu_board_power: per_job.iter().map(|j| j.power).sum(),
             jobs: per_job,
             meter_kw: meter,
+            // Not a meter reading: the facility model's estimate from the GPUs' draw.
+            meter_quality: flexgate_policies::meter::Quality::Model,
             nodes,
         })
     }
