@@ -928,6 +928,28 @@ mod tests {
         true
     }
 
+    /// Wrappers like those of the fuzz target (`fuzz/fuzz_targets/decode_2b.rs`).
+    const PAYLOAD_OPEN: &str = concat!(
+        r#"<oadr:oadrPayload xmlns:oadr="http://openadr.org/oadr-2.0b/2012/07""#,
+        r#" xmlns:ei="http://docs.oasis-open.org/ns/energyinterop/201110""#,
+        r#" xmlns:pyld="http://docs.oasis-open.org/ns/energyinterop/201110/payloads""#,
+        r#" xmlns:emix="http://docs.oasis-open.org/ns/emix/2011/06""#,
+        r#" xmlns:power="http://docs.oasis-open.org/ns/emix/2011/06/power""#,
+        r#" xmlns:scale="http://docs.oasis-open.org/ns/emix/2011/06/siscale""#,
+        r#" xmlns:xcal="urn:ietf:params:xml:ns:icalendar-2.0""#,
+        r#" xmlns:strm="urn:ietf:params:xml:ns:icalendar-2.0:stream""#,
+        r#" xmlns:ds="http://www.w3.org/2000/09/xmldsig#">"#,
+        r#"<oadr:oadrSignedObject>"#,
+    );
+    const PAYLOAD_CLOSE: &str = "</oadr:oadrSignedObject></oadr:oadrPayload>";
+    const EVENT_OPEN: &str = concat!(
+        r#"<oadr:oadrDistributeEvent ei:schemaVersion="2.0b"><pyld:requestID>R</pyld:requestID>"#,
+        r#"<ei:vtnID>V</ei:vtnID><oadr:oadrEvent><ei:eiEvent>"#,
+    );
+    const EVENT_CLOSE: &str = "</ei:eiEvent></oadr:oadrEvent></oadr:oadrDistributeEvent>";
+
+    /// The documents in `dir`: relative to the crate, or absolute (the `OADR2B_EXTRA_CORPUS`
+    /// directory: set it to a fresh fuzzing corpus to compare the parsers on that too).
     fn files(dir: &str) -> Vec<Vec<u8>> {
         let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(dir);
         let mut paths: Vec<_> = std::fs::read_dir(&dir)
@@ -995,6 +1017,9 @@ mod tests {
         let limits = Limits::default();
         let mut docs = files("fuzz/corpus/decode_2b");
         docs.extend(files("fuzz/seeds"));
+        if let Some(extra) = std::env::var_os("OADR2B_EXTRA_CORPUS") {
+            docs.extend(files(&extra.to_string_lossy()));
+        }
         let fixtures: Vec<Vec<u8>> = files("tests/fixtures")
             .into_iter()
             .chain(files("benches/inputs"))
@@ -1011,9 +1036,20 @@ mod tests {
             (seed % n as u64) as usize
         };
         let (mut taken, mut total) = (0usize, 0usize);
+        // Every document alone and, as the fuzz target does, wrapped in a payload that declares
+        // every prefix and in an otherwise valid event, so that fragments reach the parser whole.
         for doc in docs.iter().chain(&fixtures) {
             total += 1;
             taken += usize::from(check(doc, &limits));
+            if let Ok(s) = std::str::from_utf8(doc) {
+                for wrapped in [
+                    format!("{PAYLOAD_OPEN}{s}{PAYLOAD_CLOSE}"),
+                    format!("{PAYLOAD_OPEN}{EVENT_OPEN}{s}{EVENT_CLOSE}{PAYLOAD_CLOSE}"),
+                ] {
+                    total += 1;
+                    taken += usize::from(check(wrapped.as_bytes(), &limits));
+                }
+            }
         }
         for doc in &fixtures {
             for _ in 0..300 {
@@ -1057,7 +1093,8 @@ mod tests {
             check(doc, &tight);
         }
         eprintln!("the fast parser took {taken} of {total} documents");
-        // The comparison means something only if the fast parser took a good share.
-        assert!(taken * 5 > total, "the fast parser took {taken} of {total}");
+        // The comparison means something only if the fast parser took many (most corpus files
+        // are hostile and go to the reference parser).
+        assert!(taken > 1_000, "the fast parser took only {taken} of {total}");
     }
 }
