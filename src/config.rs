@@ -33,6 +33,9 @@ pub struct Config {
     /// An MQTT broker to take `dr.event/1` events from and publish acks, status, telemetry and
     /// reports to (absent: no MQTT).
     pub mqtt: Option<MqttConfig>,
+    /// Meter sources summed into the site meter (absent: the backend's figure, the simulated
+    /// site's meter or, with agents, the facility model's estimate).
+    pub meter: Option<crate::meter::MeterConfig>,
 }
 
 impl Default for Config {
@@ -50,6 +53,7 @@ impl Default for Config {
             openadr2b: None,
             openadr3: None,
             mqtt: None,
+            meter: None,
         }
     }
 }
@@ -235,6 +239,12 @@ impl Config {
         }
         if let Some(m) = &self.mqtt {
             m.validate()?;
+        }
+        if let Some(m) = &self.meter {
+            m.validate().map_err(|message| ConfigError::Invalid {
+                field: "meter",
+                message,
+            })?;
         }
         let c = &self.control;
         if !(c.gain > 0.0 && c.gain <= 1.0) {

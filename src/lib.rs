@@ -13,6 +13,7 @@ pub mod config;
 pub mod grid;
 pub mod http_client;
 pub mod ledger;
+pub mod meter;
 pub mod reports;
 pub mod runtime;
 pub mod serve;

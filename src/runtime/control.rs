@@ -60,11 +60,60 @@ impl Gateway {
                 Err(e) => tracing::warn!("inventory failed: {e}"),
             }
             match self.backend.telemetry().await {
-                Ok(t) => self.feed(Input::Telemetry(t)).await?,
+                Ok(t) => {
+                    let t = self.with_site_meter(t);
+                    self.feed(Input::Telemetry(t)).await?;
+                }
                 Err(e) => tracing::warn!("telemetry missing: {e}; keeping the last reading"),
             }
         }
         self.feed(Input::Tick { measured: measure }).await
+    }
+
+    /// With `[meter]` sources, the site meter replaces the backend's figure: the feeds' sum
+    /// when every feed is fresh, otherwise the facility model's upper estimate (the larger of
+    /// it on the measured GPU power and the backend's own estimate, which counts unmeasured
+    /// GPUs at their maximum), with the quality saying which.
+    fn with_site_meter(
+        &self,
+        mut t: flexgate_policies::control::cluster::Telemetry,
+    ) -> flexgate_policies::control::cluster::Telemetry {
+        let Some(meter) = &self.meter else {
+            return t;
+        };
+        // The screen's limits: the configured facility maximum, or the model's upper meter
+        // figure with every GPU of every node at its maximum.
+        let configured = self.config.site.facility_max_kw;
+        let facility_max_kw = if configured > 0.0 {
+            configured
+        } else {
+            let all_gpus =
+                flexgate_policies::units::Watts(self.config.facility.gpu_max_kw_per_node * 1000.0 * f64::from(t.nodes));
+            self.facility
+                .forward(all_gpus, t.nodes, &flexgate_policies::facility::CoolingState::Settled)
+                .map_or(0.0, |m| m.hi.value())
+        };
+        meter.set_facility_max_kw(facility_max_kw);
+        let model = self.facility.forward(
+            t.gpu_board_power,
+            t.nodes,
+            &flexgate_policies::facility::CoolingState::Settled,
+        );
+        let (nominal, upper) = match model {
+            Ok(m) => (m.nominal.value(), m.hi.value()),
+            Err(_) => (t.meter_kw.value(), t.meter_kw.value()),
+        };
+        let backend_estimate = if t.meter_quality.is_measured() {
+            0.0
+        } else {
+            t.meter_kw.value()
+        };
+        // The sources log their own failures; the quality goes to the status, the metrics and
+        // every meter_sample.
+        let site = meter.site_meter(self.clock.now(), nominal, upper.max(backend_estimate));
+        t.meter_kw = flexgate_policies::units::Kilowatts(site.kw);
+        t.meter_quality = site.quality;
+        t
     }
 
     /// Feed one input, record what it decided, and carry out the actions, feeding their

@@ -90,6 +90,9 @@ pub enum StartError {
     /// The facility parameters are invalid.
     #[error("facility parameters: {0}")]
     Facility(String),
+    /// A meter source cannot be set up.
+    #[error("{0}")]
+    Meter(String),
     /// The ledger failed.
     #[error(transparent)]
     Ledger(#[from] LedgerError),
@@ -164,6 +167,10 @@ pub struct Gateway {
     /// Event phase changes once recorded, for the adapters that report on events (MQTT
     /// `reports/{event_id}` when an event ends).
     pub(crate) transitions: tokio::sync::broadcast::Sender<Transition>,
+    /// The `[meter]` sources, when configured: the site meter the control loop acts on.
+    pub(crate) meter: Option<Arc<crate::meter::MeterSources>>,
+    /// The facility model, for the upper estimate that stands in for a stale or missing meter.
+    pub(crate) facility: flexgate_policies::facility::FacilityModel,
 }
 
 impl Gateway {
@@ -183,6 +190,12 @@ impl Gateway {
             facility: config.facility.clone(),
         };
         let controller = Controller::new(settings).map_err(|e| StartError::Facility(e.to_string()))?;
+        let facility = flexgate_policies::facility::FacilityModel::new(config.facility.clone())
+            .map_err(|e| StartError::Facility(e.to_string()))?;
+        let meter = match &config.meter {
+            Some(m) => Some(crate::meter::MeterSources::start(m, clock).map_err(StartError::Meter)?),
+            None => None,
+        };
         let published = RwLock::new(Arc::new(Published {
             snapshot: controller.snapshot(),
             plan_recorded_at: None,
@@ -198,6 +211,8 @@ impl Gateway {
             wake: Notify::new(),
             opt_outs: tokio::sync::broadcast::channel(64).0,
             transitions: tokio::sync::broadcast::channel(1024).0,
+            meter,
+            facility,
         });
         gateway.recover().await?;
         Ok(gateway)
@@ -656,6 +671,28 @@ impl Gateway {
         for (name, kind, help, value) in metrics {
             out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n"));
         }
+        if let Some(meter) = &self.meter {
+            let counts = meter.counts();
+            out.push_str("# HELP flexgate_meter_readings_refused_total Meter readings the screen refused (not finite, negative, absurd, an unconfirmed jump), per source.\n# TYPE flexgate_meter_readings_refused_total counter\n");
+            for (source, refused, _) in &counts {
+                out.push_str(&format!(
+                    "flexgate_meter_readings_refused_total{{source=\"{}\"}} {refused}\n",
+                    label(source)
+                ));
+            }
+            out.push_str("# HELP flexgate_meter_read_errors_total Meter reads that failed (timeout, refused connection, exception, bad answer), per source.\n# TYPE flexgate_meter_read_errors_total counter\n");
+            for (source, _, errors) in &counts {
+                out.push_str(&format!(
+                    "flexgate_meter_read_errors_total{{source=\"{}\"}} {errors}\n",
+                    label(source)
+                ));
+            }
+        }
         out
     }
+}
+
+/// A Prometheus label value: backslash, quote and newline escaped.
+fn label(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }

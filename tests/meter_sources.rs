@@ -1,0 +1,172 @@
+//! The gateway on a real Modbus meter: a pymodbus 3.8.6 server (PyPI, installed by
+//! `tests/peers/setup.sh` into `target/peers/modbus-venv`) serving a site meter whose power
+//! rises 1 kW every 100 ms from 1,000 kW (`adapters/modbus/tests/modbus_meter.py`). The
+//! gateway must act on that reading and call it measured, then, when the meter hangs, fall
+//! back to the facility model's upper estimate and say so in the status, the metrics and the
+//! ledger. Fails loudly, never skips, when pymodbus is missing.
+
+use flexgate::config::Config;
+use flexgate::ledger::RecordKind;
+use flexgate::meter::{MeterConfig, MeterSourceConfig, ModbusSource};
+use flexgate::runtime::Clock;
+use flexgate::serve::Server;
+use flexgate_modbus::{Order, Register, Table, ValueType};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Meter {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Meter {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn pymodbus_meter() -> Meter {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let python = root.join("target/peers/modbus-venv/bin/python");
+    assert!(
+        python.exists(),
+        "pymodbus is not installed at {}: run `bash tests/peers/setup.sh --only modbus`",
+        python.display()
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port");
+    let mut child = Command::new(python)
+        .arg(root.join("adapters/modbus/tests/modbus_meter.py"))
+        .arg(port.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("pymodbus starts");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("its first line");
+    assert!(line.starts_with("listening"), "pymodbus said {line:?}");
+    Meter { child, port }
+}
+
+async fn status(server: &Server) -> serde_json::Value {
+    serde_json::to_value(server.gateway.status().await).expect("status as JSON")
+}
+
+async fn wait_for(
+    server: &Server,
+    what: &str,
+    within_s: u64,
+    test: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(within_s);
+    loop {
+        let s = status(server).await;
+        if test(&s) {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "{what} not within {within_s} s; status {s}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_acts_on_a_real_modbus_meter_and_falls_back_when_it_hangs() {
+    let meter = pymodbus_meter();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::default();
+    config.gateway.data_dir = dir.path().to_path_buf();
+    config.gateway.api_token = "it-token-0123456789".into();
+    config.gateway.telemetry_interval_s = 1;
+    config.site.facility_max_kw = 2_000.0;
+    config.meter = Some(MeterConfig {
+        max_age_s: 2.0,
+        sources: vec![MeterSourceConfig::Modbus(ModbusSource {
+            id: "incomer".into(),
+            sign: 1.0,
+            poll_s: 0.3,
+            timeout_ms: 300,
+            address: format!("127.0.0.1:{}", meter.port),
+            register: Register {
+                unit_id: 1,
+                table: Table::Holding,
+                address: 3059,
+                value_type: ValueType::Float32,
+                word_order: Order::BigEndian,
+                byte_order: Order::BigEndian,
+                scale_to_kw: 1.0,
+            },
+        })],
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let server = Server::start(config, Clock::real(), None, listener)
+        .await
+        .expect("gateway");
+
+    // The meter's own figure, called measured.
+    let fresh = wait_for(&server, "a measured meter", 20, |s| s["meter_quality"] == "measured").await;
+    let kw = fresh["measured_meter_kw"].as_f64().expect("measured_meter_kw");
+    assert!(
+        (1_000.0..1_400.0).contains(&kw),
+        "the pymodbus meter's figure, not the simulated site's: {fresh}"
+    );
+    assert_eq!(fresh["meter_kw"], fresh["measured_meter_kw"]);
+    let metrics = server.gateway.metrics().await;
+    assert!(metrics.contains("flexgate_meter_measured 1"), "{metrics}");
+
+    // The meter hangs: reads time out, the reading ages past max_age_s, and the facility
+    // model's upper estimate stands in, never the last reading.
+    let status = Command::new("kill")
+        .args(["-USR1", &meter.child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let stale = wait_for(&server, "a stale meter", 20, |s| s["meter_quality"] == "stale").await;
+    assert!(stale["measured_meter_kw"].is_null(), "{stale}");
+    let fallback = stale["meter_kw"].as_f64().expect("meter_kw");
+    assert!(
+        fallback < 900.0,
+        "the simulated site's model upper estimate, not the meter's last ~1,000 kW: {stale}"
+    );
+    let metrics = server.gateway.metrics().await;
+    assert!(metrics.contains("flexgate_meter_measured 0"), "{metrics}");
+    let errors = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("flexgate_meter_read_errors_total{source=\"incomer\"} "))
+        .and_then(|v| v.parse::<u64>().ok())
+        .expect("the source's error counter");
+    assert!(errors > 0, "{metrics}");
+
+    // The ledger says where every sample came from.
+    let samples: Vec<_> = server
+        .gateway
+        .ledger()
+        .iter_from(1)
+        .filter_map(Result::ok)
+        .filter(|r| r.kind == RecordKind::Measurement && r.body["entry"] == "meter_sample")
+        .collect();
+    let measured = samples
+        .iter()
+        .find(|r| r.body["meter_quality"] == "measured")
+        .expect("a measured sample");
+    assert!(
+        measured.body["meter_kw"].as_f64().is_some_and(|kw| kw >= 1_000.0),
+        "{}",
+        measured.body
+    );
+    let stale = samples
+        .iter()
+        .find(|r| r.body["meter_quality"] == "stale")
+        .expect("a stale sample");
+    assert!(
+        stale.body["meter_kw"].as_f64().is_some_and(|kw| kw < 900.0),
+        "{}",
+        stale.body
+    );
+    server.shutdown().await;
+}
