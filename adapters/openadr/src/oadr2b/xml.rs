@@ -708,8 +708,8 @@ pub(super) mod fast {
         }
     }
 
-    /// A leading `<?xml …?>` declaration: plain attributes, an encoding (if any) of UTF-8.
-    /// Returns the position after it.
+    /// A leading `<?xml …?>` declaration: at most three plain attributes, each after
+    /// whitespace, and an encoding (if any) of UTF-8. Leaves the cursor after it.
     fn declaration(c: &mut Cursor<'_>) -> Option<()> {
         c.p = 5; // after `<?xml`
         let mut seen: [&str; 3] = [""; 3];
