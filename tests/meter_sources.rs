@@ -5,9 +5,12 @@
 //! back to the facility model's upper estimate and say so in the status, the metrics and the
 //! ledger. Fails loudly, never skips, when pymodbus is missing.
 
+#[path = "../adapters/prometheus/tests/support/mod.rs"]
+mod prometheus_support;
+
 use flexgate::config::Config;
 use flexgate::ledger::RecordKind;
-use flexgate::meter::{MeterConfig, MeterSourceConfig, ModbusSource};
+use flexgate::meter::{MeterConfig, MeterSourceConfig, ModbusSource, PrometheusSource};
 use flexgate::runtime::Clock;
 use flexgate::serve::Server;
 use flexgate_modbus::{Order, Register, Table, ValueType};
@@ -169,4 +172,60 @@ async fn the_gateway_acts_on_a_real_modbus_meter_and_falls_back_when_it_hangs() 
         stale.body
     );
     server.shutdown().await;
+}
+
+/// Two Prometheus sources with signs: the site is the sum of both feeds minus feed b (as if b
+/// were generation behind the meter), read through a real Prometheus; when the exporter stops,
+/// the series are gone and the gateway falls back and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prometheus_sources_sum_with_their_signs_and_a_vanished_series_is_not_measured() {
+    let exporter = prometheus_support::Exporter::start().await;
+    let prom = prometheus_support::prometheus(exporter.addr).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::default();
+    config.gateway.data_dir = dir.path().to_path_buf();
+    config.gateway.api_token = "it-token-0123456789".into();
+    config.gateway.telemetry_interval_s = 1;
+    config.site.facility_max_kw = 2_000.0;
+    let source = |id: &str, sign: f64, query: &str| {
+        MeterSourceConfig::Prometheus(PrometheusSource {
+            id: id.into(),
+            sign,
+            poll_s: 0.5,
+            timeout_ms: 1_000,
+            url: prom.url.clone(),
+            query: query.into(),
+        })
+    };
+    config.meter = Some(MeterConfig {
+        max_age_s: 3.0,
+        sources: vec![
+            source("all-feeds", 1.0, "sum(site_feed_power_watts) / 1000"),
+            source("feed-b", -1.0, "sum(site_feed_power_watts{feed=\"b\"}) / 1000"),
+        ],
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let server = Server::start(config, Clock::real(), None, listener)
+        .await
+        .expect("gateway");
+
+    // Feed a alone: 400 kW plus 1 kW per scrape (feed b's 100 kW cancels out).
+    let fresh = wait_for(&server, "a measured meter", 30, |s| s["meter_quality"] == "measured").await;
+    let kw = fresh["measured_meter_kw"].as_f64().expect("measured");
+    let scrapes = exporter.scrapes.load(std::sync::atomic::Ordering::SeqCst) as f64;
+    assert!(
+        (400.0..=400.0 + scrapes).contains(&kw),
+        "{kw} kW after {scrapes} scrapes: {fresh}"
+    );
+
+    exporter.task.abort();
+    let gone = wait_for(&server, "a stale meter", 30, |s| s["meter_quality"] == "stale").await;
+    assert!(gone["measured_meter_kw"].is_null(), "{gone}");
+    let metrics = server.gateway.metrics().await;
+    assert!(
+        metrics.contains("flexgate_meter_read_errors_total{source=\"all-feeds\"}"),
+        "{metrics}"
+    );
+    server.shutdown().await;
+    drop(prom);
 }

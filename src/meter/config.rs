@@ -237,7 +237,9 @@ mod tests {
     #[test]
     fn the_shipped_example_loads() {
         let shipped = include_str!("../../deploy/flexgate.toml");
-        let start = shipped.find("# [meter]").expect("the example is in deploy/flexgate.toml");
+        let start = shipped
+            .find("# [meter]")
+            .expect("the example is in deploy/flexgate.toml");
         let example: String = shipped[start..]
             .lines()
             .map(|l| l.strip_prefix("# ").or_else(|| l.strip_prefix('#')).unwrap_or(l))

@@ -175,6 +175,8 @@ mod tests {
 
     #[test]
     fn unusable_settings_are_refused_before_any_request() {
+        // In the workspace reqwest's `rustls-no-provider` is on: a provider first.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::Client::new();
         let t = Duration::from_secs(1);
         assert!(InstantQuery::new(http.clone(), "ftp://x", "up", t).is_err());
