@@ -120,11 +120,20 @@ async fn submit(server: &Server, id: &str, ceiling_kw: f64) {
     assert_eq!(ack["opt"], "in", "{ack}");
 }
 
-/// Waits for a meter reading and the jobs `want` (id, GPUs) in the gateway's inventory.
+/// Waits for a meter figure and the jobs `want` (id, GPUs) in the gateway's inventory. With
+/// agents and no meter source the figure is the facility model's, and says so.
 async fn wait_inventory(server: &Server, want: &[(String, u32)]) -> f64 {
     wait_for("the gateway's inventory and meter", Duration::from_secs(20), || async {
         let jobs = server.gateway.jobs().await;
-        let meter = server.gateway.status().await.measured_meter_kw;
+        let status = server.gateway.status().await;
+        assert!(
+            status.measured_meter_kw.is_none(),
+            "a model's figure is never called measured"
+        );
+        if let Some(quality) = status.meter_quality {
+            assert_eq!(quality, flexgate_policies::meter::Quality::Model);
+        }
+        let meter = status.meter_kw;
         let found = want
             .iter()
             .all(|(id, n)| jobs.iter().any(|j| &j.id == id && j.gpus == *n));
@@ -499,8 +508,9 @@ async fn slurm_jobs_are_capped_on_their_gpus_released_when_they_end_and_when_the
             let listed = jobs
                 .as_array()
                 .is_some_and(|j| j.iter().any(|j| j["id"] == id2.as_str() && j["gpus"] == 3));
-            match status["measured_meter_kw"].as_f64() {
-                Some(kw) if listed => Ok(kw),
+            // Agents without a meter source: the facility model's figure, named as such.
+            match status["meter_kw"].as_f64() {
+                Some(kw) if listed && status["meter_quality"] == "model" => Ok(kw),
                 _ => Err(format!("status {status}; jobs {jobs}")),
             }
         },
