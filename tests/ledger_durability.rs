@@ -35,6 +35,41 @@ struct Call<'a> {
     result: Option<i64>,
 }
 
+/// strace splits a call that another thread interrupts into `name(args <unfinished ...>` and,
+/// later, `<... name resumed>) = result` on the same pid. Joins each pair into one line, placed
+/// where the call finished, so that an `openat` of the log file keeps its path and its fd, and
+/// a sync counts as done only once it returned.
+fn join_unfinished(text: &str) -> Vec<String> {
+    let mut pending: std::collections::HashMap<&str, &str> = std::collections::HashMap::new();
+    let mut lines = Vec::new();
+    for line in text.lines() {
+        let pid = line.split_whitespace().next().unwrap_or("");
+        if let Some(start) = line.strip_suffix(" <unfinished ...>") {
+            pending.insert(pid, start);
+        } else if let Some((_, rest)) = line.split_once(" resumed>")
+            && line.contains("<... ")
+            && let Some(start) = pending.remove(pid)
+        {
+            lines.push(format!("{start}{rest}"));
+        } else {
+            lines.push(line.to_string());
+        }
+    }
+    lines
+}
+
+#[test]
+fn interrupted_calls_are_joined_with_their_results() {
+    let text = "11435 21:05:11.228249 openat(AT_FDCWD, \"/d/ledger/db\", O_RDONLY|O_CLOEXEC <unfinished ...>\n\
+                11430 21:05:11.228260 fdatasync(11) = 0\n\
+                11435 21:05:11.228300 <... openat resumed>) = 13\n";
+    let lines = join_unfinished(text);
+    assert_eq!(lines.len(), 2);
+    let open = parse(&lines[1]).expect("a call");
+    assert_eq!((open.name, open.result), ("openat", Some(13)));
+    assert!(open.line.contains("/d/ledger/db"));
+}
+
 fn parse(line: &str) -> Option<Call<'_>> {
     // "<pid> <hh:mm:ss.us> name(args...) = result" (strace pads the pid with spaces)
     let rest = line.trim_start();
@@ -123,7 +158,8 @@ async fn the_ack_is_sent_after_fdatasync_of_the_ledger_not_only_sync_file_range(
     }
 
     let text = std::fs::read_to_string(&trace).expect("trace");
-    let calls: Vec<Call<'_>> = text.lines().filter_map(parse).collect();
+    let lines = join_unfinished(&text);
+    let calls: Vec<Call<'_>> = lines.iter().filter_map(|l| parse(l)).collect();
     let db_path = format!("{}\"", data.join("ledger").join("db").display());
     let db_fds: HashSet<String> = calls
         .iter()
