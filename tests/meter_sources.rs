@@ -57,6 +57,20 @@ fn pymodbus_meter() -> Meter {
     Meter { child, port }
 }
 
+/// A gateway on the simulated cluster, measuring every second, with `meter` as its sources.
+async fn gateway(dir: &std::path::Path, meter: MeterConfig) -> Server {
+    let mut config = Config::default();
+    config.gateway.data_dir = dir.to_path_buf();
+    config.gateway.api_token = "it-token-0123456789".into();
+    config.gateway.telemetry_interval_s = 1;
+    config.site.facility_max_kw = 2_000.0;
+    config.meter = Some(meter);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    Server::start(config, Clock::real(), None, listener)
+        .await
+        .expect("gateway")
+}
+
 async fn status(server: &Server) -> serde_json::Value {
     serde_json::to_value(server.gateway.status().await).expect("status as JSON")
 }
@@ -82,12 +96,7 @@ async fn wait_for(
 async fn the_gateway_acts_on_a_real_modbus_meter_and_falls_back_when_it_hangs() {
     let meter = pymodbus_meter();
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut config = Config::default();
-    config.gateway.data_dir = dir.path().to_path_buf();
-    config.gateway.api_token = "it-token-0123456789".into();
-    config.gateway.telemetry_interval_s = 1;
-    config.site.facility_max_kw = 2_000.0;
-    config.meter = Some(MeterConfig {
+    let meter_config = MeterConfig {
         max_age_s: 2.0,
         sources: vec![MeterSourceConfig::Modbus(ModbusSource {
             id: "incomer".into(),
@@ -105,11 +114,8 @@ async fn the_gateway_acts_on_a_real_modbus_meter_and_falls_back_when_it_hangs() 
                 scale_to_kw: 1.0,
             },
         })],
-    });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let server = Server::start(config, Clock::real(), None, listener)
-        .await
-        .expect("gateway");
+    };
+    let server = gateway(dir.path(), meter_config).await;
 
     // The meter's own figure, called measured.
     let fresh = wait_for(&server, "a measured meter", 20, |s| s["meter_quality"] == "measured").await;
@@ -182,11 +188,6 @@ async fn prometheus_sources_sum_with_their_signs_and_a_vanished_series_is_not_me
     let exporter = prometheus_support::Exporter::start().await;
     let prom = prometheus_support::prometheus(exporter.addr).await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut config = Config::default();
-    config.gateway.data_dir = dir.path().to_path_buf();
-    config.gateway.api_token = "it-token-0123456789".into();
-    config.gateway.telemetry_interval_s = 1;
-    config.site.facility_max_kw = 2_000.0;
     let source = |id: &str, sign: f64, query: &str| {
         MeterSourceConfig::Prometheus(PrometheusSource {
             id: id.into(),
@@ -197,17 +198,14 @@ async fn prometheus_sources_sum_with_their_signs_and_a_vanished_series_is_not_me
             query: query.into(),
         })
     };
-    config.meter = Some(MeterConfig {
+    let meter_config = MeterConfig {
         max_age_s: 3.0,
         sources: vec![
             source("all-feeds", 1.0, "sum(site_feed_power_watts) / 1000"),
             source("feed-b", -1.0, "sum(site_feed_power_watts{feed=\"b\"}) / 1000"),
         ],
-    });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let server = Server::start(config, Clock::real(), None, listener)
-        .await
-        .expect("gateway");
+    };
+    let server = gateway(dir.path(), meter_config).await;
 
     // Feed a alone: 400 kW plus 1 kW per scrape (feed b's 100 kW cancels out).
     let fresh = wait_for(&server, "a measured meter", 30, |s| s["meter_quality"] == "measured").await;
