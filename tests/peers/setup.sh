@@ -67,23 +67,29 @@ make_venv() {
     fi
 }
 
-setup_oadr2b() {
-    if openleadr_ok; then
-        step "openleadr $OPENLEADR_VERSION already in $VENV"
+# One Python peer in its own venv: create the venv where missing, pip install NAME==VERSION,
+# then check with OK (a function) that it imports at that version.
+pip_peer() {
+    local dir=$1 name=$2 version=$3 ok=$4 log=$5
+    if "$ok"; then
+        step "$name $version already in $dir"
         return
     fi
     command -v python3 >/dev/null 2>&1 ||
         fail "python3 not found (on Debian/Ubuntu: apt-get install python3 python3-venv)"
-    if [[ ! -x $VENV/bin/python ]]; then
-        step "creating $VENV (python3 -m venv, $(python3 --version 2>&1))"
-        rm -rf "$VENV"
-        make_venv "$VENV"
+    if [[ ! -x $dir/bin/python ]]; then
+        step "creating $dir (python3 -m venv, $(python3 --version 2>&1))"
+        rm -rf "$dir"
+        make_venv "$dir"
     fi
-    step "pip install openleadr==$OPENLEADR_VERSION into $VENV (about 1 min)"
-    local log=$PEERS/openleadr-install.log
-    "$VENV/bin/python" -m pip install --quiet "openleadr==$OPENLEADR_VERSION" >"$log" 2>&1 ||
-        fail "pip install openleadr==$OPENLEADR_VERSION failed (network? PyPI reachable?)" "$log"
-    openleadr_ok || fail "openleadr installed but 'import openleadr' (version $OPENLEADR_VERSION) fails" "$log"
+    step "pip install $name==$version into $dir"
+    "$dir/bin/python" -m pip install --quiet "$name==$version" >"$log" 2>&1 ||
+        fail "pip install $name==$version failed (network? PyPI reachable?)" "$log"
+    "$ok" || fail "$name installed but 'import $name' (version $version) fails" "$log"
+}
+
+setup_oadr2b() {
+    pip_peer "$VENV" openleadr "$OPENLEADR_VERSION" openleadr_ok "$PEERS/openleadr-install.log"
 }
 
 MODBUS_VENV=$PEERS/modbus-venv
@@ -95,22 +101,7 @@ pymodbus_ok() {
 
 # pymodbus, a Modbus TCP server that is not ours, serves the meter in adapters/modbus/tests.
 setup_modbus() {
-    if pymodbus_ok; then
-        step "pymodbus $PYMODBUS_VERSION already in $MODBUS_VENV"
-        return
-    fi
-    command -v python3 >/dev/null 2>&1 ||
-        fail "python3 not found (on Debian/Ubuntu: apt-get install python3 python3-venv)"
-    if [[ ! -x $MODBUS_VENV/bin/python ]]; then
-        step "creating $MODBUS_VENV (python3 -m venv)"
-        rm -rf "$MODBUS_VENV"
-        make_venv "$MODBUS_VENV"
-    fi
-    step "pip install pymodbus==$PYMODBUS_VERSION into $MODBUS_VENV"
-    local log=$PEERS/pymodbus-install.log
-    "$MODBUS_VENV/bin/python" -m pip install --quiet "pymodbus==$PYMODBUS_VERSION" >"$log" 2>&1 ||
-        fail "pip install pymodbus==$PYMODBUS_VERSION failed (network? PyPI reachable?)" "$log"
-    pymodbus_ok || fail "pymodbus installed but 'import pymodbus' (version $PYMODBUS_VERSION) fails" "$log"
+    pip_peer "$MODBUS_VENV" pymodbus "$PYMODBUS_VERSION" pymodbus_ok "$PEERS/pymodbus-install.log"
 }
 
 setup_oadr3() {
