@@ -15,6 +15,7 @@ use crate::gpu::{self, GpuControl};
 use crate::lease::{Journal, LeaseBook, LeaseError, MemoryJournal, TickReport};
 use crate::metrics::{self, GpuRow};
 use crate::state::{FileJournal, StateError};
+use crate::throughput::{JobThroughput, JobWindows, Refusal, ThroughputReport};
 use chrono::TimeDelta;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -39,6 +40,8 @@ pub struct AgentConfig {
     pub watchdog_period: Duration,
     /// Most leases held at once.
     pub max_leases: usize,
+    /// Sliding window of the jobs' throughput aggregate.
+    pub throughput_window: TimeDelta,
 }
 
 impl AgentConfig {
@@ -53,6 +56,7 @@ impl AgentConfig {
             max_lease_ttl: crate::api::DEFAULT_MAX_LEASE_TTL,
             watchdog_period: Duration::from_secs(1),
             max_leases: crate::lease::DEFAULT_MAX_LEASES,
+            throughput_window: crate::throughput::DEFAULT_WINDOW,
         }
     }
 }
@@ -85,6 +89,8 @@ struct Inner {
     ready: Result<(), String>,
     core: Mutex<Core>,
     idle: AtomicBool,
+    /// Apart from the lease book: a report never waits for a GPU write.
+    throughput: Mutex<JobWindows>,
 }
 
 /// A node agent. Cloning is cheap and shares the agent.
@@ -154,12 +160,13 @@ impl Agent {
         let idle = AtomicBool::new(book.is_idle());
         Ok(Self {
             inner: Arc::new(Inner {
-                config,
                 gpus,
                 clock,
                 ready,
+                throughput: Mutex::new(JobWindows::new(config.throughput_window)),
                 core: Mutex::new(Core { book, journal }),
                 idle,
+                config,
             }),
         })
     }
@@ -224,10 +231,45 @@ impl Agent {
         self.with_core(|book, journal, gpus| book.job_start(job_id, req, now, gpus, journal))
     }
 
-    /// `POST /v1/jobs/{job_id}/end`.
+    /// `POST /v1/jobs/{job_id}/end`: also forgets the job's throughput.
     pub fn job_end(&self, job_id: &str, req: &JobRequest) -> Result<JobResponse, LeaseError> {
         let now = self.inner.clock.now();
+        self.throughput().forget(job_id);
         self.with_core(|book, journal, gpus| book.job_end(job_id, req, now, gpus, journal))
+    }
+
+    fn throughput(&self) -> MutexGuard<'_, JobWindows> {
+        self.inner.throughput.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `POST /v1/jobs/{job_id}/throughput` (token already checked): screen and keep one report
+    /// at the agent's time. A refused report is logged with its reason and counted.
+    pub fn report_throughput(&self, job_id: &str, report: &ThroughputReport) -> Result<Option<f64>, Refusal> {
+        let now = self.inner.clock.now();
+        let mut windows = self.throughput();
+        match windows.record(job_id, report, now) {
+            Ok(()) => Ok(windows
+                .summaries(now)
+                .into_iter()
+                .find(|j| j.job_id == job_id)
+                .map(|j| j.tokens_per_s)),
+            Err(refusal) => {
+                drop(windows);
+                tracing::warn!(
+                    job = job_id,
+                    reason = refusal.code(),
+                    "throughput report refused: {refusal}"
+                );
+                Err(refusal)
+            }
+        }
+    }
+
+    /// `GET /v1/jobs/throughput`: every job's figure now.
+    #[must_use]
+    pub fn job_throughput(&self) -> Vec<JobThroughput> {
+        let now = self.inner.clock.now();
+        self.throughput().summaries(now)
     }
 
     /// One watchdog pass: expire leases (restoring their GPUs), retry failed restores, correct
@@ -326,6 +368,13 @@ impl Agent {
                 }
             })
             .collect();
-        metrics::render(&self.inner.config.hostname, &rows)
+        let mut text = metrics::render(&self.inner.config.hostname, &rows);
+        let now = self.inner.clock.now();
+        let (jobs, refused) = {
+            let mut windows = self.throughput();
+            (windows.summaries(now), windows.refusals().clone())
+        };
+        metrics::render_throughput(&mut text, &self.inner.config.hostname, &jobs, &refused);
+        text
     }
 }

@@ -11,6 +11,8 @@
 //! | `GET /v1/health` | – | [`Health`] |
 //! | `POST /v1/jobs/{job_id}/start` | [`JobRequest`] | [`JobResponse`] |
 //! | `POST /v1/jobs/{job_id}/end` | [`JobRequest`] | [`JobResponse`] |
+//! | `POST /v1/jobs/{job_id}/throughput` | [`ThroughputReport`] (the job's own token, see [`crate::auth`]) | [`ThroughputAccepted`] |
+//! | `GET /v1/jobs/throughput` | – | `[`[`JobThroughput`]`]` |
 //! | `GET /metrics` | – | Prometheus text (see [`crate::metrics`]) |
 //!
 //! Every error is an [`ErrorBody`] with a 4xx/5xx status. Power is in watts (`f64`) on the wire;
@@ -21,6 +23,21 @@
 
 use chrono::{DateTime, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
+
+pub use crate::throughput::{JobThroughput, Phase, ThroughputReport};
+
+/// Path of the gateway's read of every job's throughput.
+pub const JOB_THROUGHPUT_PATH: &str = "/v1/jobs/throughput";
+
+/// Answer to a throughput report the agent kept.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ThroughputAccepted {
+    /// The job id from the path.
+    pub job_id: String,
+    /// The job's figure now (top-decile mean of its training samples in the window), tokens/s;
+    /// `null` until it has reported a training-phase sample.
+    pub tokens_per_s: Option<f64>,
+}
 
 /// Prefix of every versioned endpoint.
 pub const API_PREFIX: &str = "/v1";
@@ -332,6 +349,9 @@ pub enum ErrorKind {
     Conflict,
     /// Body too large (413).
     PayloadTooLarge,
+    /// A throughput report that cannot be true (NaN, negative, absurd, far above the job's own
+    /// figure): refused and counted, nothing kept (422). `detail` starts with the reason code.
+    ImplausibleThroughput,
     /// The state file could not be written, so nothing was changed (503).
     Unavailable,
     /// A bug (500).

@@ -1,12 +1,22 @@
 //! Bearer-token authorisation: a control token may do everything; an optional read-only token
-//! may only read (GET `/v1/*`, `/metrics`).
+//! may only read (GET `/v1/*`, `/metrics`); a **job token** may only report its own job's
+//! throughput (`POST /v1/jobs/{job_id}/throughput`).
+//!
+//! Job tokens are derived, not stored: HMAC-SHA256 of the job id under a key derived from the
+//! control token ([`Auth::job_token`], printed by `flexgate-agent job-token JOB_ID` for a Slurm
+//! TaskProlog). A job knows its own token only, so it cannot speak for another job; the agent
+//! keeps no table that a restart could lose; rotating the control token rotates every job token.
 //!
 //! Tokens are kept only as SHA-256 digests and compared in constant time on the digests, so
 //! neither the content nor the length of a token leaks through timing, and a token never sits
 //! in memory where a `Debug` print could log it.
 
+use hmac::{KeyInit, Mac};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
+
+/// Domain separation of the job-token key from the control token's digest.
+const JOB_KEY_CONTEXT: &[u8] = b"flexgate-agent job-token key v1\n";
 
 /// Shortest token accepted: shorter secrets are guessable.
 pub const MIN_TOKEN_LEN: usize = 16;
@@ -15,6 +25,8 @@ pub const MIN_TOKEN_LEN: usize = 16;
 #[derive(Clone)]
 pub struct Token {
     digest: [u8; 32],
+    /// Key of the job tokens this token mints (used only when it is the control token).
+    job_key: [u8; 32],
 }
 
 impl std::fmt::Debug for Token {
@@ -50,8 +62,12 @@ impl Token {
         if secret.bytes().any(|b| b.is_ascii_whitespace() || b.is_ascii_control()) {
             return Err(TokenError::BadCharacters(role));
         }
+        let mut job_key = Sha256::new();
+        job_key.update(JOB_KEY_CONTEXT);
+        job_key.update(secret.as_bytes());
         Ok(Self {
             digest: digest(secret.as_bytes()),
+            job_key: job_key.finalize().into(),
         })
     }
 
@@ -81,6 +97,9 @@ pub enum AuthFailure {
     /// The read-only token on a request that changes something (403).
     #[error("the read-only token cannot change caps")]
     ReadOnly,
+    /// A job token presented for another job, or for anything but reporting throughput (403).
+    #[error("a job token may only report its own job's throughput")]
+    WrongJob,
 }
 
 /// The agent's tokens.
@@ -118,6 +137,51 @@ impl Auth {
             (true, _, _) | (false, true, Access::Read) => Ok(()),
             (false, true, Access::Control) => Err(AuthFailure::ReadOnly),
             (false, false, _) => Err(AuthFailure::Invalid),
+        }
+    }
+}
+
+impl Auth {
+    /// The token job `job_id` reports its throughput with: 64 hex digits.
+    #[must_use]
+    pub fn job_token(&self, job_id: &str) -> String {
+        hex::encode(self.job_mac(job_id))
+    }
+
+    fn job_mac(&self, job_id: &str) -> [u8; 32] {
+        // HMAC pads a key shorter than SHA-256's 64-byte block with zeros (RFC 2104), so the
+        // padded block is the same key, in the fixed-size form that cannot fail.
+        let mut block = [0u8; 64];
+        block[..32].copy_from_slice(&self.control.job_key);
+        let mut mac = <hmac::Hmac<Sha256> as KeyInit>::new(&block.into());
+        mac.update(job_id.as_bytes());
+        mac.finalize().into_bytes().into()
+    }
+
+    /// Check an `Authorization` header on a throughput report of `job_id`: the control token,
+    /// or that job's own token. Another job's token, or the read-only token, is `WrongJob`.
+    pub fn check_job(&self, authorization: Option<&[u8]>, job_id: &str) -> Result<(), AuthFailure> {
+        if self.check(authorization, Access::Control).is_ok() {
+            return Ok(());
+        }
+        let presented = authorization.and_then(bearer).ok_or(AuthFailure::Missing)?;
+        let mut decoded = [0u8; 32];
+        // Decoding takes the same time for every wrong token of the right length; its length is
+        // public (64 hex digits), so nothing secret leaks by refusing other lengths early.
+        if hex::decode_to_slice(presented, &mut decoded).is_err() {
+            return Err(self.refusal_for_other(presented));
+        }
+        if bool::from(self.job_mac(job_id).ct_eq(&decoded)) {
+            Ok(())
+        } else {
+            Err(AuthFailure::WrongJob)
+        }
+    }
+
+    fn refusal_for_other(&self, presented: &[u8]) -> AuthFailure {
+        match self.read.as_ref().is_some_and(|r| r.matches(&digest(presented))) {
+            true => AuthFailure::WrongJob,
+            false => AuthFailure::Invalid,
         }
     }
 }
@@ -186,6 +250,27 @@ mod tests {
             no_read.check(Some(h.as_bytes()), Access::Read),
             Err(AuthFailure::Invalid)
         );
+    }
+
+    #[test]
+    fn a_job_token_reports_for_its_own_job_only() {
+        let a = auth();
+        let own = format!("Bearer {}", a.job_token("1234"));
+        assert_eq!(a.job_token("1234").len(), 64);
+        assert_eq!(a.check_job(Some(own.as_bytes()), "1234"), Ok(()));
+        assert_eq!(a.check_job(Some(own.as_bytes()), "1235"), Err(AuthFailure::WrongJob));
+        // It is nothing else: not a read token, not a control token.
+        assert_eq!(a.check(Some(own.as_bytes()), Access::Read), Err(AuthFailure::Invalid));
+        let control = format!("Bearer {CONTROL}");
+        assert_eq!(a.check_job(Some(control.as_bytes()), "1234"), Ok(()));
+        let read = format!("Bearer {READ}");
+        assert_eq!(a.check_job(Some(read.as_bytes()), "1234"), Err(AuthFailure::WrongJob));
+        assert_eq!(a.check_job(Some(b"Bearer zz"), "1234"), Err(AuthFailure::Invalid));
+        assert_eq!(a.check_job(None, "1234"), Err(AuthFailure::Missing));
+        // Another control token mints other job tokens.
+        let other = Auth::from_secrets("another-control-token-xyz", None).expect("valid");
+        assert_ne!(other.job_token("1234"), a.job_token("1234"));
+        assert!(!format!("{a:?}").contains(&a.job_token("1234")));
     }
 
     #[test]

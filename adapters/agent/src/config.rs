@@ -82,6 +82,8 @@ pub struct ConfigFile {
     pub hostname: Option<String>,
     /// Longest lease accepted, s (default 86400).
     pub max_lease_ttl_s: Option<u64>,
+    /// Sliding window of each job's throughput figure, s (default 30, 1 to 600).
+    pub throughput_window_s: Option<u64>,
     /// `[tls]`: serve HTTPS (and, with `client_ca_file`, require client certificates) so that
     /// tokens are not readable on the network. `--tls-cert`/`--tls-key`/`--tls-client-ca`
     /// override it. Relative paths are relative to the agent's working directory.

@@ -16,6 +16,9 @@
 //! - **Protocol** ([`api`]): the JSON types, shared with the gateway's client.
 //! - **HTTP** ([`server`]): axum, bearer tokens ([`auth`]), dcgm-exporter-style `/metrics`
 //!   ([`metrics`], which also parses that format for the gateway).
+//! - **Job throughput** ([`throughput`]): each job reports its own tokens/s with its own job
+//!   token; the agent keeps the paper's aggregate (top 10 % of training samples in a window)
+//!   for the gateway, which learns the job's power curve from it.
 //! - **TLS** ([`tls`]): HTTPS through rustls (ring) so tokens never cross the network in clear
 //!   text, and optional mutual TLS (client certificates from a given CA, token still required).
 //!
@@ -48,6 +51,7 @@ pub mod lease;
 pub mod metrics;
 pub mod server;
 pub mod state;
+pub mod throughput;
 pub mod tls;
 
 pub use agent::{Agent, AgentConfig, AgentError};

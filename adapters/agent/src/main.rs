@@ -51,7 +51,16 @@ power limits needs root or CAP_SYS_ADMIN; the agent self-tests that at start (wr
 current limit back) and reports not ready in GET /v1/health if it cannot.
 
 ENDPOINTS: GET /v1/gpus, PUT|DELETE /v1/leases/{id}, POST /v1/leases/{id}/renew, GET /v1/health,
-POST /v1/jobs/{job_id}/start|end (Slurm prolog/epilog), GET /metrics (dcgm-exporter names).";
+POST /v1/jobs/{job_id}/start|end (Slurm prolog/epilog), GET /metrics (dcgm-exporter names).
+
+JOB THROUGHPUT: a training job reports its tokens/s to POST /v1/jobs/{job_id}/throughput
+(deploy/flexgate_throughput.py does it in one line for PyTorch and Hugging Face), with its own
+JOB TOKEN: `flexgate-agent job-token JOB_ID` prints it (an HMAC of the job id under a key derived
+from the control token), for a Slurm TaskProlog to export as FLEXGATE_JOB_TOKEN. A job token is
+good for that job's reports and nothing else. Impossible readings (negative, absurd, more than
+100x the job's own figure) are refused with 422 and the reason, and counted. The gateway reads
+GET /v1/jobs/throughput: per job, the mean of the top 10 % of its training samples in the
+window (throughput_window_s, 30 s).";
 
 const EXAMPLES: &str = "\
 EXAMPLES:
@@ -78,13 +87,20 @@ EXAMPLES:
   # Keep it alive, or end it now (restores pre-event limits):
   curl -X POST -H \"Authorization: Bearer $TOKEN\" -d '{\"expires_at\":\"2026-07-01T12:20:00Z\"}' \\
     http://127.0.0.1:9450/v1/leases/evt-42/renew
-  curl -X DELETE -H \"Authorization: Bearer $TOKEN\" http://127.0.0.1:9450/v1/leases/evt-42";
+  curl -X DELETE -H \"Authorization: Bearer $TOKEN\" http://127.0.0.1:9450/v1/leases/evt-42
+
+  # A Slurm TaskProlog line giving each job its own throughput token:
+  echo \"export FLEXGATE_JOB_TOKEN=$(flexgate-agent --config /etc/flexgate/agent.toml job-token $SLURM_JOB_ID)\"";
 
 #[derive(Parser)]
 #[command(name = "flexgate-agent", version, about = ABOUT, long_about = LONG_ABOUT, after_long_help = EXAMPLES)]
 struct Cli {
+    /// Without a command, the agent serves.
+    #[command(subcommand)]
+    command: Option<Command>,
+
     /// TOML configuration file (see adapters/agent/agent.example.toml); flags override it.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", global = true)]
     config: Option<PathBuf>,
 
     /// Address to listen on [default: 127.0.0.1:9450].
@@ -92,7 +108,13 @@ struct Cli {
     listen: Option<SocketAddr>,
 
     /// Control token (may change caps). Visible in `ps`: prefer --token-file or the env variable.
-    #[arg(long, value_name = "TOKEN", env = "FLEXGATE_AGENT_TOKEN", hide_env_values = true)]
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "FLEXGATE_AGENT_TOKEN",
+        hide_env_values = true,
+        global = true
+    )]
     token: Option<String>,
 
     /// File holding the control token (mode 0600).
@@ -100,7 +122,8 @@ struct Cli {
         long,
         value_name = "FILE",
         env = "FLEXGATE_AGENT_TOKEN_FILE",
-        conflicts_with = "token"
+        conflicts_with = "token",
+        global = true
     )]
     token_file: Option<PathBuf>,
 
@@ -150,6 +173,16 @@ struct Cli {
     /// required. Needs TLS (--tls-cert/--tls-key or [tls]). Overrides [tls] client_ca_file.
     #[arg(long, value_name = "FILE")]
     tls_client_ca: Option<PathBuf>,
+}
+
+#[derive(clap::Subcommand)]
+enum Command {
+    /// Print the token job JOB_ID reports its throughput with (derived from the control token;
+    /// good for that job's POST /v1/jobs/{job_id}/throughput only).
+    JobToken {
+        /// The job id the job reports under (the Slurm job id under Slurm).
+        job_id: String,
+    },
 }
 
 /// The TLS files from the flags and the config file; `None`: plain HTTP.
@@ -275,6 +308,12 @@ async fn run() -> Result<()> {
     };
 
     let auth = Auth::new(control_token(&cli, &file)?, read_token(&cli, &file)?)?;
+    if let Some(Command::JobToken { job_id }) = &cli.command {
+        api::validate_id("job", job_id)?;
+        // Not println!: a closed stdout (`| head -c0`) is an error to report, not a panic.
+        writeln!(std::io::stdout(), "{}", auth.job_token(job_id)).context("writing the token")?;
+        return Ok(());
+    }
     // Certificates are checked before anything touches a GPU: a wrong file stops the agent here.
     let tls_files = tls_files(&cli, &file)?;
     let tls_config = match &tls_files {
@@ -319,6 +358,11 @@ async fn run() -> Result<()> {
     config.state_dir = Some(state_dir);
     config.metrics_open = cli.metrics_open || file.metrics_open;
     config.max_lease_ttl = TimeDelta::seconds(i64::try_from(max_ttl_s)?);
+    let window_s = file.throughput_window_s.unwrap_or(30);
+    if !(1..=600).contains(&window_s) {
+        bail!("throughput_window_s must be 1 to 600 s");
+    }
+    config.throughput_window = TimeDelta::seconds(i64::try_from(window_s)?);
     let agent = Agent::with_clock(config, gpus, clock)?;
 
     let listener = tokio::net::TcpListener::bind(listen)

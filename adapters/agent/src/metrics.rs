@@ -17,6 +17,13 @@
 //! | `DCGM_FI_DEV_POWER_MGMT_LIMIT` | W (requested limit) |
 //! | `DCGM_FI_DEV_ENFORCED_POWER_LIMIT` | W |
 //! | `DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION` | mJ (counter) |
+//!
+//! And the agent's own (not dcgm-exporter's), label `job` and `Hostname`:
+//!
+//! | name | unit |
+//! |---|---|
+//! | `flexgate_agent_job_tokens_per_second` | tokens/s, the job's reported throughput (top-decile mean in the window) |
+//! | `flexgate_agent_throughput_reports_refused_total` | count, by `reason` |
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -117,6 +124,41 @@ pub fn render(hostname: &str, rows: &[GpuRow]) -> String {
         }
     }
     out
+}
+
+/// Append the jobs' throughput and the refused reports' counts (every reason, zeros included,
+/// so that a rate query works from the first scrape).
+pub fn render_throughput(
+    out: &mut String,
+    hostname: &str,
+    jobs: &[crate::throughput::JobThroughput],
+    refused: &BTreeMap<&'static str, u64>,
+) {
+    let host = escape(hostname);
+    let name = "flexgate_agent_job_tokens_per_second";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Training throughput the job reports, mean of the top 10 % of its training samples in the window (tokens/s)."
+    );
+    let _ = writeln!(out, "# TYPE {name} gauge");
+    for j in jobs {
+        let _ = writeln!(
+            out,
+            "{name}{{job=\"{}\",Hostname=\"{host}\"}} {}",
+            escape(&j.job_id),
+            j.tokens_per_s
+        );
+    }
+    let name = "flexgate_agent_throughput_reports_refused_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Throughput reports refused as implausible, by reason."
+    );
+    let _ = writeln!(out, "# TYPE {name} counter");
+    for code in crate::throughput::Refusal::CODES {
+        let n = refused.get(code).copied().unwrap_or(0);
+        let _ = writeln!(out, "{name}{{reason=\"{code}\",Hostname=\"{host}\"}} {n}");
+    }
 }
 
 /// One sample line.

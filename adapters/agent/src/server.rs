@@ -7,7 +7,7 @@
 //! token check and the body check have passed: a refused request changes nothing.
 
 use crate::agent::Agent;
-use crate::api::{self, ErrorBody, ErrorKind, JobRequest, RenewRequest};
+use crate::api::{self, ErrorBody, ErrorKind, JobRequest, RenewRequest, ThroughputAccepted, ThroughputReport};
 use crate::auth::{Access, AuthFailure};
 use crate::lease::LeaseError;
 use axum::body::Bytes;
@@ -197,11 +197,61 @@ async fn job_end(
     Ok(Json(resp).into_response())
 }
 
+/// `POST /v1/jobs/{job_id}/throughput`. Authorised here, not by [`authorize`], because the token
+/// is checked against the job id *as decoded* from the path: a job token is good for one job.
+async fn job_throughput_report(
+    State(agent): State<Agent>,
+    path: Result<Path<String>, PathRejection>,
+    headers: axum::http::HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let id = path_id(path, "job")?;
+    let header = headers.get(header::AUTHORIZATION).map(HeaderValue::as_bytes);
+    if let Err(failure) = agent.config().auth.check_job(header, &id) {
+        tracing::warn!(job = %id, reason = %failure, "throughput report refused: token");
+        return Err(refused(failure));
+    }
+    let report: ThroughputReport = parse_json(body)?;
+    match agent.report_throughput(&id, &report) {
+        Ok(tokens_per_s) => Ok(Json(ThroughputAccepted {
+            job_id: id,
+            tokens_per_s,
+        })
+        .into_response()),
+        Err(refusal) => Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            ErrorKind::ImplausibleThroughput,
+            format!("{}: {refusal}", refusal.code()),
+        )),
+    }
+}
+
+async fn job_throughput(State(agent): State<Agent>) -> Result<Response, ApiError> {
+    Ok(Json(agent.job_throughput()).into_response())
+}
+
+/// The answer to a refused token.
+fn refused(failure: AuthFailure) -> ApiError {
+    let (status, kind) = match failure {
+        AuthFailure::Missing | AuthFailure::Invalid => (StatusCode::UNAUTHORIZED, ErrorKind::Unauthorized),
+        AuthFailure::ReadOnly | AuthFailure::WrongJob => (StatusCode::FORBIDDEN, ErrorKind::Forbidden),
+    };
+    let detail = match failure {
+        AuthFailure::Missing => "send Authorization: Bearer <token>",
+        AuthFailure::Invalid => "the token is not valid for this agent",
+        AuthFailure::ReadOnly => "the read-only token may only GET; use the control token to change caps",
+        AuthFailure::WrongJob => {
+            "a job token may only POST its own job's throughput (/v1/jobs/{job_id}/throughput); get yours with `flexgate-agent job-token JOB_ID`"
+        }
+    };
+    ApiError::new(status, kind, detail)
+}
+
 async fn not_found() -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
         ErrorKind::NotFound,
-        "no such endpoint; see GET /v1/health, /v1/gpus, /metrics",
+        "no such endpoint; see GET /v1/health, /v1/gpus, /v1/jobs/throughput, /metrics",
     )
 }
 
@@ -225,16 +275,7 @@ async fn authorize(State(agent): State<Agent>, req: Request, next: Next) -> Resp
                 .get::<axum::extract::ConnectInfo<SocketAddr>>()
                 .map(|c| c.0);
             tracing::warn!(method = %req.method(), path = %req.uri().path(), ?peer, reason = %failure, "request refused");
-            let (status, kind) = match failure {
-                AuthFailure::Missing | AuthFailure::Invalid => (StatusCode::UNAUTHORIZED, ErrorKind::Unauthorized),
-                AuthFailure::ReadOnly => (StatusCode::FORBIDDEN, ErrorKind::Forbidden),
-            };
-            let detail = match failure {
-                AuthFailure::Missing => "send Authorization: Bearer <token>",
-                AuthFailure::Invalid => "the token is not valid for this agent",
-                AuthFailure::ReadOnly => "the read-only token may only GET; use the control token to change caps",
-            };
-            ApiError::new(status, kind, detail).into_response()
+            refused(failure).into_response()
         }
     }
 }
@@ -249,8 +290,11 @@ pub fn router(agent: &Agent) -> Router {
         .route("/v1/leases/{id}/renew", post(renew_lease))
         .route("/v1/jobs/{job_id}/start", post(job_start))
         .route("/v1/jobs/{job_id}/end", post(job_end))
+        .route(api::JOB_THROUGHPUT_PATH, get(job_throughput))
         .route(api::METRICS_PATH, get(metrics))
         .route_layer(middleware::from_fn_with_state(agent.clone(), authorize))
+        // After the layer: a job's report is authorised by its own job token, in the handler.
+        .route("/v1/jobs/{job_id}/throughput", post(job_throughput_report))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(agent.clone())

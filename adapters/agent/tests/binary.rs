@@ -293,3 +293,34 @@ fn help_teaches_leases_and_the_dead_man_switch() {
     }
     assert!(!help.contains(CONTROL));
 }
+
+#[test]
+fn job_token_prints_the_token_the_agent_accepts_for_that_job_only() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token = write_token(dir.path());
+    let out = command(&["job-token", "4242", "--token-file", &token])
+        .output()
+        .expect("runs");
+    assert!(out.status.success(), "{out:?}");
+    let printed = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let auth = flexgate_agent::auth::Auth::from_secrets(CONTROL, None).expect("tokens");
+    assert_eq!(printed, auth.job_token("4242"));
+    assert_ne!(printed, auth.job_token("4243"));
+    // A bad id is refused with the rule, and a closed stdout is an error, not a panic.
+    let out = command(&["job-token", "42/../x", "--token-file", &token])
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("may only contain"),
+        "{out:?}"
+    );
+    let mut child = command(&["job-token", "4242", "--token-file", &token])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawns");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("waits");
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"), "{out:?}");
+}

@@ -476,3 +476,95 @@ fn a_same_generation_resend_with_other_caps_gets_409_and_changes_nothing() {
     assert_eq!(next.status, 200, "{}", next.body);
     assert_eq!(limits(&server), vec![Some(250.0), Some(700.0), Some(700.0)]);
 }
+
+#[test]
+fn a_job_reports_its_own_throughput_with_its_own_token_and_nothing_else() {
+    let (agent, _sim, clock) = agent(2, false, |_| {});
+    let own = agent.config().auth.job_token("4242");
+    let other = agent.config().auth.job_token("4243");
+    let server = TestServer::start(agent);
+    let report = |tokens: &str, token: Option<&str>, job: &str| {
+        server.send(
+            "POST",
+            &format!("/v1/jobs/{job}/throughput"),
+            token,
+            &format!(r#"{{"tokens_per_s":{tokens},"step":12}}"#),
+        )
+    };
+    // Its own token: kept, and the figure comes back.
+    let r = report("1000", Some(&own), "4242");
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["tokens_per_s"], 1000.0);
+    // Another job's token, the read token, no token, a made-up one: refused, nothing kept.
+    assert_error(&report("9", Some(&other), "4242"), 403, "forbidden");
+    assert_error(&report("9", Some(READ), "4242"), 403, "forbidden");
+    assert_error(&report("9", None, "4242"), 401, "unauthorized");
+    assert_error(
+        &report("9", Some("not-a-job-token-at-all"), "4242"),
+        401,
+        "unauthorized",
+    );
+    // A job token is good for nothing else, not even a read.
+    assert_error(&server.get("/v1/gpus", Some(&own)), 401, "unauthorized");
+    assert_error(&server.get(api::JOB_THROUGHPUT_PATH, Some(&own)), 401, "unauthorized");
+    // Impossible readings: 422 with the reason; malformed ones: 400.
+    assert_error(&report("-5", Some(&own), "4242"), 422, "implausible_throughput");
+    let jump = report("100001", Some(&own), "4242");
+    assert_error(&jump, 422, "implausible_throughput");
+    assert!(
+        jump.json()["detail"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("beyond_history")),
+        "{}",
+        jump.body
+    );
+    assert_error(&report("1e400", Some(&own), "4242"), 400, "bad_request");
+    assert_error(&report(r#""fast""#, Some(&own), "4242"), 400, "bad_request");
+    let typo = server.send(
+        "POST",
+        "/v1/jobs/4242/throughput",
+        Some(&own),
+        r#"{"tokens_per_sec":5}"#,
+    );
+    assert_error(&typo, 400, "bad_request");
+    // The control token may report too (tools, tests), and the read token reads the figures.
+    clock.advance(TimeDelta::seconds(1));
+    assert_eq!(report("1200", Some(CONTROL), "4242").status, 200);
+    let r = server.get(api::JOB_THROUGHPUT_PATH, Some(READ));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let jobs: Vec<api::JobThroughput> = serde_json::from_str(&r.body).expect("throughput list");
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0].job_id, "4242");
+    assert_eq!(jobs[0].training_samples, 2);
+    assert_eq!(jobs[0].tokens_per_s, 1200.0);
+    assert_eq!(jobs[0].step, Some(12));
+    assert_eq!(
+        jobs[0].refused, 2,
+        "the two 422s; a body that does not parse is not a reading"
+    );
+    // Metrics carry the figure and the refusals by reason.
+    let text = server.get("/metrics", Some(READ)).body;
+    assert!(
+        text.contains(r#"flexgate_agent_job_tokens_per_second{job="4242",Hostname="node-t"} 1200"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"flexgate_agent_throughput_reports_refused_total{reason="negative",Hostname="node-t"} 1"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            r#"flexgate_agent_throughput_reports_refused_total{reason="beyond_history",Hostname="node-t"} 1"#
+        ),
+        "{text}"
+    );
+    // The job's end hook forgets it.
+    assert_eq!(
+        server
+            .send("POST", "/v1/jobs/4242/end", Some(CONTROL), r#"{"gpus":[]}"#)
+            .status,
+        200
+    );
+    let r = server.get(api::JOB_THROUGHPUT_PATH, Some(READ));
+    assert_eq!(r.body, "[]");
+}
