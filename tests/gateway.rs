@@ -861,3 +861,124 @@ async fn unreachable_and_far_too_high_ceilings_are_flagged_with_a_sane_range() {
         "{ack}"
     );
 }
+
+/// A job told to the planner as very flexible (PFI 2.67) with a 10 % tier, whose true curve is
+/// steep (throughput proportional to the cap): the plan cuts it, its own reported throughput
+/// shows it slowed far beyond 10 %, and the gateway raises its floor and re-plans in the same
+/// control pass, with the measurement in the ledger; it then runs within its tier (+2 points).
+#[tokio::test(start_paused = true)]
+async fn a_tiered_job_measured_slower_than_its_tier_is_backed_off_within_one_pass() {
+    use flexgate_policies::alloc::{CapRange, Elasticity, JobSpec};
+    use flexgate_policies::curve::{CurvePoint, PowerCurve};
+    use flexgate_policies::pfi::CapGrid;
+    use flexgate_policies::units::{Fraction, TokensPerSec, Watts, WattsPerGpu};
+    let dir = tempfile::tempdir().expect("dir");
+    let (gw, sim) = gateway(dir.path(), 16, SimFaults::default()).await;
+    let first: Vec<JobState> = sim.inventory().await.expect("inventory");
+    sim.end_job(&first[0].spec.id).expect("a job to make room");
+    let steep = |cap: f64| CurvePoint {
+        cap: WattsPerGpu(cap),
+        power: Watts(cap * 8.0 * 0.95),
+        tokens: TokensPerSec(10_000.0 * cap / 700.0),
+    };
+    let truth = PowerCurve::new(8, [200.0, 300.0, 400.0, 500.0, 600.0, 700.0].map(steep).to_vec()).expect("curve");
+    let spec = JobSpec {
+        id: "steep-tier10".into(),
+        gpus: 8,
+        cap_range: CapRange::H200,
+        uncapped_power: Watts(700.0 * 8.0 * 0.95),
+        uncapped_tokens: TokensPerSec(10_000.0),
+        elasticity: Elasticity::Pfi {
+            value: 2.67,
+            grid: CapGrid::fine_h200(),
+        },
+        max_slowdown: Some(Fraction::new(0.10).expect("fraction")),
+    };
+    let job = sim.start_custom_job(spec, truth).expect("room");
+    // Uncapped for more than a throughput window: its uncapped point is measured.
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        gw.tick(true).await.expect("tick");
+    }
+    let baseline = gw.status().await.measured_meter_kw.expect("meter");
+    let ceiling = (baseline * 0.80 * 10.0).round() / 10.0;
+    let (status, ack) = post(&gw, &event("ev-tier", 1, ceiling, 0, Some(3600)), Some(TOKEN)).await;
+    assert_eq!(status, StatusCode::OK, "{ack}");
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let loop_stop = stop.clone();
+    let control = tokio::spawn(gw.clone().control_loop(async move { loop_stop.notified().await }));
+    let records = |entry: &str| -> Vec<Value> {
+        gw.ledger()
+            .iter_from(1)
+            .filter_map(Result::ok)
+            .filter(|r| r.body["entry"] == entry)
+            .map(|r| r.body)
+            .collect()
+    };
+    let settle = || async {
+        tokio::task::spawn_blocking(|| std::thread::sleep(Duration::from_millis(5)))
+            .await
+            .expect("sleep");
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    };
+    for _ in 0..200 {
+        if !records("tier_backed_off").is_empty() {
+            break;
+        }
+        settle().await;
+    }
+    let backoffs = records("tier_backed_off");
+    let first_backoff = backoffs
+        .first()
+        .unwrap_or_else(|| panic!("no back-off; plans: {:?}", records("plan")));
+    assert_eq!(first_backoff["job"], "steep-tier10");
+    let measured = first_backoff["measured_slowdown"].as_f64().expect("slowdown");
+    assert!(measured > 0.12, "{first_backoff}");
+    let uncapped = records("throughput_point")
+        .into_iter()
+        .find(|p| p["job"] == "steep-tier10" && p["uncapped"] == true)
+        .expect("the job's uncapped point was measured before the event");
+    assert!(
+        (uncapped["tokens_per_s"].as_f64().expect("tokens") - 10_000.0).abs() < 1.0,
+        "{uncapped}"
+    );
+    // The plan that follows the back-off is in the same pass (same time), and holds the job at
+    // its new floor.
+    let at = first_backoff["at"].as_str().expect("time").to_string();
+    let floor = first_backoff["floor_w_per_gpu"].as_f64().expect("floor");
+    let replan = records("plan")
+        .into_iter()
+        .find(|p| p["reason"] == "tier_backoff" && p["at"].as_str() == Some(at.as_str()))
+        .unwrap_or_else(|| panic!("no tier_backoff plan at {at}: {:?}", records("plan")));
+    let row = replan["plan"]["rows"]
+        .as_array()
+        .and_then(|rows| rows.iter().find(|r| r[0] == "steep-tier10"))
+        .expect("the job in the plan");
+    assert!(row[1].as_f64().expect("cap") >= floor - 0.1, "{row} vs floor {floor}");
+    // Let the new cap settle and the window refresh: the job now runs within its tier.
+    for _ in 0..30 {
+        settle().await;
+    }
+    let cap = sim.cap_of(&job).expect("running").value();
+    let truth_slowdown = 1.0 - cap / 700.0;
+    assert!(
+        truth_slowdown <= 0.10 + 0.02 + 1e-9,
+        "cap {cap} W: slowdown {truth_slowdown}"
+    );
+    let view = gw
+        .jobs()
+        .await
+        .into_iter()
+        .find(|j| j.id == "steep-tier10")
+        .expect("job");
+    let reported = view.measured_tokens_per_s.expect("measured");
+    assert!(reported >= 10_000.0 * (0.9 - 0.02) - 1.0, "{view:?}");
+    eprintln!(
+        "tier back-off: measured {:.1} % slower at {:.0} W/GPU, floor {floor:.0} W/GPU, now at {cap:.0} W/GPU keeping {:.1} %",
+        measured * 100.0,
+        first_backoff["cap_w_per_gpu"].as_f64().unwrap_or(0.0),
+        reported / 100.0
+    );
+    stop.notify_one();
+    let _ = control.await;
+}

@@ -33,6 +33,9 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 step "documentation builds without warnings"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
 
+step "the training-side throughput helper (deploy/flexgate_throughput.py, Python standard library only)"
+python3 -m unittest -v deploy/test_flexgate_throughput.py
+
 step "tests (unit, property, gateway in-process, SIGKILL crash rounds, CLI end-to-end, experiment targets, real OpenADR VTNs)"
 cargo test --workspace --locked
 

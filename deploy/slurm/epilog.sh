@@ -50,6 +50,12 @@ give_up() {
     exit 0
 }
 
+# After the agent took the call: the job's throughput token (if the prolog left one) goes too.
+after_success() {
+    [ -n "$JOB_TOKEN_DIR" ] || return 0
+    rm -f "$JOB_TOKEN_DIR/$SLURM_JOB_ID.token"
+}
+
 # The rest is shared with the prolog.
 # shellcheck source=deploy/slurm/flexgate-hook.sh
 . "$(dirname "$0")/flexgate-hook.sh"

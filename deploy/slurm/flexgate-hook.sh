@@ -1,7 +1,8 @@
 # shellcheck shell=sh
 # Shared body of flexgate's Slurm prolog and epilog (sourced by both; not run by itself).
 #
-# The caller sets TAG (syslog tag), ACTION (start|end: the agent endpoint) and defines `give_up MESSAGE`
+# The caller sets TAG (syslog tag), ACTION (start|end: the agent endpoint), defines `give_up MESSAGE`
+# and `after_success` (run once the agent took the call: the job's throughput token),
 # (how a failure ends: the prolog never fails the job, the epilog fails
 # only when FLEXGATE_EPILOG_STRICT=1). This file reads the env file, checks every input before
 # it goes into a URL or JSON, and POSTs {gpus:[...]} to the local agent's
@@ -23,6 +24,10 @@ TIMEOUT=3
 CACERT=
 CERT=
 KEY=
+# Where the prolog leaves each job its throughput token (for deploy/slurm/task-prolog.sh), and
+# the agent binary that derives it; empty JOB_TOKEN_DIR: no tokens.
+JOB_TOKEN_DIR=
+AGENT_BIN=flexgate-agent
 
 # Parse KEY=VALUE lines (comments and unknown keys ignored, optional surrounding quotes).
 if [ -r "$ENV_FILE" ]; then
@@ -37,6 +42,8 @@ if [ -r "$ENV_FILE" ]; then
             FLEXGATE_AGENT_CACERT) CACERT=$value ;;
             FLEXGATE_AGENT_CERT) CERT=$value ;;
             FLEXGATE_AGENT_KEY) KEY=$value ;;
+            FLEXGATE_JOB_TOKEN_DIR) JOB_TOKEN_DIR=$value ;;
+            FLEXGATE_AGENT_BIN) AGENT_BIN=$value ;;
         esac
     done < "$ENV_FILE"
 else
@@ -95,6 +102,9 @@ RESPONSE=$(printf 'Authorization: Bearer %s\n' "$TOKEN" |
 STATUS=$(printf '%s\n' "$RESPONSE" | tail -n 1)
 
 case $STATUS in
-    2??) exit 0 ;;
+    2??)
+        after_success
+        exit 0
+        ;;
     *) give_up "POST $ENDPOINT failed (HTTP $STATUS): $(printf '%s\n' "$RESPONSE" | sed '$d' | tr '\n' ' ' | cut -c1-500)" ;;
 esac

@@ -17,6 +17,11 @@
 #     FLEXGATE_AGENT_CACERT=/etc/flexgate/agents-ca.pem   # CA of the agent's certificate
 #     FLEXGATE_AGENT_CERT=/etc/flexgate/hook.pem          # client certificate, where the agent
 #     FLEXGATE_AGENT_KEY=/etc/flexgate/hook-key.pem       #   demands one (--tls-client-ca)
+#     # Optional: give each job its throughput token (see task-prolog.sh and
+#     # deploy/flexgate_throughput.py): written to DIR/$SLURM_JOB_ID.token, owned by the job's
+#     # user, mode 0400, removed by the epilog. FLEXGATE_AGENT_BIN defaults to flexgate-agent.
+#     FLEXGATE_JOB_TOKEN_DIR=/run/flexgate/jobs
+#     FLEXGATE_AGENT_BIN=/usr/local/bin/flexgate-agent
 # The token file holds the agent's control token (root-owned, mode 0600).
 #
 # Inputs from slurmd: SLURM_JOB_ID, and SLURM_JOB_GPUS (comma-separated GRES indices, e.g.
@@ -42,6 +47,28 @@ ACTION=start
 give_up() {
     log "$*; job ${SLURM_JOB_ID:-?} continues without a flexgate call"
     exit 0
+}
+
+# After the agent took the call: the job's own throughput token, readable by the job's user
+# only (it is good for that job's POST /v1/jobs/{id}/throughput and nothing else). A failure
+# here is logged and the job runs; it then reports no throughput, which the gateway calls
+# unknown.
+after_success() {
+    [ -n "$JOB_TOKEN_DIR" ] || return 0
+    command -v "$AGENT_BIN" >/dev/null 2>&1 || { log "$AGENT_BIN not found: no throughput token for job $SLURM_JOB_ID"; return 0; }
+    mkdir -p "$JOB_TOKEN_DIR" || { log "cannot create $JOB_TOKEN_DIR"; return 0; }
+    file="$JOB_TOKEN_DIR/$SLURM_JOB_ID.token"
+    (
+        umask 077
+        "$AGENT_BIN" job-token --token-file "$TOKEN_FILE" "$SLURM_JOB_ID" >"$file.tmp"
+    ) || { log "flexgate-agent job-token failed for job $SLURM_JOB_ID"; rm -f "$file.tmp"; return 0; }
+    if [ -n "${SLURM_JOB_UID:-}" ]; then
+        chown "$SLURM_JOB_UID" "$file.tmp" || { log "cannot give $file to uid $SLURM_JOB_UID"; rm -f "$file.tmp"; return 0; }
+    fi
+    if ! { chmod 0400 "$file.tmp" && mv -f "$file.tmp" "$file"; }; then
+        log "cannot write $file"
+        rm -f "$file.tmp"
+    fi
 }
 
 # The rest is shared with the epilog.

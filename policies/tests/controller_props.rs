@@ -103,7 +103,7 @@ impl ModelCluster {
                 applied_cap: WattsPerGpu(j.cap),
                 generation: j.generation,
                 measured_power: Watts(j.draw()),
-                measured_tokens: TokensPerSec(0.0),
+                measured_tokens: None,
                 suspendable: j.suspendable,
             })
             .collect()
@@ -117,7 +117,7 @@ impl ModelCluster {
             .map(|j| JobTelemetry {
                 job: j.id.clone(),
                 power: Watts(j.draw()),
-                tokens: TokensPerSec(0.0),
+                tokens: None,
             })
             .collect();
         let gpu: f64 = self.jobs.iter().map(ModelJob::draw).sum();

@@ -17,7 +17,9 @@
 
 use super::{BackendError, CapCommand, CapOutcome, CapResult, ClusterBackend, JobState, JobTelemetry, Telemetry};
 use chrono::{DateTime, TimeDelta, Utc};
+use flexgate_agent::throughput::{JobWindows, Phase, ThroughputReport};
 use flexgate_policies::alloc::{Elasticity, JobSpec};
+use flexgate_policies::control::cluster::MeasuredThroughput;
 use flexgate_policies::curve::PowerCurve;
 use flexgate_policies::facility::{FacilityParams, FacilityPoint};
 use flexgate_policies::fleet::experiment::PAPER_PREDICTOR_RMSE;
@@ -70,6 +72,11 @@ pub struct SimConfig {
     /// Standard deviation of deterministic Gaussian noise added to the meter reading, kW.
     /// Default 0 (exact meter), so tests can compare against the facility model.
     pub meter_noise_kw: f64,
+    /// Window of each job's throughput aggregate, ms (default 30 000, the agent's default): the
+    /// figure a job reports is the mean of the top 10 % of its samples in the window, so a cap
+    /// shows fully in it one window after it was applied. The demo shortens it with its
+    /// speed-up, as it shortens the event.
+    pub throughput_window_ms: u64,
     /// Faults to inject (none by default).
     pub faults: SimFaults,
     /// Facility model parameters; the meter reads their nominal point.
@@ -85,6 +92,7 @@ impl Default for SimConfig {
             unknown_elasticity_share: 0.2,
             settle_ms: 1000,
             meter_noise_kw: 0.0,
+            throughput_window_ms: 30_000,
             faults: SimFaults::default(),
             facility: FacilityParams::default(),
         }
@@ -173,6 +181,12 @@ impl SimConfig {
             return invalid(
                 "meter_noise_kw",
                 format!("must be a finite number ≥ 0, got {}", self.meter_noise_kw),
+            );
+        }
+        if !(1..=600_000).contains(&self.throughput_window_ms) {
+            return invalid(
+                "throughput_window_ms",
+                format!("must be 1 to 600000 ms, got {}", self.throughput_window_ms),
             );
         }
         validate_faults(&self.faults, self.nodes)?;
@@ -327,6 +341,12 @@ struct State {
     fault_rng: SplitMix64,
     /// Telemetry samples taken (including lost ones).
     samples: u64,
+    /// Each job's throughput as it reports it, aggregated by the agent's own code (the mean of
+    /// the top 10 % of its training samples in a window), so that simulated and real jobs'
+    /// figures mean the same thing.
+    throughput: JobWindows,
+    /// The latest aggregate per job, for the inventory between telemetry samples.
+    throughput_now: std::collections::HashMap<Arc<str>, MeasuredThroughput>,
 }
 
 impl State {
@@ -411,6 +431,10 @@ impl SimCluster {
                 faults: config.faults.clone(),
                 fault_rng: SplitMix64::derive(config.seed, FAULT_STREAM),
                 samples: 0,
+                throughput: JobWindows::new(TimeDelta::milliseconds(
+                    i64::try_from(config.throughput_window_ms).unwrap_or(i64::MAX),
+                )),
+                throughput_now: std::collections::HashMap::new(),
             }),
             templates,
             config,
@@ -586,6 +610,8 @@ impl SimCluster {
             .position(|j| &*j.spec.id == job)
             .ok_or_else(|| SimError::UnknownJob(job.to_string()))?;
         let ended = state.jobs.remove(index);
+        state.throughput.forget(&ended.spec.id);
+        state.throughput_now.remove(&ended.spec.id);
         for n in ended.nodes {
             state.busy[n as usize] = false;
         }
@@ -724,14 +750,14 @@ impl ClusterBackend for SimCluster {
             .jobs
             .iter()
             .map(|j| {
-                let (power, tokens) = j.ramp.at(now, settle);
+                let (power, _) = j.ramp.at(now, settle);
                 JobState {
                     spec: j.spec.clone(),
                     nodes: j.nodes.iter().map(|&n| node_name(n)).collect(),
                     applied_cap: j.cap,
                     generation: j.generation,
                     measured_power: power,
-                    measured_tokens: tokens,
+                    measured_tokens: state.throughput_now.get(&j.spec.id).map(|t| t.tokens),
                     suspendable: j.suspendable,
                 }
             })
@@ -774,16 +800,55 @@ impl ClusterBackend for SimCluster {
         }
         let mut jobs = Vec::with_capacity(state.jobs.len());
         let mut true_total = Watts::ZERO;
+        let at = self.wall_clock(now);
+        let state = &mut *state;
         for j in &state.jobs {
             let (power, tokens) = j.ramp.at(now, settle);
             true_total += power;
             if state.unreachable_node(j).is_none() {
+                // The job reports its rate as a real one does, through the same screen and
+                // aggregation; a simulated rate is always plausible, so nothing is refused.
+                let report = ThroughputReport {
+                    tokens_per_s: tokens.value(),
+                    samples_per_s: None,
+                    step: None,
+                    phase: Phase::Train,
+                };
+                if let Err(e) = state.throughput.record(&j.spec.id, &report, at) {
+                    tracing::warn!(job = %j.spec.id, "simulated throughput refused: {e}");
+                }
                 jobs.push(JobTelemetry {
                     job: j.spec.id.clone(),
                     power,
-                    tokens,
+                    tokens: None,
                 });
             }
+        }
+        // A job's samples are steady once its last cap change has settled.
+        let settled_from: std::collections::HashMap<&str, DateTime<Utc>> = state
+            .jobs
+            .iter()
+            .map(|j| (&*j.spec.id, self.wall_clock(j.ramp.since + settle)))
+            .collect();
+        let throughput_now = state
+            .throughput
+            .summaries(at)
+            .into_iter()
+            .map(|t| {
+                let reading = MeasuredThroughput {
+                    tokens: TokensPerSec(t.tokens_per_s),
+                    since: t.window_start,
+                    samples: u32::try_from(t.training_samples).unwrap_or(u32::MAX),
+                    steady: settled_from
+                        .get(t.job_id.as_str())
+                        .is_some_and(|from| t.window_start >= *from),
+                };
+                (Arc::<str>::from(t.job_id), reading)
+            })
+            .collect();
+        state.throughput_now = throughput_now;
+        for j in &mut jobs {
+            j.tokens = state.throughput_now.get(&j.job).copied();
         }
         let noise = if self.config.meter_noise_kw > 0.0 {
             self.config.meter_noise_kw * SplitMix64::derive(self.config.seed ^ METER_STREAM, sample).normal()
@@ -792,7 +857,7 @@ impl ClusterBackend for SimCluster {
         };
         let meter_kw = self.meter.meter_settled(true_total, self.config.nodes) + Kilowatts(noise);
         Ok(Telemetry {
-            at: self.wall_clock(now),
+            at,
             gpu_board_power: jobs.iter().map(|j| j.power).sum(),
             jobs,
             meter_kw,
@@ -937,7 +1002,10 @@ mod tests {
                 assert_eq!(j.applied_cap, j.spec.cap_range.max);
                 assert_eq!(j.generation, 0);
                 assert_eq!(j.measured_power, j.spec.uncapped_power);
-                assert_eq!(j.measured_tokens, j.spec.uncapped_tokens);
+                assert_eq!(
+                    j.measured_tokens, None,
+                    "no job has reported before the first telemetry"
+                );
                 j.spec.validate().expect("valid spec");
             }
         }
@@ -1080,7 +1148,7 @@ mod tests {
         let job = state.spec.id.clone();
         let truth = sim.truth_of(&job).expect("truth");
         let cap = WattsPerGpu(400.0);
-        let (p0, t0) = (state.measured_power, state.measured_tokens);
+        let (p0, t0) = (state.measured_power, state.spec.uncapped_tokens);
         let (p1, t1) = (truth.power_at_cap(cap), truth.tokens_at_cap(cap));
         assert!(p1 < p0 && t1 < t0, "a 400 W cap binds");
         sim.apply(&[cmd(&job, cap.value(), 1)]).await;
@@ -1088,12 +1156,10 @@ mod tests {
         tokio::time::advance(Duration::from_millis(250)).await;
         let quarter = first_job(&sim).await;
         assert!(p1 < quarter.measured_power && quarter.measured_power < p0);
-        assert!(t1 < quarter.measured_tokens && quarter.measured_tokens < t0);
         assert!(close(quarter.measured_power.value(), (p0 + (p1 - p0) * 0.25).value()));
         tokio::time::advance(Duration::from_millis(750)).await;
         let settled = first_job(&sim).await;
         assert!(close(settled.measured_power.value(), p1.value()));
-        assert!(close(settled.measured_tokens.value(), t1.value()));
         tokio::time::advance(Duration::from_secs(60)).await;
         assert!(close(first_job(&sim).await.measured_power.value(), p1.value()));
     }
@@ -1152,12 +1218,41 @@ mod tests {
             capped.meter_kw.value(),
             point.meter_settled(capped.gpu_board_power, 16).value()
         ));
+        let reported = |t: &Telemetry, job: &str| {
+            t.jobs
+                .iter()
+                .find(|j| &*j.job == job)
+                .and_then(|j| j.tokens)
+                .expect("every simulated job reports its throughput")
+        };
         for j in &capped.jobs {
             let truth = sim.truth_of(&j.job).expect("truth");
             assert!(close(j.power.value(), truth.power_at_cap(WattsPerGpu(300.0)).value()));
-            assert!(close(j.tokens.value(), truth.tokens_at_cap(WattsPerGpu(300.0)).value()));
+            // The throughput is the agent's aggregate, the top decile of the window: the
+            // uncapped sample of 2 s ago still leads it, and its window says so.
+            let now = reported(&capped, &j.job);
+            assert_eq!(now.tokens, reported(&first, &j.job).tokens);
+            assert_eq!((now.since, now.samples), (first.at, 2));
         }
         assert_eq!((capped.at - first.at).num_seconds(), 2, "timestamps follow tokio time");
+        // Once the cap has held for a whole window, every sample counted was taken under it.
+        tokio::time::advance(Duration::from_secs(31)).await;
+        let settled = sim.telemetry().await.expect("telemetry");
+        for j in &settled.jobs {
+            let truth = sim.truth_of(&j.job).expect("truth");
+            let now = reported(&settled, &j.job);
+            assert!(close(
+                now.tokens.value(),
+                truth.tokens_at_cap(WattsPerGpu(300.0)).value()
+            ));
+            assert_eq!((now.since, now.samples), (settled.at, 1));
+        }
+        let inventory = sim.inventory().await.expect("inventory");
+        assert!(
+            inventory
+                .iter()
+                .all(|j| j.measured_tokens == Some(reported(&settled, &j.spec.id).tokens))
+        );
     }
 
     #[tokio::test]

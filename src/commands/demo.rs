@@ -80,6 +80,8 @@ async fn demo(args: &DemoArgs) -> Result<()> {
         nodes: args.nodes,
         seed: args.seed,
         settle_ms: 200,
+        // Event time runs ×speed; the jobs' throughput window shrinks with it.
+        throughput_window_ms: ((30_000.0 / args.speed).round() as u64).max(1),
         facility,
         ..SimConfig::default()
     };

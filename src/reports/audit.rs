@@ -36,6 +36,8 @@ pub struct AuditReport {
     pub intervals: Vec<IntervalAudit>,
     /// Jobs capped through the unknown-elasticity fallback.
     pub fallbacks: Vec<String>,
+    /// Whose throughput was measured while the event ran (see [`ThroughputAudit`]).
+    pub throughput: ThroughputAudit,
     /// Meter samples `(time, meter kW, ceiling kW in force)` from baseline window to the end.
     pub series: Vec<(DateTime<Utc>, f64, Option<f64>)>,
 }
@@ -140,6 +142,19 @@ fn x_of_y(meter: &[(DateTime<Utc>, f64, Option<f64>)], from: DateTime<Utc>, to: 
     })
 }
 
+/// Which of the jobs the event's plans covered reported their throughput for the whole event
+/// (from `throughput_known` records): a slowdown can only be measured for those.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ThroughputAudit {
+    /// Jobs in the event's plans.
+    pub jobs: usize,
+    /// Jobs whose throughput was measured from the event's start to its end.
+    pub measured: Vec<String>,
+    /// Jobs whose throughput was unknown at some time in the event (reported nothing, or
+    /// their node did not answer): their slowdown is not measured.
+    pub unmeasured: Vec<String>,
+}
+
 /// One interval's performance.
 #[derive(Debug, Clone, Serialize)]
 pub struct IntervalAudit {
@@ -188,8 +203,16 @@ pub fn build(records: &[Record], event_id: &str, window_s: u64) -> Result<Option
     let mut fallbacks: Vec<String> = Vec::new();
     let mut meter: Vec<(DateTime<Utc>, f64, Option<f64>)> = Vec::new();
     let mut modelled: Vec<DateTime<Utc>> = Vec::new();
+    let mut throughput_known: Vec<(DateTime<Utc>, String, bool)> = Vec::new();
+    let mut planned_jobs: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     for record in records {
         let entry = record.entry()?;
+        if let Entry::ThroughputKnown(k) = &entry {
+            for (job, known) in &k.throughput {
+                throughput_known.push((k.at, job.clone(), known == "measured"));
+            }
+            continue;
+        }
         if let Entry::MeterSample(m) = &entry {
             // A model's figure is not evidence of what the meter saw: counted apart.
             if m.meter_quality.is_some_and(|q| !q.is_measured()) {
@@ -218,6 +241,7 @@ pub fn build(records: &[Record], event_id: &str, window_s: u64) -> Result<Option
             Entry::EventPhase(t) => transitions.push(t),
             Entry::OperatorOptOut(o) => opt_outs.push(o),
             Entry::Plan(p) => {
+                planned_jobs.extend(p.plan.rows.iter().map(|row| row.0.to_string()));
                 for f in &p.plan.fallbacks {
                     if !fallbacks.iter().any(|x| **x == **f) {
                         fallbacks.push(f.to_string());
@@ -384,7 +408,9 @@ pub fn build(records: &[Record], event_id: &str, window_s: u64) -> Result<Option
         .filter(|(t, _, _)| series_from.is_none_or(|f| *t >= f) && series_to.is_none_or(|e| *t <= e))
         .copied()
         .collect();
+    let throughput = throughput_audit(&planned_jobs, &throughput_known, started, ended);
     Ok(Some(AuditReport {
+        throughput,
         event_id: event_id.to_string(),
         received,
         interpretations,
@@ -399,6 +425,44 @@ pub fn build(records: &[Record], event_id: &str, window_s: u64) -> Result<Option
         fallbacks,
         series,
     }))
+}
+
+/// Which `jobs` reported their throughput throughout `[started, ended]`, from the recorded
+/// changes `known` (time, job, measured?), in record order. A job's state at the start is its
+/// last change before it; a job never recorded is unknown.
+fn throughput_audit(
+    jobs: &std::collections::BTreeSet<String>,
+    known: &[(DateTime<Utc>, String, bool)],
+    started: Option<DateTime<Utc>>,
+    ended: Option<DateTime<Utc>>,
+) -> ThroughputAudit {
+    let mut audit = ThroughputAudit {
+        jobs: jobs.len(),
+        ..ThroughputAudit::default()
+    };
+    for job in jobs {
+        let changes = known.iter().filter(|(_, j, _)| j == job);
+        let at_start = changes
+            .clone()
+            .rfind(|(at, _, _)| started.is_some_and(|s| *at <= s))
+            .is_some_and(|(_, _, measured)| *measured);
+        let lost_during = changes
+            .clone()
+            .any(|(at, _, measured)| !measured && started.is_none_or(|s| *at > s) && ended.is_none_or(|e| *at < e));
+        // A job that started after the event began is measured from its first record.
+        let first_during = changes
+            .clone()
+            .find(|(at, _, _)| started.is_none_or(|s| *at > s))
+            .is_some_and(|(_, _, measured)| *measured);
+        let began_before = changes.clone().any(|(at, _, _)| started.is_some_and(|s| *at <= s));
+        let measured = if began_before { at_start } else { first_during };
+        if measured && !lost_during {
+            audit.measured.push(job.clone());
+        } else {
+            audit.unmeasured.push(job.clone());
+        }
+    }
+    audit
 }
 
 /// Text from outside (operator names, reasons, received bytes) with control characters
@@ -616,6 +680,21 @@ impl AuditReport {
                 printable(i.note.as_deref().unwrap_or(""))
             );
         }
+        let t = &self.throughput;
+        let _ = writeln!(
+            out,
+            "\n## Job throughput\n\n{} of the {} jobs in the plans reported their throughput for the whole event{}",
+            t.measured.len(),
+            t.jobs,
+            if t.unmeasured.is_empty() {
+                ".".to_string()
+            } else {
+                format!(
+                    "; unmeasured (no report, or their node did not answer; their slowdown is not measured): {}.",
+                    printable(&t.unmeasured.join(", "))
+                )
+            }
+        );
         let _ = writeln!(
             out,
             "\n## Fallbacks\n\n{}",
@@ -830,5 +909,35 @@ mod tests {
             printable("a\u{0}b\u{ffff}c\u{202e}d\ne"),
             "a\\u{0}b\\u{ffff}c\\u{202e}d\ne"
         );
+    }
+}
+
+#[cfg(test)]
+mod throughput_tests {
+    use super::*;
+
+    fn at(s: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_800_000_000 + s, 0).expect("valid")
+    }
+
+    #[test]
+    fn a_job_is_measured_only_if_it_reported_from_the_start_to_the_end() {
+        let jobs: std::collections::BTreeSet<String> = ["steady", "silent", "dropped", "late", "never"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let known = vec![
+            (at(0), "steady".to_string(), true),
+            (at(0), "silent".to_string(), false),
+            (at(0), "dropped".to_string(), true),
+            (at(50), "dropped".to_string(), false),
+            (at(60), "dropped".to_string(), true),
+            (at(30), "late".to_string(), true),
+            (at(200), "steady".to_string(), false),
+        ];
+        let audit = throughput_audit(&jobs, &known, Some(at(10)), Some(at(100)));
+        assert_eq!(audit.jobs, 5);
+        assert_eq!(audit.measured, vec!["late", "steady"]);
+        assert_eq!(audit.unmeasured, vec!["dropped", "never", "silent"]);
     }
 }

@@ -7,7 +7,7 @@ use crate::cluster::JobState;
 use chrono::{DateTime, Utc};
 use flexgate_policies::control::{AppliedCap, PlanInForce, Snapshot};
 use flexgate_policies::event::BookEntry;
-use flexgate_policies::units::WattsPerGpu;
+use flexgate_policies::units::{TokensPerSec, WattsPerGpu};
 use serde::Serialize;
 use std::sync::Arc;
 
@@ -128,11 +128,16 @@ pub struct JobView {
     pub generation: u64,
     /// Measured power.
     pub measured_power_w: f64,
-    /// Measured throughput.
-    pub measured_tokens_per_s: f64,
+    /// Throughput the job reports (mean of the top 10 % of its training samples in the agent's
+    /// window); `null` when it reports nothing: unknown, never 0.
+    pub measured_tokens_per_s: Option<f64>,
+    /// `measured` when the job reports its throughput, `unknown` when it does not.
+    pub throughput: &'static str,
     /// Uncapped power and throughput (P_max, T_max).
     pub uncapped_power_w: f64,
-    /// Uncapped throughput.
+    /// The planner's uncapped throughput figure (T_max). With simulated jobs, the job's own;
+    /// with node agents, the job's GPU count (the planner weighs agent jobs by GPUs), not a
+    /// rate: see `measured_tokens_per_s` for what the job reports.
     pub uncapped_tokens_per_s: f64,
     /// What is known about its elasticity.
     pub elasticity: String,
@@ -155,7 +160,12 @@ impl JobView {
             confirmed: applied.is_none_or(|a| a.confirmed),
             generation: applied.map_or(job.generation, |a| a.generation),
             measured_power_w: job.measured_power.value(),
-            measured_tokens_per_s: job.measured_tokens.value(),
+            measured_tokens_per_s: job.measured_tokens.map(TokensPerSec::value),
+            throughput: if job.measured_tokens.is_some() {
+                "measured"
+            } else {
+                "unknown"
+            },
             uncapped_power_w: job.spec.uncapped_power.value(),
             uncapped_tokens_per_s: job.spec.uncapped_tokens.value(),
             elasticity,

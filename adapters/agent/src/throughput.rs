@@ -215,11 +215,12 @@ fn check_rate(field: &'static str, value: f64) -> Result<(), Refusal> {
 }
 
 impl JobWindows {
-    /// Windows of length `window` (at least one second).
+    /// Windows of length `window` (at least a millisecond; the agent's configuration allows
+    /// 1 to 600 s, the gateway's accelerated demo less).
     #[must_use]
     pub fn new(window: TimeDelta) -> Self {
         Self {
-            window: window.max(TimeDelta::seconds(1)),
+            window: window.max(TimeDelta::milliseconds(1)),
             jobs: BTreeMap::new(),
             refusals: BTreeMap::new(),
         }

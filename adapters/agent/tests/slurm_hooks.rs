@@ -56,7 +56,12 @@ fn prolog_caps_new_jobs_and_epilog_restores_them() {
     let env_file = dir.path().join("agent.env");
     std::fs::write(
         &env_file,
-        format!("# flexgate agent\nFLEXGATE_AGENT_URL=\"http://{}\"\nFLEXGATE_AGENT_TOKEN_FILE={token}\nFLEXGATE_HOOK_TIMEOUT=5\n", agent.addr),
+        format!(
+            "# flexgate agent\nFLEXGATE_AGENT_URL=\"http://{}\"\nFLEXGATE_AGENT_TOKEN_FILE={token}\nFLEXGATE_HOOK_TIMEOUT=5\nFLEXGATE_JOB_TOKEN_DIR={}\nFLEXGATE_AGENT_BIN={}\n",
+            agent.addr,
+            dir.path().join("jobs").display(),
+            common::BIN
+        ),
     )
     .expect("env file");
 
@@ -83,6 +88,40 @@ fn prolog_caps_new_jobs_and_epilog_restores_them() {
     assert_eq!(agent.limits(), vec![300.0, 350.0, 350.0, 700.0]);
     let gpus = agent.gpus();
     assert_eq!(gpus[1].held_by, vec!["evt".to_owned()]);
+    // The job got its own throughput token, readable by its user only, and the TaskProlog
+    // hands it to the job's tasks.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let file = dir.path().join("jobs/9001.token");
+        let written = std::fs::read_to_string(&file).expect("the prolog wrote the job's token");
+        let auth = flexgate_agent::auth::Auth::from_secrets(CONTROL, None).expect("tokens");
+        assert_eq!(written.trim(), auth.job_token("9001"));
+        let mode = std::fs::metadata(&file).expect("metadata").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o400, "{mode:o}");
+        let out = Command::new("sh")
+            .arg(script("task-prolog.sh"))
+            .env("FLEXGATE_JOB_TOKEN_DIR", dir.path().join("jobs"))
+            .env("SLURM_JOB_ID", "9001")
+            .output()
+            .expect("sh runs");
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            format!(
+                "export FLEXGATE_JOB_TOKEN={}\nexport FLEXGATE_JOB_ID=9001\n",
+                auth.job_token("9001")
+            )
+        );
+        // A file that is not a token is never printed (it could be a command).
+        std::fs::write(dir.path().join("jobs/666.token"), "$(reboot)\n").expect("write");
+        let out = Command::new("sh")
+            .arg(script("task-prolog.sh"))
+            .env("FLEXGATE_JOB_TOKEN_DIR", dir.path().join("jobs"))
+            .env("SLURM_JOB_ID", "666")
+            .output()
+            .expect("sh runs");
+        assert!(out.status.success() && out.stdout.is_empty(), "{out:?}");
+    }
 
     // A job without GPUs: nothing sent, success.
     let out = run_hook("prolog.sh", &env_file, "9002", None);
@@ -91,6 +130,10 @@ fn prolog_caps_new_jobs_and_epilog_restores_them() {
     let out = run_hook("epilog.sh", &env_file, "9001", Some("1,2"));
     assert!(out.status.success(), "{out:?}");
     assert_eq!(agent.limits(), vec![300.0, 700.0, 700.0, 700.0]);
+    assert!(
+        !dir.path().join("jobs/9001.token").exists(),
+        "the epilog removes the token"
+    );
 
     // Hostile input never reaches the agent, and never fails the job.
     let out = run_hook("prolog.sh", &env_file, "9003", Some("1;rm -rf /"));

@@ -27,8 +27,10 @@ pub struct JobState {
     pub generation: u64,
     /// The job's aggregate GPU-board power now, as measured.
     pub measured_power: Watts,
-    /// The job's throughput now, as measured.
-    pub measured_tokens: TokensPerSec,
+    /// The job's throughput now, as the job itself reported it (the mean of the top 10 % of its
+    /// training samples in the agent's window); `None` when it reports nothing: the gateway
+    /// then knows the job's draw but not what a cap costs it.
+    pub measured_tokens: Option<TokensPerSec>,
     /// Whether the job's flex tier allows suspending it when caps alone cannot meet a target.
     pub suspendable: bool,
 }
@@ -134,6 +136,23 @@ pub struct JobTelemetry {
     pub job: Arc<str>,
     /// Aggregate GPU-board power of the job.
     pub power: Watts,
-    /// Training throughput of the job.
+    /// Training throughput the job reported, `None` when it reports nothing (unknown, never 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<MeasuredThroughput>,
+}
+
+/// A job's reported throughput and the span of samples it aggregates.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct MeasuredThroughput {
+    /// Mean of the top 10 % of the job's training-phase samples in the window.
     pub tokens: TokensPerSec,
+    /// When the oldest sample counted arrived: a cap applied before it held for every sample.
+    pub since: DateTime<Utc>,
+    /// Training samples counted.
+    pub samples: u32,
+    /// True when every sample counted was taken once the job's cap now in force had settled,
+    /// so that the figure is the job's throughput *at that cap* (a point of its curve). The
+    /// backend decides it on its own clock, the one the samples were timed by.
+    #[serde(default)]
+    pub steady: bool,
 }

@@ -251,6 +251,8 @@ pub enum PlanReason {
     Suspended,
     /// The first plan after a start.
     Start,
+    /// A job's measured slowdown exceeded its tier: its floor was raised.
+    TierBackoff,
 }
 
 /// One job's line in a recorded plan: `[job, cap_w, expected_power_w, expected_tokens_per_s,
@@ -494,6 +496,57 @@ pub struct ElasticityKnown {
     pub elasticity_known: std::collections::BTreeMap<String, String>,
 }
 
+/// Which jobs report their throughput, where it changed: `measured` (the job reports it
+/// through its agent, or the simulated cluster for its jobs) or `unknown` (it reports nothing,
+/// or its node did not answer). Recorded on change only, so that an auditor can tell which
+/// jobs' slowdown was measured during an event and which was not.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ThroughputKnown {
+    /// When.
+    pub at: DateTime<Utc>,
+    /// Job → `measured` or `unknown`.
+    pub throughput: std::collections::BTreeMap<String, String>,
+}
+
+/// A measured point of a job's curve: its cap had settled and every throughput sample counted
+/// was taken under it (see `control::evidence`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ThroughputPoint {
+    /// When.
+    pub at: DateTime<Utc>,
+    /// The job.
+    pub job: String,
+    /// Cap per GPU in force, W.
+    pub cap_w_per_gpu: f64,
+    /// The job's GPU-board power, W (measured).
+    pub power_w: f64,
+    /// The job's throughput, tokens/s, as the job reported it.
+    pub tokens_per_s: f64,
+    /// The cap was the range maximum: this is the job's uncapped point.
+    pub uncapped: bool,
+}
+
+/// A job measured slower than its tier allows: its floor was raised and the plan redone.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TierBackedOff {
+    /// When.
+    pub at: DateTime<Utc>,
+    /// The job.
+    pub job: String,
+    /// The cap per GPU it was measured at, W.
+    pub cap_w_per_gpu: f64,
+    /// Its measured throughput there, tokens/s.
+    pub tokens_per_s: f64,
+    /// Its measured uncapped throughput, tokens/s.
+    pub uncapped_tokens_per_s: f64,
+    /// 1 − tokens / uncapped tokens.
+    pub measured_slowdown: f64,
+    /// The tier's largest slowdown.
+    pub allowance: f64,
+    /// The floor set, W per GPU.
+    pub floor_w_per_gpu: f64,
+}
+
 /// One meter and GPU-board reading.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MeterSample {
@@ -720,6 +773,12 @@ pub enum Entry {
     JobsChanged(JobsChanged),
     /// What is known of jobs' elasticity.
     ElasticityKnown(ElasticityKnown),
+    /// Which jobs report their throughput.
+    ThroughputKnown(ThroughputKnown),
+    /// A measured point of a job's curve.
+    ThroughputPoint(ThroughputPoint),
+    /// A job backed off to keep its tier.
+    TierBackedOff(TierBackedOff),
     /// A meter reading.
     MeterSample(MeterSample),
     /// A closed-loop trim.
@@ -753,7 +812,12 @@ impl Entry {
             Entry::CapsDispatched(_) | Entry::JobsSuspended(_) => EntryKind::Dispatch,
             Entry::CapsDrifted(_) | Entry::CapsLost(_) => EntryKind::Confirmation,
             Entry::JobsResumed(_) | Entry::CurtailmentEnded(_) => EntryKind::Restore,
-            Entry::JobsChanged(_) | Entry::ElasticityKnown(_) | Entry::MeterSample(_) => EntryKind::Measurement,
+            Entry::JobsChanged(_)
+            | Entry::ElasticityKnown(_)
+            | Entry::ThroughputKnown(_)
+            | Entry::ThroughputPoint(_)
+            | Entry::MeterSample(_) => EntryKind::Measurement,
+            Entry::TierBackedOff(_) => EntryKind::Plan,
             Entry::Trimmed(_) => EntryKind::Trim,
             Entry::Started(_) => EntryKind::Startup,
             Entry::WireReceived(_) => EntryKind::RawInput,

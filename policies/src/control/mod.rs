@@ -31,6 +31,7 @@ pub mod budget;
 pub mod cluster;
 pub mod config;
 pub mod entry;
+pub mod evidence;
 mod intake;
 mod planner;
 mod reconcile;
@@ -292,6 +293,11 @@ pub struct Controller {
     trim_w: f64,
     last_dispatch: Option<DateTime<Utc>>,
     elasticity_known: HashMap<Arc<str>, String>,
+    throughput_known: HashMap<Arc<str>, String>,
+    /// What was measured of each running job's curve (`throughput_point` records).
+    evidence: HashMap<Arc<str>, evidence::JobEvidence>,
+    /// Floors raised because a job was measured slower than its tier (until the curtailment ends).
+    tier_floors: HashMap<Arc<str>, f64>,
     /// Persistent: a snapshot shares it instead of copying six hours of samples.
     meter_history: imbl::Vector<(DateTime<Utc>, f64)>,
     next_generation: u64,
@@ -326,6 +332,9 @@ impl Controller {
             trim_w: 0.0,
             last_dispatch: None,
             elasticity_known: HashMap::new(),
+            throughput_known: HashMap::new(),
+            evidence: HashMap::new(),
+            tier_floors: HashMap::new(),
             meter_history: imbl::Vector::new(),
             next_generation: 1,
             jobs: Arc::default(),
@@ -417,6 +426,12 @@ impl Controller {
         acks.sort_by(|a, b| a.0.cmp(b.0));
         let mut known: Vec<_> = self.elasticity_known.iter().map(|(k, v)| (k.to_string(), v)).collect();
         known.sort();
+        let mut throughput: Vec<_> = self.throughput_known.iter().map(|(k, v)| (k.to_string(), v)).collect();
+        throughput.sort();
+        let evidence: std::collections::BTreeMap<String, &evidence::JobEvidence> =
+            self.evidence.iter().map(|(k, v)| (k.to_string(), v)).collect();
+        let floors: std::collections::BTreeMap<String, f64> =
+            self.tier_floors.iter().map(|(k, v)| (k.to_string(), *v)).collect();
         serde_json::json!({
             "book": &*self.book,
             "acks": acks,
@@ -427,6 +442,9 @@ impl Controller {
             "trim_w": self.trim_w,
             "last_dispatch": self.last_dispatch,
             "elasticity_known": known,
+            "throughput_known": throughput,
+            "evidence": evidence,
+            "tier_floors": floors,
             "meter_history": &self.meter_history,
             "next_generation": self.next_generation,
         })
@@ -519,6 +537,21 @@ impl Controller {
                     caps.remove(job);
                     self.suspended.remove(job);
                     self.elasticity_known.remove(job);
+                    self.throughput_known.remove(job);
+                    self.evidence.remove(job);
+                    self.tier_floors.remove(job);
+                }
+            }
+            Entry::ThroughputPoint(p) => {
+                self.evidence.entry(Arc::from(p.job.as_str())).or_default().add(p);
+            }
+            Entry::TierBackedOff(b) => {
+                let floor = self.tier_floors.entry(Arc::from(b.job.as_str())).or_insert(0.0);
+                *floor = floor.max(b.floor_w_per_gpu);
+            }
+            Entry::ThroughputKnown(k) => {
+                for (job, known) in &k.throughput {
+                    self.throughput_known.insert(Arc::from(job.as_str()), known.clone());
                 }
             }
             Entry::ElasticityKnown(k) => {
@@ -539,6 +572,7 @@ impl Controller {
                 self.plan = None;
                 self.curtailment = None;
                 self.trim_w = 0.0;
+                self.tier_floors.clear();
             }
         }
     }
@@ -712,6 +746,8 @@ impl Controller {
             ),
         );
         self.reconcile_lost(&t, now, effects);
+        self.record_throughput(&t, now, effects);
+        self.learn_from(&t, now, effects);
         self.telemetry = Some(Arc::new(t));
         self.flex_available_kw = self.flex_available_kw();
     }
@@ -808,7 +844,13 @@ impl Controller {
             let counts =
                 !self.suspended.contains(&job.spec.id) && self.caps.get(&job.spec.id).is_none_or(|c| c.confirmed);
             if counts {
-                plannable.push(job.spec.clone());
+                let mut spec = job.spec.clone();
+                // A job measured slower than its tier allows is held at the floor found for it.
+                if let Some(floor) = self.tier_floors.get(&job.spec.id) {
+                    let range = &mut spec.cap_range;
+                    range.min = WattsPerGpu(floor.clamp(range.min.value(), range.max.value()));
+                }
+                plannable.push(spec);
             } else {
                 fixed_w += job.measured_power.value();
             }

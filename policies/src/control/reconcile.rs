@@ -13,7 +13,9 @@
 //!   until that is confirmed it stays fixed load, so a retry can only over-deliver.
 
 use super::cluster::{CapCommand, JobState, Telemetry};
-use super::entry::{CapsDrifted, CapsLost, Drifted, ElasticityKnown, Entry, JobsChanged, PlanReason, Recorded};
+use super::entry::{
+    CapsDrifted, CapsLost, Drifted, ElasticityKnown, Entry, JobsChanged, PlanReason, Recorded, ThroughputKnown,
+};
 use super::{Controller, DRIFT_TOLERANCE_W, Effect};
 use crate::alloc::Elasticity;
 use chrono::{DateTime, Utc};
@@ -157,6 +159,38 @@ impl Controller {
                 Entry::ElasticityKnown(ElasticityKnown {
                     at: now,
                     elasticity_known: changed,
+                }),
+                None,
+            ),
+        );
+    }
+
+    /// Record which running jobs report their throughput whenever that changes (see
+    /// [`ThroughputKnown`]); a job left out of the telemetry is `unknown` for the time being.
+    pub(crate) fn record_throughput(&mut self, t: &Telemetry, now: DateTime<Utc>, effects: &mut Vec<Effect>) {
+        let reporting: HashSet<&str> = t.jobs.iter().filter(|j| j.tokens.is_some()).map(|j| &*j.job).collect();
+        let changed: BTreeMap<String, String> = self
+            .jobs
+            .iter()
+            .filter_map(|job| {
+                let known = if reporting.contains(&*job.spec.id) {
+                    "measured"
+                } else {
+                    "unknown"
+                };
+                (self.throughput_known.get(&job.spec.id).map(String::as_str) != Some(known))
+                    .then(|| (job.spec.id.to_string(), known.to_string()))
+            })
+            .collect();
+        if changed.is_empty() {
+            return;
+        }
+        self.record(
+            effects,
+            Recorded::new(
+                Entry::ThroughputKnown(ThroughputKnown {
+                    at: now,
+                    throughput: changed,
                 }),
                 None,
             ),

@@ -49,6 +49,9 @@ impl AgentsBackend {
         known.uncapped_seen.retain(|id, _| running.contains(&**id));
         known.uncapped_runs.retain(|id, _| running.contains(&**id));
         known.suspended.retain(|id| running.contains(&**id));
+        known.throughput.retain(|id, _| running.contains(&**id));
+        known.cap_changed.retain(|id, _| running.contains(&**id));
+        known.cap_seen.retain(|id, _| running.contains(&**id));
         let capped_jobs = known.capped_jobs();
         let states = jobs
             .iter()
@@ -212,6 +215,13 @@ impl AgentsBackend {
             },
             (None, None) => Elasticity::Unknown,
         };
+        let applied = applied.min(hi);
+        let previous = known.cap_seen.insert(job.id.clone(), applied);
+        if previous.is_none_or(|p| (p - applied).abs() > 1.0) {
+            known
+                .cap_changed
+                .insert(job.id.clone(), crate::runtime::clock::wall_now());
+        }
         JobState {
             spec: JobSpec {
                 id: job.id.clone(),
@@ -221,6 +231,10 @@ impl AgentsBackend {
                     max: WattsPerGpu(hi),
                 },
                 uncapped_power: Watts(uncapped),
+                // Not a throughput: the planner weighs agent jobs by their GPUs (each job's
+                // progress counts per GPU), so that a job that reports tokens/s is not ranked
+                // against one that does not on incomparable figures. Its measured throughput
+                // is `measured_tokens`.
                 uncapped_tokens: TokensPerSec(n as f64),
                 elasticity,
                 max_slowdown: job.max_slowdown.and_then(|f| Fraction::new(f).ok()),
@@ -230,10 +244,10 @@ impl AgentsBackend {
                 nodes.dedup();
                 nodes
             },
-            applied_cap: WattsPerGpu(applied.min(hi)),
+            applied_cap: WattsPerGpu(applied),
             generation: known.generations.get(&job.id).copied().unwrap_or(0),
             measured_power: Watts(measured),
-            measured_tokens: TokensPerSec(0.0),
+            measured_tokens: known.throughput.get(&job.id).map(|t| t.tokens),
             suspendable: job.suspendable,
         }
     }

@@ -92,6 +92,13 @@ struct Known {
     uncapped_runs: HashMap<Arc<str>, UncappedRunMeans>,
     /// Jobs suspended through this backend (their telemetry is not their uncapped run).
     suspended: std::collections::HashSet<Arc<str>>,
+    /// Each job's throughput as it last reported it to an agent (jobs that report nothing are
+    /// absent: unknown, never 0).
+    throughput: HashMap<Arc<str>, flexgate_policies::control::cluster::MeasuredThroughput>,
+    /// When each job's applied cap last changed (the enforced limit its GPUs report), and to
+    /// what: the throughput samples before it were taken at another cap.
+    cap_changed: HashMap<Arc<str>, chrono::DateTime<chrono::Utc>>,
+    cap_seen: HashMap<Arc<str>, f64>,
 }
 
 impl Known {

@@ -5,9 +5,12 @@
 //! Separate because it reads pages the agents' token may never be sent to, and because its rule
 //! is the opposite of optimism: a GPU without a plausible reading counts at its maximum.
 
+use super::client::Verb;
 use super::{AgentsBackend, Known, all_failed};
 use crate::cluster::{BackendError, JobTelemetry, Telemetry};
+use flexgate_agent::api::{JOB_THROUGHPUT_PATH, JobThroughput};
 use flexgate_agent::metrics::GpuSample;
+use flexgate_policies::control::cluster::MeasuredThroughput;
 use flexgate_policies::facility::CoolingState;
 use flexgate_policies::units::{Kilowatts, TokensPerSec, Watts};
 use std::collections::HashMap;
@@ -18,6 +21,11 @@ use tokio::time::Instant;
 /// a broken exporter, and the GPU counts as unmeasured instead.
 const MAX_PLAUSIBLE_GPU_W: f64 = 5_000.0;
 
+/// Seconds after a job's cap changed before its throughput samples count as taken at the new
+/// cap: NVML averages power over about 1 s, and the gateway's and agents' clocks may differ by
+/// a second or two.
+const CAP_SETTLE_S: i64 = 3;
+
 /// One node's GPU readings from its metrics page, by UUID.
 type MetricsPage = HashMap<String, GpuSample>;
 
@@ -25,7 +33,7 @@ impl AgentsBackend {
     /// [`ClusterBackend::telemetry`](crate::cluster::ClusterBackend::telemetry): per-job GPU
     /// power from the metrics pages, and the meter estimated from all GPUs' power.
     pub(super) async fn read_telemetry(&self) -> Result<Telemetry, BackendError> {
-        let (pages, none_answered) = self.scrape_metrics().await;
+        let ((pages, none_answered), reported) = tokio::join!(self.scrape_metrics(), self.read_throughput());
         if let Some(why) = none_answered {
             return Err(BackendError::TelemetryGap(why));
         }
@@ -55,7 +63,7 @@ impl AgentsBackend {
                 per_job.push(JobTelemetry {
                     job: job.id.clone(),
                     power: Watts(power),
-                    tokens: TokensPerSec(0.0),
+                    tokens: reported.get(&*job.id).copied(),
                 });
             }
             if with_activity == job.gpus.len() && with_activity > 0 {
@@ -80,6 +88,26 @@ impl AgentsBackend {
             .map(|(_, uuid)| known.gpu_max.get(uuid).copied().unwrap_or(700.0))
             .sum();
         self.observe_uncapped_runs(&mut known, &activity);
+        // Steady: every sample counted arrived after the job's cap last changed plus NVML's
+        // averaging time, compared on the agents' clock with a margin for clock skew.
+        let settled_from = |job: &Arc<str>| {
+            known
+                .cap_changed
+                .get(job)
+                .map(|at| *at + chrono::TimeDelta::seconds(CAP_SETTLE_S))
+        };
+        let throughput: HashMap<Arc<str>, MeasuredThroughput> = jobs
+            .iter()
+            .filter_map(|j| {
+                let mut t = *reported.get(&*j.id)?;
+                t.steady = settled_from(&j.id).is_none_or(|from| t.since >= from);
+                Some((j.id.clone(), t))
+            })
+            .collect();
+        for job in &mut per_job {
+            job.tokens = throughput.get(&job.job).copied();
+        }
+        known.throughput = throughput;
         drop(known);
         let estimated = measured + unmeasured;
         let nodes = u32::try_from(self.agents.len()).unwrap_or(u32::MAX);
@@ -97,6 +125,43 @@ impl AgentsBackend {
             meter_quality: flexgate_policies::meter::Quality::Model,
             nodes,
         })
+    }
+
+    /// Reads every agent's job throughput at once: per job id, the reading with the latest
+    /// sample (a job on several nodes reports from one rank; if more do, the freshest wins).
+    /// An agent that does not answer, or predates the endpoint, contributes nothing: its jobs'
+    /// throughput is unknown, which changes no decision about power.
+    async fn read_throughput(&self) -> HashMap<String, MeasuredThroughput> {
+        let deadline = Instant::now() + self.caller.policy.timeout;
+        let calls = (0..self.agents.len()).map(|i| async move {
+            self.agent_call::<(), Vec<JobThroughput>>(i, Verb::Get, JOB_THROUGHPUT_PATH, None, deadline)
+                .await
+                .map_err(|e| tracing::debug!("job throughput: {e}"))
+                .unwrap_or_default()
+        });
+        let mut best: HashMap<String, (chrono::DateTime<chrono::Utc>, MeasuredThroughput)> = HashMap::new();
+        for reading in futures_util::future::join_all(calls).await.into_iter().flatten() {
+            // The agent screened every sample; a figure that is not a finite rate is a broken
+            // agent, and is left out rather than planned on.
+            if !(reading.tokens_per_s.is_finite() && reading.tokens_per_s >= 0.0) {
+                tracing::warn!(job = %reading.job_id, "job throughput {} refused: not a rate", reading.tokens_per_s);
+                continue;
+            }
+            let measured = MeasuredThroughput {
+                tokens: TokensPerSec(reading.tokens_per_s),
+                since: reading.window_start,
+                samples: u32::try_from(reading.training_samples).unwrap_or(u32::MAX),
+                // Decided once the job is known (its cap's last change), below.
+                steady: false,
+            };
+            let newer = best
+                .get(&reading.job_id)
+                .is_none_or(|(end, _)| reading.window_end > *end);
+            if newer {
+                best.insert(reading.job_id, (reading.window_end, measured));
+            }
+        }
+        best.into_iter().map(|(job, (_, m))| (job, m)).collect()
     }
 
     /// Reads every node's metrics page at once (the agent's `/metrics`, or the node's
