@@ -942,14 +942,45 @@ async fn a_tiered_job_measured_slower_than_its_tier_is_backed_off_within_one_pas
         (uncapped["tokens_per_s"].as_f64().expect("tokens") - 10_000.0).abs() < 1.0,
         "{uncapped}"
     );
-    // The plan that follows the back-off is in the same pass (same time), and holds the job at
-    // its new floor.
-    let at = first_backoff["at"].as_str().expect("time").to_string();
+    // The plan that follows the back-off is in the same pass: no telemetry sample comes between
+    // them in the ledger (times may differ: the paused clock jumps while a flush is awaited).
+    // It holds the job at its new floor.
     let floor = first_backoff["floor_w_per_gpu"].as_f64().expect("floor");
-    let replan = records("plan")
-        .into_iter()
-        .find(|p| p["reason"] == "tier_backoff" && p["at"].as_str() == Some(at.as_str()))
-        .unwrap_or_else(|| panic!("no tier_backoff plan at {at}: {:?}", records("plan")));
+    let after_backoff = || -> Vec<Value> {
+        let all: Vec<Value> = gw
+            .ledger()
+            .iter_from(1)
+            .filter_map(Result::ok)
+            .map(|r| r.body)
+            .collect();
+        let from = all
+            .iter()
+            .position(|b| b["entry"] == "tier_backed_off")
+            .expect("the back-off record");
+        all[from + 1..].to_vec()
+    };
+    for _ in 0..20 {
+        if after_backoff().iter().any(|b| b["entry"] == "plan") {
+            break;
+        }
+        settle().await;
+    }
+    let after = after_backoff();
+    let next_plan = after
+        .iter()
+        .position(|b| b["entry"] == "plan")
+        .expect("a plan after the back-off");
+    let next_sample = after
+        .iter()
+        .position(|b| b["entry"] == "meter_sample")
+        .unwrap_or(usize::MAX);
+    assert!(
+        next_plan < next_sample,
+        "re-planned in the same pass: {:?}",
+        &after[..next_plan + 1]
+    );
+    let replan = &after[next_plan];
+    assert_eq!(replan["reason"], "tier_backoff", "{replan}");
     let row = replan["plan"]["rows"]
         .as_array()
         .and_then(|rows| rows.iter().find(|r| r[0] == "steep-tier10"))
@@ -973,6 +1004,28 @@ async fn a_tiered_job_measured_slower_than_its_tier_is_backed_off_within_one_pas
         .expect("job");
     let reported = view.measured_tokens_per_s.expect("measured");
     assert!(reported >= 10_000.0 * (0.9 - 0.02) - 1.0, "{view:?}");
+    // The audit gives the job's measured cost: its tier, both figures, the slowdown, and the
+    // minutes it spent beyond its tier before the back-off took hold.
+    let records: Vec<_> = gw.ledger().iter_from(1).filter_map(Result::ok).collect();
+    let audit = flexgate::reports::audit::build(&records, "ev-tier", 300)
+        .expect("typed entries")
+        .expect("the event is in the ledger");
+    let row = audit
+        .jobs
+        .iter()
+        .find(|j| j.job == "steep-tier10")
+        .expect("the job in the audit");
+    assert_eq!((row.tier, row.throughput), (Some(0.10), "measured"), "{row:?}");
+    assert!(
+        (row.uncapped_tokens_per_s.expect("uncapped") - 10_000.0).abs() < 1.0,
+        "{row:?}"
+    );
+    assert!(row.minutes_over_tier.is_some_and(|m| m > 0.0), "{row:?}");
+    assert!(
+        audit.to_markdown().contains("| steep-tier10 | 10 % | 10000 |"),
+        "{}",
+        audit.to_markdown()
+    );
     eprintln!(
         "tier back-off: measured {:.1} % slower at {:.0} W/GPU, floor {floor:.0} W/GPU, now at {cap:.0} W/GPU keeping {:.1} %",
         measured * 100.0,

@@ -38,6 +38,9 @@ pub struct AuditReport {
     pub fallbacks: Vec<String>,
     /// Whose throughput was measured while the event ran (see [`ThroughputAudit`]).
     pub throughput: ThroughputAudit,
+    /// Per job in the plans: tier, measured throughput uncapped and capped, slowdown, minutes
+    /// beyond the tier (see [`JobAudit`]).
+    pub jobs: Vec<JobAudit>,
     /// Meter samples `(time, meter kW, ceiling kW in force)` from baseline window to the end.
     pub series: Vec<(DateTime<Utc>, f64, Option<f64>)>,
 }
@@ -155,6 +158,26 @@ pub struct ThroughputAudit {
     pub unmeasured: Vec<String>,
 }
 
+/// What a curtailment cost one job, from its measured points (`throughput_point` records).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct JobAudit {
+    /// The job.
+    pub job: String,
+    /// Its tier: the largest slowdown its owner accepts (absent: no tier).
+    pub tier: Option<f64>,
+    /// Its measured uncapped throughput, the last before the event (tokens/s).
+    pub uncapped_tokens_per_s: Option<f64>,
+    /// Its measured throughput under caps during the event, time-weighted (tokens/s).
+    pub capped_tokens_per_s: Option<f64>,
+    /// 1 − capped / uncapped, both measured.
+    pub measured_slowdown: Option<f64>,
+    /// Minutes during the event measured slower than the tier allows (with its tolerance).
+    pub minutes_over_tier: Option<f64>,
+    /// `measured` when both figures were measured, else `unmeasured` (nothing is modelled here:
+    /// a slowdown the job did not report is not estimated for the auditor).
+    pub throughput: &'static str,
+}
+
 /// One interval's performance.
 #[derive(Debug, Clone, Serialize)]
 pub struct IntervalAudit {
@@ -204,9 +227,14 @@ pub fn build(records: &[Record], event_id: &str, window_s: u64) -> Result<Option
     let mut meter: Vec<(DateTime<Utc>, f64, Option<f64>)> = Vec::new();
     let mut modelled: Vec<DateTime<Utc>> = Vec::new();
     let mut throughput_known: Vec<(DateTime<Utc>, String, bool)> = Vec::new();
+    let mut points: Vec<flexgate_policies::control::entry::ThroughputPoint> = Vec::new();
     let mut planned_jobs: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     for record in records {
         let entry = record.entry()?;
+        if let Entry::ThroughputPoint(p) = &entry {
+            points.push(p.clone());
+            continue;
+        }
         if let Entry::ThroughputKnown(k) = &entry {
             for (job, known) in &k.throughput {
                 throughput_known.push((k.at, job.clone(), known == "measured"));
@@ -409,8 +437,13 @@ pub fn build(records: &[Record], event_id: &str, window_s: u64) -> Result<Option
         .copied()
         .collect();
     let throughput = throughput_audit(&planned_jobs, &throughput_known, started, ended);
+    let jobs = planned_jobs
+        .iter()
+        .map(|job| job_audit(job, &points, started, ended))
+        .collect();
     Ok(Some(AuditReport {
         throughput,
+        jobs,
         event_id: event_id.to_string(),
         received,
         interpretations,
@@ -463,6 +496,54 @@ fn throughput_audit(
         }
     }
     audit
+}
+
+/// One job's measured cost of the event: `points` are every recorded point (all jobs), in
+/// record order. Each capped point holds from its time until the job's next point or the end.
+fn job_audit(
+    job: &str,
+    points: &[flexgate_policies::control::entry::ThroughputPoint],
+    started: Option<DateTime<Utc>>,
+    ended: Option<DateTime<Utc>>,
+) -> JobAudit {
+    let own: Vec<_> = points.iter().filter(|p| p.job == job).collect();
+    let tier = own.iter().rev().find_map(|p| p.max_slowdown);
+    let uncapped = own
+        .iter()
+        .rfind(|p| p.uncapped && started.is_none_or(|s| p.at <= s))
+        .map(|p| p.tokens_per_s);
+    let in_event = |at: DateTime<Utc>| started.is_none_or(|s| at >= s) && ended.is_none_or(|e| at <= e);
+    let (mut weighted, mut seconds, mut over) = (0.0, 0.0, 0.0);
+    for (i, p) in own.iter().enumerate() {
+        if p.uncapped || !in_event(p.at) {
+            continue;
+        }
+        let until = own.get(i + 1).map(|n| n.at).or(ended).unwrap_or(p.at);
+        let until = ended.map_or(until, |e| until.min(e));
+        let held = (until - p.at).num_milliseconds().max(0) as f64 / 1000.0;
+        weighted += p.tokens_per_s * held;
+        seconds += held;
+        if let (Some(t), Some(u)) = (tier, uncapped)
+            && u > 0.0
+            && 1.0 - p.tokens_per_s / u > t + flexgate_policies::control::evidence::TIER_TOLERANCE
+        {
+            over += held;
+        }
+    }
+    let capped = (seconds > 0.0).then(|| weighted / seconds);
+    let slowdown = match (capped, uncapped) {
+        (Some(c), Some(u)) if u > 0.0 => Some(1.0 - c / u),
+        _ => None,
+    };
+    JobAudit {
+        job: job.to_string(),
+        tier,
+        uncapped_tokens_per_s: uncapped,
+        capped_tokens_per_s: capped,
+        measured_slowdown: slowdown,
+        minutes_over_tier: (tier.is_some() && slowdown.is_some()).then_some(over / 60.0),
+        throughput: if slowdown.is_some() { "measured" } else { "unmeasured" },
+    }
 }
 
 /// Text from outside (operator names, reasons, received bytes) with control characters
@@ -695,6 +776,25 @@ impl AuditReport {
                 )
             }
         );
+        if self.jobs.iter().any(|j| j.throughput == "measured") {
+            let _ = writeln!(
+                out,
+                "\n| job | tier | uncapped tokens/s (measured) | capped tokens/s (measured) | slowdown | minutes over tier |\n|---|---|---|---|---|---|"
+            );
+            let figure = |v: Option<f64>, f: &dyn Fn(f64) -> String| v.map_or_else(|| "—".to_string(), f);
+            for j in &self.jobs {
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {} | {} | {} | {} |",
+                    printable(&j.job),
+                    figure(j.tier, &|t| format!("{:.0} %", t * 100.0)),
+                    figure(j.uncapped_tokens_per_s, &|t| format!("{t:.0}")),
+                    figure(j.capped_tokens_per_s, &|t| format!("{t:.0}")),
+                    figure(j.measured_slowdown, &|s| format!("{:.1} %", s * 100.0)),
+                    figure(j.minutes_over_tier, &|m| format!("{m:.1}")),
+                );
+            }
+        }
         let _ = writeln!(
             out,
             "\n## Fallbacks\n\n{}",
@@ -939,5 +1039,37 @@ mod throughput_tests {
         assert_eq!(audit.jobs, 5);
         assert_eq!(audit.measured, vec!["late", "steady"]);
         assert_eq!(audit.unmeasured, vec!["dropped", "never", "silent"]);
+    }
+
+    #[test]
+    fn a_jobs_slowdown_and_minutes_over_its_tier_come_from_its_measured_points() {
+        use flexgate_policies::control::entry::ThroughputPoint;
+        let point = |s: i64, cap: f64, tokens: f64, uncapped: bool| ThroughputPoint {
+            at: at(s),
+            job: "j".into(),
+            cap_w_per_gpu: cap,
+            power_w: cap * 8.0,
+            tokens_per_s: tokens,
+            uncapped,
+            max_slowdown: Some(0.10),
+        };
+        // Uncapped 1000 before the event; from 0 s: 600 for 120 s (40 % slower), then 900 for
+        // 180 s (within the tier); the event ends at 300 s.
+        let points = vec![
+            point(-60, 700.0, 1000.0, true),
+            point(0, 300.0, 600.0, false),
+            point(120, 600.0, 900.0, false),
+        ];
+        let audit = job_audit("j", &points, Some(at(0)), Some(at(300)));
+        assert_eq!(audit.tier, Some(0.10));
+        assert_eq!(audit.uncapped_tokens_per_s, Some(1000.0));
+        let capped = (600.0 * 120.0 + 900.0 * 180.0) / 300.0;
+        assert_eq!(audit.capped_tokens_per_s, Some(capped));
+        assert!((audit.measured_slowdown.expect("slowdown") - (1.0 - capped / 1000.0)).abs() < 1e-12);
+        assert_eq!(audit.minutes_over_tier, Some(2.0));
+        assert_eq!(audit.throughput, "measured");
+        // Without an uncapped point nothing is claimed.
+        let blind = job_audit("j", &points[1..], Some(at(0)), Some(at(300)));
+        assert_eq!((blind.measured_slowdown, blind.throughput), (None, "unmeasured"));
     }
 }

@@ -524,6 +524,9 @@ pub struct ThroughputPoint {
     pub tokens_per_s: f64,
     /// The cap was the range maximum: this is the job's uncapped point.
     pub uncapped: bool,
+    /// The job's tier: the largest slowdown its owner accepts (absent: no tier).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_slowdown: Option<f64>,
 }
 
 /// A job measured slower than its tier allows: its floor was raised and the plan redone.

@@ -193,6 +193,7 @@ impl Controller {
                     power_w: point.power_w,
                     tokens_per_s: point.tokens,
                     uncapped,
+                    max_slowdown: job.spec.max_slowdown.map(|f| f.value()),
                 });
             }
         }
