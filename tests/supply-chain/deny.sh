@@ -37,4 +37,7 @@ rm -rf "$DB/.git"
         commit -q -m "RustSec advisory-db snapshot"
 )
 "$DENY" --version
+# cargo-deny reads the metadata of every platform's dependencies, which a build for this host
+# never downloads (android_system_properties, valuable, …): on a fresh machine, fetch them first.
+cargo fetch --locked --quiet
 "$DENY" --offline --locked check --show-stats advisories licenses bans sources

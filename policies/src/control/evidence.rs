@@ -21,6 +21,10 @@
 use super::cluster::{JobState, Telemetry};
 use super::entry::{Entry, PlanReason, Recorded, ThroughputPoint, TierBackedOff};
 use super::{Controller, Effect};
+use crate::alloc::{Elasticity, JobSpec};
+use crate::curve::{CurvePoint, PowerCurve};
+use crate::pfi::{CapGrid, DEFAULT_EPSILON, pfi_from_points};
+use crate::units::{TokensPerSec, Watts, WattsPerGpu};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -94,6 +98,87 @@ impl JobEvidence {
         } else {
             self.capped.get(&bucket(cap_w))
         }
+    }
+}
+
+/// Capped points needed, the lowest within [`FULL_REACH`] of the cap range above its minimum,
+/// for the measured points to stand as the job's whole curve.
+pub const FULL_POINTS: usize = 3;
+
+/// See [`FULL_POINTS`]: the share of the cap range above its minimum the lowest point must reach.
+pub const FULL_REACH: f64 = 0.25;
+
+impl JobEvidence {
+    /// What the measured points say of the job's elasticity, with a note of the evidence, or
+    /// `None` while they say nothing (no uncapped point, no capped point, or no cap that bound).
+    ///
+    /// - **Full curve**: [`FULL_POINTS`] capped points reaching down near the range minimum: the
+    ///   measured points are the curve ([`Elasticity::Measured`]).
+    /// - **Partial curve**: fewer, or higher up: the PFI of the measured points on the caps they
+    ///   were measured at ([`Elasticity::Pfi`] on that grid), so that the curve family the
+    ///   estimator fits a PFI to extends them below, calibrated by what was measured.
+    ///
+    /// Throughput is scaled so that the uncapped point is the planner's T_max for the job
+    /// (`spec.uncapped_tokens`): with node agents T_max is the job's GPU count, and a curve in
+    /// real tokens/s would be ranked against other jobs on another scale.
+    #[must_use]
+    pub fn learned(&self, spec: &JobSpec) -> Option<(Elasticity, String)> {
+        let uncapped = self.uncapped.filter(|u| u.tokens > 0.0 && u.power_w > 0.0)?;
+        let (lo, hi) = (spec.cap_range.min.value(), spec.cap_range.max.value());
+        let mut capped: Vec<Point> = self
+            .capped
+            .values()
+            .filter(|p| p.cap_w < hi - BUCKET_W / 2.0 && p.cap_w >= lo - 0.5 && p.tokens.is_finite() && p.power_w > 0.0)
+            .copied()
+            .collect();
+        if capped.is_empty() {
+            return None;
+        }
+        capped.sort_by(|a, b| a.cap_w.total_cmp(&b.cap_w));
+        let scale = spec.uncapped_tokens.value() / uncapped.tokens;
+        let gpus = f64::from(spec.gpus);
+        let span = format!("{:.0}–{:.0} W", capped[0].cap_w, hi);
+        let full = capped.len() >= FULL_POINTS && capped[0].cap_w <= lo + FULL_REACH * (hi - lo);
+        if full {
+            // Power non-decreasing in the cap (a non-binding cap reads a little noisy) and never
+            // above the cap: what `PowerCurve` holds a measured curve to.
+            let mut points: Vec<CurvePoint> = Vec::with_capacity(capped.len() + 1);
+            let mut floor_w = 0.0f64;
+            for p in capped.iter().chain(std::iter::once(&Point { cap_w: hi, ..uncapped })) {
+                let power = p.power_w.min(gpus * p.cap_w).max(floor_w);
+                floor_w = power;
+                points.push(CurvePoint {
+                    cap: WattsPerGpu(p.cap_w),
+                    power: Watts(power),
+                    tokens: TokensPerSec((p.tokens * scale).max(f64::MIN_POSITIVE)),
+                });
+            }
+            let curve = PowerCurve::new(spec.gpus, points).ok()?;
+            let note = format!("measured curve: {} points, {span}", capped.len() + 1);
+            return Some((Elasticity::Measured { curve }, note));
+        }
+        let mut caps: Vec<WattsPerGpu> = capped.iter().map(|p| WattsPerGpu(p.cap_w)).collect();
+        caps.push(WattsPerGpu(hi));
+        let measured: Vec<(WattsPerGpu, Watts, TokensPerSec)> = capped
+            .iter()
+            .map(|p| (WattsPerGpu(p.cap_w), Watts(p.power_w), TokensPerSec(p.tokens)))
+            .collect();
+        let pfi = pfi_from_points(
+            (Watts(uncapped.power_w), TokensPerSec(uncapped.tokens)),
+            &measured,
+            CapGrid(caps),
+            DEFAULT_EPSILON,
+        )
+        .ok()
+        .filter(|p| p.value.is_finite() && p.value > 0.0)?;
+        let note = format!("pfi {:.2} from {} measured points, {span}", pfi.value, capped.len() + 1);
+        Some((
+            Elasticity::Pfi {
+                value: pfi.value,
+                grid: pfi.grid,
+            },
+            note,
+        ))
     }
 }
 
@@ -259,6 +344,24 @@ impl Controller {
     }
 }
 
+impl Controller {
+    /// The jobs as the cluster reports them, with what was measured of each standing in for what
+    /// the cluster says where it says more, and the note of that evidence for the ledger.
+    pub(crate) fn with_learned_elasticity(&mut self, mut jobs: Vec<JobState>) -> Vec<JobState> {
+        self.knowledge_notes.clear();
+        for job in &mut jobs {
+            let Some(evidence) = self.evidence.get(&job.spec.id) else {
+                continue;
+            };
+            if let Some((elasticity, note)) = evidence.learned(&job.spec) {
+                job.spec.elasticity = elasticity;
+                self.knowledge_notes.insert(job.spec.id.clone(), note);
+            }
+        }
+        jobs
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -328,6 +431,49 @@ mod tests {
                 );
             }
         }
+    }
+
+    fn spec(tokens: f64) -> JobSpec {
+        JobSpec {
+            id: "j".into(),
+            gpus: 8,
+            cap_range: crate::alloc::CapRange::H200,
+            uncapped_power: Watts(5600.0),
+            uncapped_tokens: TokensPerSec(tokens),
+            elasticity: Elasticity::Unknown,
+            max_slowdown: None,
+        }
+    }
+
+    #[test]
+    fn knowledge_grows_from_nothing_to_a_pfi_to_a_curve() {
+        // Truth: tokens = 1000 × (power / 5600)^0.6 (flexible); power = 8 × cap.
+        let at_cap = |cap: f64| p(cap, 1000.0 * (cap / 700.0f64).powf(0.6));
+        let mut e = JobEvidence::default();
+        assert_eq!(e.learned(&spec(8.0)), None, "nothing measured");
+        e.uncapped = Some(at_cap(700.0));
+        assert_eq!(e.learned(&spec(8.0)), None, "only the uncapped point");
+        e.capped.insert(bucket(550.0), at_cap(550.0));
+        let (partial, note) = e.learned(&spec(8.0)).expect("a partial curve");
+        let Elasticity::Pfi { value, grid } = partial else {
+            panic!("a PFI on the measured caps: {partial:?}")
+        };
+        // PFI = (1 − P/Pmax) / (1 − T/Tmax) at the one capped point.
+        let x: f64 = 550.0 / 700.0;
+        assert!((value - (1.0 - x) / (1.0 - x.powf(0.6))).abs() < 1e-9, "{value}");
+        assert_eq!(grid.caps(), &[WattsPerGpu(550.0), WattsPerGpu(700.0)]);
+        assert!(note.starts_with("pfi ") && note.contains("2 measured points"), "{note}");
+        for cap in [250.0, 400.0] {
+            e.capped.insert(bucket(cap), at_cap(cap));
+        }
+        let (full, note) = e.learned(&spec(8.0)).expect("a full curve");
+        let Elasticity::Measured { curve } = full else {
+            panic!("the measured curve: {full:?}")
+        };
+        // Scaled so that its uncapped point is the planner's T_max (8, the GPU count).
+        assert!((curve.uncapped().tokens.value() - 8.0).abs() < 1e-9);
+        assert!((curve.tokens_at_cap(WattsPerGpu(400.0)).value() - 8.0 * (400.0f64 / 700.0).powf(0.6)).abs() < 1e-9);
+        assert_eq!(note, "measured curve: 4 points, 250–700 W");
     }
 
     #[test]

@@ -298,6 +298,8 @@ pub struct Controller {
     evidence: HashMap<Arc<str>, evidence::JobEvidence>,
     /// Floors raised because a job was measured slower than its tier (until the curtailment ends).
     tier_floors: HashMap<Arc<str>, f64>,
+    /// Observed: the evidence behind each job's learned elasticity, for `elasticity_known`.
+    knowledge_notes: HashMap<Arc<str>, String>,
     /// Persistent: a snapshot shares it instead of copying six hours of samples.
     meter_history: imbl::Vector<(DateTime<Utc>, f64)>,
     next_generation: u64,
@@ -335,6 +337,7 @@ impl Controller {
             throughput_known: HashMap::new(),
             evidence: HashMap::new(),
             tier_floors: HashMap::new(),
+            knowledge_notes: HashMap::new(),
             meter_history: imbl::Vector::new(),
             next_generation: 1,
             jobs: Arc::default(),

@@ -53,6 +53,7 @@ pub fn select_suspensions(mut candidates: Vec<(Arc<str>, f64)>, shortfall_w: f64
 
 impl Controller {
     pub(crate) fn observe_inventory(&mut self, jobs: Vec<JobState>, now: DateTime<Utc>, effects: &mut Vec<Effect>) {
+        let jobs = self.with_learned_elasticity(jobs);
         let before: HashSet<&Arc<str>> = self.jobs.iter().map(|j| &j.spec.id).collect();
         let after: HashSet<&Arc<str>> = jobs.iter().map(|j| &j.spec.id).collect();
         let ended: Vec<Arc<str>> = self
@@ -146,7 +147,11 @@ impl Controller {
         let changed: BTreeMap<String, String> = jobs
             .iter()
             .filter_map(|job| {
-                let known = elasticity_known(&job.spec.elasticity);
+                let known = self
+                    .knowledge_notes
+                    .get(&job.spec.id)
+                    .cloned()
+                    .unwrap_or_else(|| elasticity_known(&job.spec.elasticity));
                 (self.elasticity_known.get(&job.spec.id) != Some(&known)).then(|| (job.spec.id.to_string(), known))
             })
             .collect();
