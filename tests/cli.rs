@@ -116,6 +116,49 @@ fn simulate_writes_csv_and_svg() {
     }
 }
 
+#[test]
+fn simulate_season_learns_and_writes_its_curve() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let csv = dir.path().join("season.csv");
+    let svg = dir.path().join("season.svg");
+    let out = flexgate(&[
+        "simulate",
+        "--season",
+        "8",
+        "--jobs",
+        "30",
+        "-q",
+        "--json",
+        "--csv",
+        csv.to_str().expect("utf-8 path"),
+        "--plot",
+        svg.to_str().expect("utf-8 path"),
+    ]);
+    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    let report = stdout_json(&out);
+    let events = report["learning"]["events"].as_array().expect("events");
+    assert_eq!(events.len(), 8);
+    let measured =
+        |e: &Value| e["knowledge"]["partial"].as_u64().unwrap_or(0) + e["knowledge"]["full"].as_u64().unwrap_or(0);
+    assert_eq!(
+        measured(&events[0]),
+        0,
+        "nothing measured under a cap before the first event"
+    );
+    assert!(measured(&events[7]) > 0, "{}", events[7]);
+    let frozen = report["without_learning"]["events"].as_array().expect("events");
+    assert_eq!(measured(&frozen[7]), 0);
+    let csv = std::fs::read_to_string(csv).expect("csv written");
+    assert_eq!(csv.lines().count(), 1 + 8);
+    assert!(csv.starts_with("event,cut,equal_kept,oracle_kept,flexgate_kept,gap_closure"));
+    let svg = std::fs::read_to_string(svg).expect("svg written");
+    assert!(svg.starts_with("<svg") && svg.contains("without learning"));
+    // Flags that only mean something for a season need it.
+    let out = flexgate(&["simulate", "--noise-sd", "0.1", "-q"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--season"), "{out:?}");
+}
+
 const FLEET: &str = r#"[
  {"id": "dense", "gpus": 8, "min_cap_w": 200, "max_cap_w": 700,
   "points": [{"cap_w": 700, "power_w": 5400, "tokens_per_s": 8000},

@@ -103,3 +103,31 @@ fn tiers_are_respected_by_the_oracle_and_budgets_by_everyone() {
         assert_eq!(cut.strategies.get("oracle").expect("oracle").tier_violations, 0);
     }
 }
+
+/// Issue 13's season target on the default season (seed 7, 100 jobs, half starting unknown):
+/// with learning, the gap closure at the 20th event is within 5 points of the oracle (96.4 %
+/// measured; over seeds 1–5 and 11 the 20th event closes 93.2–97.4 %: seed 2 misses by 1.8
+/// points, see BENCHMARKS.md), and learning keeps more than the same season without it.
+#[test]
+fn a_season_of_twenty_events_learns_to_within_five_points_of_the_oracle() {
+    use flexgate_policies::fleet::season::{SeasonConfig, run_season};
+    let templates =
+        synthetic_templates(&published_groups().expect("groups"), TruthFamily::Physical).expect("templates");
+    let config = SeasonConfig::default();
+    let learned = run_season(&config, &templates, &mut |_| {}).expect("season");
+    let frozen = run_season(
+        &SeasonConfig {
+            learning: false,
+            ..config.clone()
+        },
+        &templates,
+        &mut |_| {},
+    )
+    .expect("season");
+    let last = learned.events.last().expect("20 events");
+    assert_eq!(last.event, 20);
+    let closure = last.gap_closure.expect("a gap at a 35 % cut");
+    assert!(closure >= 0.95, "gap closure at event 20: {closure}");
+    let frozen_last = frozen.events.last().expect("20 events");
+    assert!(last.flexgate_kept > frozen_last.flexgate_kept);
+}

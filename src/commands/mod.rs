@@ -31,6 +31,7 @@ pub mod openadr;
 pub mod pfi;
 pub mod predictor;
 pub mod run;
+pub mod season;
 pub mod simulate;
 
 use anyhow::{Context, Result, bail};

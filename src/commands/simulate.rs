@@ -31,6 +31,13 @@ use std::path::PathBuf;
 ///   flexgate simulate --mix random --cut 0.3 --json
 ///   flexgate simulate --curves knee --plot knee.svg --csv knee.csv
 ///   flexgate simulate --fleet my_jobs.json         # your own measured curves
+///   flexgate simulate --season 20 --plot season.svg # 20 events, learning from each
+///
+/// With --season N: one fleet of JOBS jobs lives through N events (cuts cycling 20, 30, 40,
+/// 25, 35 %, or the --cut values in order); half the jobs start unknown, the rest with a
+/// predicted PFI; after each event every job is measured at the cap it ran at (throughput off by
+/// --noise-sd), and the next plan uses what was measured (a PFI on the measured caps, then the
+/// measured curve). The same season without learning is run alongside.
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub struct SimulateArgs {
@@ -82,6 +89,15 @@ pub struct SimulateArgs {
     /// Also draw throughput per job versus cut, one line per policy, as SVG.
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<PathBuf>,
+    /// Run a season of N events over one fleet, learning from each (see above).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    season: Option<u64>,
+    /// With --season: the share of jobs that start with nothing known.
+    #[arg(long, default_value_t = 0.5, value_name = "SHARE", requires = "season")]
+    unknown_share: f64,
+    /// With --season: relative error (sd) of a measured throughput figure.
+    #[arg(long, default_value_t = 0.02, value_name = "SD", requires = "season")]
+    noise_sd: f64,
     /// No progress bar.
     #[arg(long, short)]
     quiet: bool,
@@ -210,6 +226,26 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
         );
     }
     let (templates, source) = load_templates(args)?;
+    if let Some(events) = args.season {
+        if args.cuts.is_some() {
+            bail!("--season cycles through --cut values in order; --cuts ranges are for the fleet experiment");
+        }
+        let request = super::season::SeasonRequest {
+            events: usize::try_from(events).context("--season")?,
+            jobs: args.jobs,
+            seed: args.seed,
+            cuts: args.cut.clone(),
+            unknown_share: args.unknown_share,
+            predictor_sd: args.predictor_sd,
+            noise_sd: args.noise_sd,
+            json: args.json,
+            csv: args.csv.clone(),
+            plot: args.plot.clone(),
+            quiet: args.quiet,
+            source,
+        };
+        return super::season::run(&request, &templates);
+    }
     let knowledge = match (args.knowledge, args.fleet.is_some()) {
         (Some(KnowledgeArg::Predicted), _) | (None, false) => KnowledgeLevel::Predicted,
         (Some(KnowledgeArg::Pfi), _) => KnowledgeLevel::Pfi,

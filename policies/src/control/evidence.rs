@@ -56,13 +56,31 @@ pub struct Point {
     pub at: DateTime<Utc>,
 }
 
+/// Most readings one point averages: beyond, a new reading still moves it by 1/16, so a job
+/// whose behaviour changes (a new software version under the same signature) is followed.
+pub const MAX_AVERAGED: u32 = 16;
+
 /// What was measured of one job.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct JobEvidence {
-    /// The latest uncapped point.
+    /// The uncapped point: the running mean of its readings.
     pub uncapped: Option<Point>,
-    /// The latest point per capped bucket (key: cap / [`BUCKET_W`], rounded).
+    /// One point per capped bucket (key: cap / [`BUCKET_W`], rounded), the running mean of its
+    /// readings, so that repeated measurements shrink the noise.
     pub capped: BTreeMap<i64, Point>,
+    /// Readings averaged into each capped point, and into the uncapped one (key `i64::MAX`).
+    pub readings: BTreeMap<i64, u32>,
+}
+
+/// `old` (the mean of `count` readings) with `new` folded in; the cap and time are the new one's.
+fn averaged(old: &Point, new: &Point, count: u32) -> Point {
+    let n = f64::from(count);
+    Point {
+        cap_w: new.cap_w,
+        power_w: (old.power_w * n + new.power_w) / (n + 1.0),
+        tokens: (old.tokens * n + new.tokens) / (n + 1.0),
+        at: new.at,
+    }
 }
 
 /// The bucket of a cap.
@@ -83,11 +101,25 @@ impl JobEvidence {
             tokens: p.tokens_per_s,
             at: p.at,
         };
-        if p.uncapped {
-            self.uncapped = Some(point);
+        let key = if p.uncapped { i64::MAX } else { bucket(p.cap_w_per_gpu) };
+        let count = self.readings.entry(key).or_insert(0);
+        let slot = if p.uncapped {
+            self.uncapped.as_mut()
         } else {
-            self.capped.insert(bucket(p.cap_w_per_gpu), point);
+            self.capped.get_mut(&key)
+        };
+        match slot {
+            Some(old) if *count > 0 => *old = averaged(old, &point, *count),
+            _ => {
+                if p.uncapped {
+                    self.uncapped = Some(point);
+                } else {
+                    self.capped.insert(key, point);
+                }
+                *count = 0;
+            }
         }
+        *count = (*count + 1).min(MAX_AVERAGED);
     }
 
     /// The point recorded for the same bucket (or the uncapped one).
@@ -108,21 +140,45 @@ pub const FULL_POINTS: usize = 3;
 /// See [`FULL_POINTS`]: the share of the cap range above its minimum the lowest point must reach.
 pub const FULL_REACH: f64 = 0.25;
 
+/// How much of a job's curve was measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Level {
+    /// Some capped points, above the lowest quarter of the range.
+    Partial,
+    /// [`FULL_POINTS`] capped points reaching the lowest quarter of the range.
+    Full,
+}
+
+/// What the measured points say of a job, for the planner and the ledger.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Learned {
+    /// What the planner is given.
+    pub elasticity: Elasticity,
+    /// How much was measured.
+    pub level: Level,
+    /// The evidence, for `elasticity_known`.
+    pub note: String,
+}
+
 impl JobEvidence {
-    /// What the measured points say of the job's elasticity, with a note of the evidence, or
-    /// `None` while they say nothing (no uncapped point, no capped point, or no cap that bound).
+    /// What the measured points say of the job's elasticity, or `None` while they say nothing
+    /// (no uncapped point, no capped point, or no measured cap that bound).
     ///
-    /// - **Full curve**: [`FULL_POINTS`] capped points reaching down near the range minimum: the
+    /// - **Full**: [`FULL_POINTS`] capped points reaching down near the range minimum: the
     ///   measured points are the curve ([`Elasticity::Measured`]).
-    /// - **Partial curve**: fewer, or higher up: the PFI of the measured points on the caps they
-    ///   were measured at ([`Elasticity::Pfi`] on that grid), so that the curve family the
-    ///   estimator fits a PFI to extends them below, calibrated by what was measured.
+    /// - **Partial**: fewer, or higher up: the PFI of the measured points on the caps they were
+    ///   measured at ([`Elasticity::Pfi`] on that grid), so that the estimator's curve family
+    ///   gives the shape, calibrated by what was measured. (A curve that is the measured points
+    ///   above the lowest one and the family below it was tried in the season simulation: its
+    ///   gap closure at the 20th event averaged 95.1 % over seven seeds against 95.9 % for the
+    ///   PFI, which averages the noise of the points it is computed from.)
     ///
-    /// Throughput is scaled so that the uncapped point is the planner's T_max for the job
-    /// (`spec.uncapped_tokens`): with node agents T_max is the job's GPU count, and a curve in
-    /// real tokens/s would be ranked against other jobs on another scale.
+    /// A measured curve's throughput is scaled so that its uncapped point is the planner's
+    /// T_max for the job (`spec.uncapped_tokens`): with node agents T_max is the job's GPU
+    /// count, and a curve in real tokens/s would be ranked against other jobs on another scale.
     #[must_use]
-    pub fn learned(&self, spec: &JobSpec) -> Option<(Elasticity, String)> {
+    pub fn learned(&self, spec: &JobSpec) -> Option<Learned> {
         let uncapped = self.uncapped.filter(|u| u.tokens > 0.0 && u.power_w > 0.0)?;
         let (lo, hi) = (spec.cap_range.min.value(), spec.cap_range.max.value());
         let mut capped: Vec<Point> = self
@@ -135,28 +191,28 @@ impl JobEvidence {
             return None;
         }
         capped.sort_by(|a, b| a.cap_w.total_cmp(&b.cap_w));
-        let scale = spec.uncapped_tokens.value() / uncapped.tokens;
-        let gpus = f64::from(spec.gpus);
         let span = format!("{:.0}–{:.0} W", capped[0].cap_w, hi);
-        let full = capped.len() >= FULL_POINTS && capped[0].cap_w <= lo + FULL_REACH * (hi - lo);
-        if full {
-            // Power non-decreasing in the cap (a non-binding cap reads a little noisy) and never
-            // above the cap: what `PowerCurve` holds a measured curve to.
-            let mut points: Vec<CurvePoint> = Vec::with_capacity(capped.len() + 1);
-            let mut floor_w = 0.0f64;
-            for p in capped.iter().chain(std::iter::once(&Point { cap_w: hi, ..uncapped })) {
-                let power = p.power_w.min(gpus * p.cap_w).max(floor_w);
-                floor_w = power;
-                points.push(CurvePoint {
-                    cap: WattsPerGpu(p.cap_w),
-                    power: Watts(power),
-                    tokens: TokensPerSec((p.tokens * scale).max(f64::MIN_POSITIVE)),
-                });
-            }
-            let curve = PowerCurve::new(spec.gpus, points).ok()?;
-            let note = format!("measured curve: {} points, {span}", capped.len() + 1);
-            return Some((Elasticity::Measured { curve }, note));
+        let measured_points = capped.len() + 1;
+        if capped.len() >= FULL_POINTS && capped[0].cap_w <= lo + FULL_REACH * (hi - lo) {
+            let mut points = capped.clone();
+            points.push(Point { cap_w: hi, ..uncapped });
+            let curve = self.curve(spec, &points, uncapped.tokens)?;
+            return Some(Learned {
+                elasticity: Elasticity::Measured { curve },
+                level: Level::Full,
+                note: format!("measured curve: {measured_points} points, {span}"),
+            });
         }
+        let (value, grid) = self.measured_pfi(&capped, &uncapped, hi)?;
+        Some(Learned {
+            elasticity: Elasticity::Pfi { value, grid },
+            level: Level::Partial,
+            note: format!("pfi {value:.2} from {measured_points} measured points, {span}"),
+        })
+    }
+
+    /// The PFI of the measured capped points against the uncapped one, on their caps.
+    fn measured_pfi(&self, capped: &[Point], uncapped: &Point, hi: f64) -> Option<(f64, CapGrid)> {
         let mut caps: Vec<WattsPerGpu> = capped.iter().map(|p| WattsPerGpu(p.cap_w)).collect();
         caps.push(WattsPerGpu(hi));
         let measured: Vec<(WattsPerGpu, Watts, TokensPerSec)> = capped
@@ -171,14 +227,29 @@ impl JobEvidence {
         )
         .ok()
         .filter(|p| p.value.is_finite() && p.value > 0.0)?;
-        let note = format!("pfi {:.2} from {} measured points, {span}", pfi.value, capped.len() + 1);
-        Some((
-            Elasticity::Pfi {
-                value: pfi.value,
-                grid: pfi.grid,
-            },
-            note,
-        ))
+        Some((pfi.value, pfi.grid))
+    }
+
+    /// `points` (increasing caps, the uncapped one last) as a curve on the planner's scale:
+    /// power non-decreasing in the cap and never above it (a non-binding cap reads a little
+    /// noisy), throughput scaled so that the uncapped point is the planner's T_max.
+    fn curve(&self, spec: &JobSpec, points: &[Point], uncapped_tokens: f64) -> Option<PowerCurve> {
+        let scale = spec.uncapped_tokens.value() / uncapped_tokens;
+        let gpus = f64::from(spec.gpus);
+        let mut floor_w = 0.0f64;
+        let curve_points = points
+            .iter()
+            .map(|p| {
+                let power = p.power_w.min(gpus * p.cap_w).max(floor_w);
+                floor_w = power;
+                CurvePoint {
+                    cap: WattsPerGpu(p.cap_w),
+                    power: Watts(power),
+                    tokens: TokensPerSec((p.tokens * scale).max(f64::MIN_POSITIVE)),
+                }
+            })
+            .collect();
+        PowerCurve::new(spec.gpus, curve_points).ok()
     }
 }
 
@@ -353,9 +424,9 @@ impl Controller {
             let Some(evidence) = self.evidence.get(&job.spec.id) else {
                 continue;
             };
-            if let Some((elasticity, note)) = evidence.learned(&job.spec) {
-                job.spec.elasticity = elasticity;
-                self.knowledge_notes.insert(job.spec.id.clone(), note);
+            if let Some(learned) = evidence.learned(&job.spec) {
+                job.spec.elasticity = learned.elasticity;
+                self.knowledge_notes.insert(job.spec.id.clone(), learned.note);
             }
         }
         jobs
@@ -383,6 +454,7 @@ mod tests {
         JobEvidence {
             uncapped: Some(p(700.0, uncapped)),
             capped: capped.iter().map(|&(c, t)| (bucket(c), p(c, t))).collect(),
+            readings: BTreeMap::new(),
         }
     }
 
@@ -446,34 +518,59 @@ mod tests {
     }
 
     #[test]
-    fn knowledge_grows_from_nothing_to_a_pfi_to_a_curve() {
-        // Truth: tokens = 1000 × (power / 5600)^0.6 (flexible); power = 8 × cap.
+    fn knowledge_grows_from_nothing_to_a_pfi_to_the_measured_curve() {
+        // Truth: tokens = 1000 × (cap / 700)^0.6 (flexible); power = 8 × cap.
         let at_cap = |cap: f64| p(cap, 1000.0 * (cap / 700.0f64).powf(0.6));
         let mut e = JobEvidence::default();
         assert_eq!(e.learned(&spec(8.0)), None, "nothing measured");
         e.uncapped = Some(at_cap(700.0));
         assert_eq!(e.learned(&spec(8.0)), None, "only the uncapped point");
         e.capped.insert(bucket(550.0), at_cap(550.0));
-        let (partial, note) = e.learned(&spec(8.0)).expect("a partial curve");
-        let Elasticity::Pfi { value, grid } = partial else {
+        let partial = e.learned(&spec(8.0)).expect("a partial curve");
+        assert_eq!(partial.level, Level::Partial);
+        let Elasticity::Pfi { value, grid } = &partial.elasticity else {
             panic!("a PFI on the measured caps: {partial:?}")
         };
         // PFI = (1 − P/Pmax) / (1 − T/Tmax) at the one capped point.
         let x: f64 = 550.0 / 700.0;
         assert!((value - (1.0 - x) / (1.0 - x.powf(0.6))).abs() < 1e-9, "{value}");
         assert_eq!(grid.caps(), &[WattsPerGpu(550.0), WattsPerGpu(700.0)]);
-        assert!(note.starts_with("pfi ") && note.contains("2 measured points"), "{note}");
+        assert!(
+            partial.note.starts_with("pfi ") && partial.note.ends_with("from 2 measured points, 550–700 W"),
+            "{}",
+            partial.note
+        );
         for cap in [250.0, 400.0] {
             e.capped.insert(bucket(cap), at_cap(cap));
         }
-        let (full, note) = e.learned(&spec(8.0)).expect("a full curve");
-        let Elasticity::Measured { curve } = full else {
+        let full = e.learned(&spec(8.0)).expect("a full curve");
+        assert_eq!(full.level, Level::Full);
+        let Elasticity::Measured { curve } = &full.elasticity else {
             panic!("the measured curve: {full:?}")
         };
         // Scaled so that its uncapped point is the planner's T_max (8, the GPU count).
         assert!((curve.uncapped().tokens.value() - 8.0).abs() < 1e-9);
-        assert!((curve.tokens_at_cap(WattsPerGpu(400.0)).value() - 8.0 * (400.0f64 / 700.0).powf(0.6)).abs() < 1e-9);
-        assert_eq!(note, "measured curve: 4 points, 250–700 W");
+        let scaled = 8.0 * (400.0f64 / 700.0).powf(0.6);
+        assert!((curve.tokens_at_cap(WattsPerGpu(400.0)).value() - scaled).abs() < 1e-9);
+        assert_eq!(full.note, "measured curve: 4 points, 250–700 W");
+    }
+
+    #[test]
+    fn repeated_readings_of_a_point_are_averaged() {
+        let mut e = JobEvidence::default();
+        for tokens in [900.0, 1100.0, 1000.0] {
+            e.add(&ThroughputPoint {
+                at: at(0),
+                job: "j".into(),
+                cap_w_per_gpu: 400.0,
+                power_w: 3200.0,
+                tokens_per_s: tokens,
+                uncapped: false,
+                max_slowdown: None,
+            });
+        }
+        assert!((e.capped[&bucket(400.0)].tokens - 1000.0).abs() < 1e-9);
+        assert_eq!(e.readings[&bucket(400.0)], 3);
     }
 
     #[test]

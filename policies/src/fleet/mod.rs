@@ -4,9 +4,11 @@ pub mod experiment;
 pub mod file;
 pub mod groups;
 pub mod rng;
+pub mod season;
 pub mod truth;
 
 pub use experiment::{ExperimentConfig, ExperimentReport, KnowledgeLevel, Mix, TierMix, run_experiment};
 pub use file::parse_fleet;
 pub use groups::published_groups;
+pub use season::{SeasonConfig, SeasonReport, run_season};
 pub use truth::{JobTemplate, TruthFamily, synthetic_templates};
