@@ -5,6 +5,9 @@
 //! - submit → ledger flushed → acknowledged, and submit → plan computed and dispatched, for a
 //!   fleet of ≈ 1,000 jobs: p50, p99, max over 2,000 revisions of one event (each revision moves
 //!   the ceiling, so each one re-plans);
+//! - meter read → plan: a measuring control pass (inventory, telemetry with the site meter, the
+//!   plan that answers it, its dispatch) after each of 200 further revisions, the compute part of
+//!   the meter-to-plan latency (the rest is the meter's poll period and the telemetry interval);
 //! - resident set size (VmRSS) of a fresh `flexgate run` process over ≈ 10,000 simulated jobs,
 //!   after it measured, accepted an event and planned. The simulated cluster lives in the same
 //!   process, so this is an upper bound on the gateway's own memory.
@@ -232,7 +235,18 @@ fn main() {
                 recorded.extend(plan_flushed);
             }
         }
+        let mut measuring = Vec::new();
+        for revision in revisions + 1..=revisions + if smoke { 5 } else { 200 } {
+            let kw = meter * if revision % 2 == 0 { 0.80 } else { 0.82 };
+            gw.submit_event(&event(revision, kw), Transport::Http { peer: None })
+                .await
+                .expect("accepted");
+            let start = Instant::now();
+            gw.tick(true).await.expect("measuring pass");
+            measuring.push(start.elapsed());
+        }
         println!("fleet: {jobs} jobs on {nodes} nodes; ledger: {} records", gw.ledger().head().0);
+        show("meter read → plan (measuring pass)", measuring);
         show("submit → ledger flushed → ack", ack);
         show("submit → ack → plan computed, recorded, flushed", recorded);
         show("… → caps dispatched, confirmations flushed", plan);

@@ -11,7 +11,12 @@
 //! - `equal_plan/N`: the paper's equal-cut baseline, for comparison;
 //! - `oracle_allocate/N`: the oracle's allocation on the prepared true curves;
 //! - `fleet_experiment/500x100x9`: the whole default experiment (500 workloads × 100 jobs × 9
-//!   cuts, five policies).
+//!   cuts, five policies);
+//! - `learning_lookup/N`: what the gateway does per job and per inventory pass to plan on what
+//!   it measured: `JobEvidence::learned` for every job (a third with a partial curve, a third
+//!   full, a third only uncapped), the cost a plan pays when knowledge changed;
+//! - `learning_intake/N`: one telemetry pass's steady readings folded into the jobs' evidence
+//!   (`worth_recording` and `JobEvidence::add` per job).
 //!
 //! Sample sizes and times are set so that the whole file runs in a few minutes on two cores.
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
@@ -21,7 +26,9 @@ use flexgate_policies::fleet::rng::SplitMix64;
 use flexgate_policies::fleet::{
     ExperimentConfig, JobTemplate, TruthFamily, published_groups, run_experiment, synthetic_templates,
 };
-use flexgate_policies::units::Fraction;
+use flexgate_policies::control::entry::ThroughputPoint;
+use flexgate_policies::control::evidence::{JobEvidence, worth_recording};
+use flexgate_policies::units::{Fraction, WattsPerGpu};
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Duration;
@@ -139,6 +146,79 @@ fn scaling(c: &mut Criterion) {
     group.finish();
 }
 
+/// Evidence for `n` jobs: every job measured uncapped; a third also at one or two caps (a partial
+/// curve), a third at four caps down to 250 W (a full curve).
+fn evidence(templates: &[JobTemplate], n: usize) -> Vec<(JobSpec, JobEvidence)> {
+    let (jobs, _) = fleet(templates, n);
+    jobs.into_iter()
+        .enumerate()
+        .map(|(i, job)| {
+            let t = &templates[i % templates.len()];
+            let mut e = JobEvidence::default();
+            let caps: &[f64] = match i % 3 {
+                0 => &[],
+                1 => &[550.0, 450.0],
+                _ => &[600.0, 450.0, 350.0, 250.0],
+            };
+            for (k, &cap) in std::iter::once(&700.0).chain(caps).enumerate() {
+                let cap = WattsPerGpu(cap);
+                e.add(&ThroughputPoint {
+                    at: chrono::DateTime::from_timestamp(1_800_000_000 + k as i64, 0).expect("valid"),
+                    job: job.id.to_string(),
+                    cap_w_per_gpu: cap.value(),
+                    power_w: t.truth.power_at_cap(cap).value(),
+                    tokens_per_s: t.truth.tokens_at_cap(cap).value(),
+                    uncapped: k == 0,
+                    max_slowdown: None,
+                });
+            }
+            (job, e)
+        })
+        .collect()
+}
+
+fn learning(c: &mut Criterion) {
+    let templates = templates();
+    for n in [1_000, 10_000] {
+        let fleet = evidence(&templates, n);
+        let mut group = c.benchmark_group("learning_lookup");
+        configure(&mut group, n);
+        group.bench_function(BenchmarkId::from_parameter(n), |b| {
+            b.iter(|| {
+                let upgraded = fleet.iter().filter_map(|(job, e)| e.learned(black_box(job))).count();
+                black_box(upgraded)
+            });
+        });
+        group.finish();
+        let mut group = c.benchmark_group("learning_intake");
+        configure(&mut group, n);
+        group.bench_function(BenchmarkId::from_parameter(n), |b| {
+            b.iter_batched_ref(
+                || fleet.iter().map(|(_, e)| e.clone()).collect::<Vec<_>>(),
+                |evidence| {
+                    for (i, e) in evidence.iter_mut().enumerate() {
+                        let at = chrono::DateTime::from_timestamp(1_800_001_000, 0).expect("valid");
+                        let tokens = 1000.0 + i as f64;
+                        if worth_recording(e.previous(false, 500.0), tokens, at) {
+                            e.add(&ThroughputPoint {
+                                at,
+                                job: String::new(),
+                                cap_w_per_gpu: 500.0,
+                                power_w: 4000.0,
+                                tokens_per_s: tokens,
+                                uncapped: false,
+                                max_slowdown: None,
+                            });
+                        }
+                    }
+                },
+                criterion::BatchSize::LargeInput,
+            );
+        });
+        group.finish();
+    }
+}
+
 fn experiment(c: &mut Criterion) {
     let templates = templates();
     let config = ExperimentConfig::default();
@@ -160,6 +240,6 @@ criterion_group! {
     config = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
-    targets = scaling, experiment
+    targets = scaling, learning, experiment
 }
 criterion_main!(benches);
