@@ -1045,3 +1045,98 @@ async fn a_tiered_job_measured_slower_than_its_tier_is_backed_off_within_one_pas
     stop.notify_one();
     let _ = control.await;
 }
+
+/// What was measured of a job is kept under its profile (the template's configuration in the
+/// simulator; Slurm job name, GPU count and `profile=` tag on a real cluster): a new job of the
+/// same configuration starts from it, and so does a restarted gateway.
+#[tokio::test(start_paused = true)]
+async fn a_rerun_of_a_measured_configuration_starts_from_its_profile_even_after_a_restart() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (gw, sim) = gateway(dir.path(), 16, SimFaults::default()).await;
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        gw.tick(true).await.expect("tick");
+    }
+    let baseline = meter_kw(&gw).await;
+    post(&gw, &event("ev-learn", 1, baseline * 0.8, 0, Some(1200)), Some(TOKEN)).await;
+    for _ in 0..60 {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        gw.tick(true).await.expect("tick");
+    }
+    // A job measured under a cap, with its profile in the ledger.
+    let points: Vec<Value> = gw
+        .ledger()
+        .iter_from(1)
+        .filter_map(Result::ok)
+        .map(|r| r.body)
+        .filter(|b| b["entry"] == "throughput_point" && b["uncapped"] == false)
+        .collect();
+    let point = points.first().expect("a capped point was measured");
+    let (job, profile) = (
+        point["job"].as_str().expect("job").to_string(),
+        point["profile"]
+            .as_str()
+            .expect("a template job has a profile")
+            .to_string(),
+    );
+    let learned_for = |gw: &Arc<Gateway>, id: &str, from: u64| {
+        let known: Vec<Value> = gw
+            .ledger()
+            .iter_from(from)
+            .filter_map(Result::ok)
+            .map(|r| r.body)
+            .filter(|b| b["elasticity_known"][id].is_string())
+            .collect();
+        known
+            .last()
+            .map(|b| b["elasticity_known"][id].as_str().unwrap_or_default().to_string())
+    };
+    assert!(
+        learned_for(&gw, &job, 1).is_some_and(|k| k.contains("measured")),
+        "{:?}",
+        learned_for(&gw, &job, 1)
+    );
+    // The job ends; a job of the same configuration starts and is known from the first pass.
+    sim.end_job(&job).expect("running");
+    let rerun = find_rerun(&sim, &profile).await;
+    gw.tick(true).await.expect("tick");
+    let known = learned_for(&gw, &rerun, 1).expect("the re-run's knowledge is recorded");
+    assert!(known.contains("measured"), "{rerun}: {known}");
+    // A restarted gateway folds the profile back from the ledger.
+    let clock = gw.clock();
+    let before_restart = gw.ledger().head().0;
+    let gw_ptr = Arc::try_unwrap(gw).ok().expect("sole owner");
+    gw_ptr.close().await.expect("close");
+    drop(sim);
+    let (gw2, sim2) = gateway_on(dir.path(), 16, SimFaults::default(), clock).await;
+    // The new simulated cluster runs the same fleet again: the job of that configuration is
+    // a re-run, with nothing measured in this process.
+    let again = sim2
+        .inventory()
+        .await
+        .expect("inventory")
+        .into_iter()
+        .find(|j| j.signature.as_deref() == Some(profile.as_str()))
+        .map(|j| j.spec.id.to_string())
+        .expect("the fleet has that configuration");
+    gw2.tick(true).await.expect("tick");
+    let known = learned_for(&gw2, &again, before_restart + 1).expect("knowledge recorded after the restart");
+    assert!(known.contains("measured"), "{again}: {known}");
+}
+
+/// Start jobs from the templates until one has `profile`, ending the others.
+async fn find_rerun(sim: &Arc<SimCluster>, profile: &str) -> String {
+    for i in 0..sim.templates().len() {
+        let Ok(id) = sim.start_job(i) else { continue };
+        let inventory = sim.inventory().await.expect("inventory");
+        let started = inventory
+            .iter()
+            .find(|j| j.spec.id == id)
+            .expect("the job just started");
+        if started.signature.as_deref() == Some(profile) {
+            return id.to_string();
+        }
+        sim.end_job(&id).expect("just started");
+    }
+    panic!("no template gives profile {profile}");
+}

@@ -21,13 +21,13 @@
 //! Sample sizes and times are set so that the whole file runs in a few minutes on two cores.
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 use flexgate_policies::alloc::{AllocationPolicy, Budget, CurveAware, Elasticity, JobSpec, Proportional, Weighting};
+use flexgate_policies::control::entry::ThroughputPoint;
+use flexgate_policies::control::evidence::{JobEvidence, worth_recording};
 use flexgate_policies::estimate::CurveFamily;
 use flexgate_policies::fleet::rng::SplitMix64;
 use flexgate_policies::fleet::{
     ExperimentConfig, JobTemplate, TruthFamily, published_groups, run_experiment, synthetic_templates,
 };
-use flexgate_policies::control::entry::ThroughputPoint;
-use flexgate_policies::control::evidence::{JobEvidence, worth_recording};
 use flexgate_policies::units::{Fraction, WattsPerGpu};
 use std::hint::black_box;
 use std::sync::Arc;
@@ -170,6 +170,7 @@ fn evidence(templates: &[JobTemplate], n: usize) -> Vec<(JobSpec, JobEvidence)> 
                     tokens_per_s: t.truth.tokens_at_cap(cap).value(),
                     uncapped: k == 0,
                     max_slowdown: None,
+                    profile: None,
                 });
             }
             (job, e)
@@ -208,6 +209,7 @@ fn learning(c: &mut Criterion) {
                                 tokens_per_s: tokens,
                                 uncapped: false,
                                 max_slowdown: None,
+                                profile: None,
                             });
                         }
                     }

@@ -105,6 +105,7 @@ impl ModelCluster {
                 measured_power: Watts(j.draw()),
                 measured_tokens: None,
                 suspendable: j.suspendable,
+                signature: None,
             })
             .collect()
     }

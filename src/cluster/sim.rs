@@ -315,6 +315,9 @@ struct SimJob {
     suspendable: bool,
     /// Suspended by the gateway: its GPUs draw [`SUSPENDED_W_PER_GPU`] and it makes no progress.
     suspended: bool,
+    /// Its profile key: the template's workload label and GPU count, shared by every job of
+    /// that template (they run the same configuration); `None` for a custom job.
+    signature: Option<Arc<str>>,
 }
 
 /// Draw of a suspended job's GPU (memory held, no compute), W.
@@ -503,7 +506,9 @@ impl SimCluster {
             max_slowdown: template.max_slowdown,
         };
         let nodes = state.take_nodes(self.config.nodes_for(template.gpus));
-        Self::new_job(spec, template.truth.clone(), nodes, now)
+        let mut job = Self::new_job(spec, template.truth.clone(), nodes, now);
+        job.signature = Some(format!("{label}/{}gpu", template.gpus).into());
+        job
     }
 
     fn new_job(spec: JobSpec, truth: PowerCurve, nodes: Vec<u32>, now: Instant) -> SimJob {
@@ -519,6 +524,7 @@ impl SimCluster {
             ramp: Ramp::settled(point, now),
             suspendable: false,
             suspended: false,
+            signature: None,
         }
     }
 
@@ -759,6 +765,7 @@ impl ClusterBackend for SimCluster {
                     measured_power: power,
                     measured_tokens: state.throughput_now.get(&j.spec.id).map(|t| t.tokens),
                     suspendable: j.suspendable,
+                    signature: j.signature.clone(),
                 }
             })
             .collect())

@@ -1052,6 +1052,7 @@ mod throughput_tests {
             tokens_per_s: tokens,
             uncapped,
             max_slowdown: Some(0.10),
+            profile: None,
         };
         // Uncapped 1000 before the event; from 0 s: 600 for 120 s (40 % slower), then 900 for
         // 180 s (within the tier); the event ends at 300 s.

@@ -122,25 +122,33 @@ wait_exit() {
     return 1
 }
 
+# True when any socket (listening, connected, or in TIME_WAIT) holds local port $1: a daemon
+# that binds it later would fail with "Address already in use".
 port_in_use() {
     local hex
     hex=$(printf '%04X' "$1")
-    # state 0A = LISTEN; column 2 is local address:port in hex
-    awk -v p=":$hex" 'NR > 1 && $4 == "0A" && substr($2, length($2) - 4) == p { found = 1 } END { exit !found }' \
+    # column 2 is local address:port in hex
+    awk -v p=":$hex" 'NR > 1 && substr($2, length($2) - 4) == p { found = 1 } END { exit !found }' \
         /proc/net/tcp /proc/net/tcp6 2>/dev/null
 }
 
+# A free port below the kernel's ephemeral range, so that no socket bound to port 0 by a test
+# running at the same time (agents, gateways, clients) can take it between this check and the
+# daemon's bind (that race once failed slurmrestd's start in CI).
 free_port() {
-    local p i
+    local p i low=20000 high=32767 ephemeral
+    if read -r ephemeral _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null && ((ephemeral > low + 1000)); then
+        high=$((ephemeral - 1))
+    fi
     for ((i = 0; i < 200; i++)); do
-        p=$((20000 + RANDOM % 30000))
+        p=$((low + RANDOM % (high - low)))
         if ! port_in_use "$p" && [[ " ${TAKEN_PORTS:-} " != *" $p "* ]]; then
             TAKEN_PORTS="${TAKEN_PORTS:-} $p"
             echo "$p"
             return 0
         fi
     done
-    fail "no free TCP port found in 20000-49999"
+    fail "no free TCP port found in $low-$high"
 }
 
 # Waits up to $2 seconds for the command in "${@:3}" to succeed; on timeout fails with message

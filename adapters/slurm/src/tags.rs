@@ -17,6 +17,9 @@
 //!   - `pfi`: the job's Power Flexibility Index, a finite number ≥ 0.
 //!   - `max_slowdown`: the largest throughput loss the job accepts, a fraction in `[0, 1]`
 //!     (`0.25` = 25 %).
+//!   - `profile`: 1–64 characters of `[A-Za-z0-9_-]`, stored lowercase: the training
+//!     configuration the job runs, so that the gateway keys what it measured of the job by its
+//!     Slurm job name, its GPU count and this tag, and a re-run starts from it.
 //! - Each key is checked on its own: a bad value (NaN, `inf`, a negative PFI, a slowdown
 //!   outside `[0, 1]`) drops that key with a warning and keeps the others. Unknown keys are
 //!   ignored with a warning, so newer tags do not break older gateways. A key given twice:
@@ -43,12 +46,15 @@ pub struct FlexTags {
     pub pfi: Option<f64>,
     /// Largest acceptable slowdown, fraction in `[0, 1]`.
     pub max_slowdown: Option<f64>,
+    /// The training configuration it runs (lowercase), part of its profile's key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
 }
 
 impl FlexTags {
     /// True when no key is set.
     pub fn is_empty(&self) -> bool {
-        self.tier.is_none() && self.pfi.is_none() && self.max_slowdown.is_none()
+        self.tier.is_none() && self.pfi.is_none() && self.max_slowdown.is_none() && self.profile.is_none()
     }
 
     /// `self` with every key that `over` sets replaced by `over`'s value.
@@ -57,6 +63,7 @@ impl FlexTags {
             tier: over.tier.or(self.tier),
             pfi: over.pfi.or(self.pfi),
             max_slowdown: over.max_slowdown.or(self.max_slowdown),
+            profile: over.profile.or(self.profile),
         }
     }
 }
@@ -86,6 +93,10 @@ pub fn parse_flex_tags(text: &str) -> ParsedTags {
             let key = key.trim().to_ascii_lowercase();
             let value = value.trim();
             match key.as_str() {
+                "profile" => match parse_tier(value) {
+                    Ok(t) => set(&mut out.tags.profile, t, "profile", &mut out.warnings),
+                    Err(e) => out.warnings.push(e.replace("tier=", "profile=")),
+                },
                 "tier" => match parse_tier(value) {
                     Ok(t) => set(&mut out.tags.tier, t, "tier", &mut out.warnings),
                     Err(why) => out.warnings.push(why),
@@ -188,6 +199,19 @@ fn parse_number(value: &str, key: &str) -> Result<f64, String> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_profile_names_the_training_configuration_and_is_checked() {
+        let parsed = parse_flex_tags("flexgate:tier=batch,profile=Llama70B-lora_v2");
+        assert_eq!(parsed.tags.profile.as_deref(), Some("llama70b-lora_v2"));
+        let bad = parse_flex_tags("flexgate:profile=has/slash");
+        assert_eq!(bad.tags.profile, None);
+        assert!(
+            bad.warnings.iter().any(|w| w.starts_with("profile=")),
+            "{:?}",
+            bad.warnings
+        );
+    }
 
     #[test]
     fn full_token() {

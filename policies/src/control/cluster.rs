@@ -33,6 +33,19 @@ pub struct JobState {
     pub measured_tokens: Option<TokensPerSec>,
     /// Whether the job's flex tier allows suspending it when caps alone cannot meet a target.
     pub suspendable: bool,
+    /// The key of the job's profile: what the gateway measured of it is kept under this key, so
+    /// that a re-run of the same training configuration starts from it (Slurm: job name, GPU
+    /// count and the `profile=` flex tag). `None`: the job id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<Arc<str>>,
+}
+
+impl JobState {
+    /// The key its measurements are kept under: its signature, or its id.
+    #[must_use]
+    pub fn profile_key(&self) -> &Arc<str> {
+        self.signature.as_ref().unwrap_or(&self.spec.id)
+    }
 }
 
 /// One per-job cap to apply to each of the job's GPUs.

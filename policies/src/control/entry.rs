@@ -527,6 +527,18 @@ pub struct ThroughputPoint {
     /// The job's tier: the largest slowdown its owner accepts (absent: no tier).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_slowdown: Option<f64>,
+    /// The profile the point belongs to (the job's signature; absent: the job id), so that a
+    /// re-run of the same configuration starts from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+}
+
+impl ThroughputPoint {
+    /// The key of the profile it belongs to.
+    #[must_use]
+    pub fn profile_key(&self) -> &str {
+        self.profile.as_deref().unwrap_or(&self.job)
+    }
 }
 
 /// A job measured slower than its tier allows: its floor was raised and the plan redone.

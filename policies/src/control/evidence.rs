@@ -56,6 +56,10 @@ pub struct Point {
     pub at: DateTime<Utc>,
 }
 
+/// Most profiles kept: beyond, the one measured longest ago is forgotten (a site runs far fewer
+/// distinct training configurations; this bounds memory against a stream of unique names).
+pub const MAX_PROFILES: usize = 100_000;
+
 /// Most readings one point averages: beyond, a new reading still moves it by 1/16, so a job
 /// whose behaviour changes (a new software version under the same signature) is followed.
 pub const MAX_AVERAGED: u32 = 16;
@@ -310,6 +314,10 @@ pub fn slowdown(current: &Point, uncapped: &Point) -> f64 {
     1.0 - current.tokens / uncapped.tokens
 }
 
+/// One steady reading to check against its job's tier: job, profile key, the point, the tier,
+/// the range maximum.
+type TierReading = (Arc<str>, Arc<str>, Point, Option<crate::units::Fraction>, f64);
+
 impl Controller {
     /// Take each steady reading as a point of its job's curve, then check the tiers on it.
     pub(crate) fn learn_from(&mut self, t: &Telemetry, now: DateTime<Utc>, effects: &mut Vec<Effect>) {
@@ -336,11 +344,15 @@ impl Controller {
             };
             readings.push((
                 job.spec.id.clone(),
+                job.profile_key().clone(),
                 point,
                 job.spec.max_slowdown,
                 job.spec.cap_range.max.value(),
             ));
-            let previous = self.evidence.get(&job.spec.id).and_then(|e| e.previous(uncapped, cap));
+            let previous = self
+                .evidence
+                .get(job.profile_key())
+                .and_then(|e| e.previous(uncapped, cap));
             if worth_recording(previous, point.tokens, now) {
                 points.push(ThroughputPoint {
                     at: now,
@@ -350,6 +362,7 @@ impl Controller {
                     tokens_per_s: point.tokens,
                     uncapped,
                     max_slowdown: job.spec.max_slowdown.map(|f| f.value()),
+                    profile: job.signature.as_ref().map(ToString::to_string),
                 });
             }
         }
@@ -363,16 +376,16 @@ impl Controller {
 
     fn check_tiers(
         &mut self,
-        readings: &[(Arc<str>, Point, Option<crate::units::Fraction>, f64)],
+        readings: &[TierReading],
         now: DateTime<Utc>,
         effects: &mut Vec<Effect>,
     ) {
         let mut backed_off = false;
-        for (job, point, tier, max_cap) in readings {
+        for (job, profile, point, tier, max_cap) in readings {
             let Some(allowance) = tier.map(|f| f.value()) else {
                 continue;
             };
-            let Some(evidence) = self.evidence.get(job) else {
+            let Some(evidence) = self.evidence.get(profile) else {
                 continue;
             };
             let Some(floor) = tier_floor(allowance, point, evidence, *max_cap) else {
@@ -415,13 +428,32 @@ impl Controller {
     }
 }
 
+impl JobEvidence {
+    /// When anything of it was last measured.
+    #[must_use]
+    pub fn last_measured(&self) -> Option<DateTime<Utc>> {
+        self.capped.values().chain(self.uncapped.iter()).map(|p| p.at).max()
+    }
+}
+
 impl Controller {
+    pub(crate) fn forget_oldest_profile(&mut self) {
+        let oldest = self
+            .evidence
+            .iter()
+            .min_by_key(|(_, e)| e.last_measured())
+            .map(|(k, _)| k.clone());
+        if let Some(key) = oldest {
+            self.evidence.remove(&key);
+        }
+    }
+
     /// The jobs as the cluster reports them, with what was measured of each standing in for what
     /// the cluster says where it says more, and the note of that evidence for the ledger.
     pub(crate) fn with_learned_elasticity(&mut self, mut jobs: Vec<JobState>) -> Vec<JobState> {
         self.knowledge_notes.clear();
         for job in &mut jobs {
-            let Some(evidence) = self.evidence.get(&job.spec.id) else {
+            let Some(evidence) = self.evidence.get(job.profile_key()) else {
                 continue;
             };
             if let Some(learned) = evidence.learned(&job.spec) {
@@ -567,6 +599,7 @@ mod tests {
                 tokens_per_s: tokens,
                 uncapped: false,
                 max_slowdown: None,
+                profile: None,
             });
         }
         assert!((e.capped[&bucket(400.0)].tokens - 1000.0).abs() < 1e-9);

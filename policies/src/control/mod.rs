@@ -541,12 +541,17 @@ impl Controller {
                     self.suspended.remove(job);
                     self.elasticity_known.remove(job);
                     self.throughput_known.remove(job);
+                    // Kept under a signature, a profile outlives its job; under a job id, not.
                     self.evidence.remove(job);
                     self.tier_floors.remove(job);
                 }
             }
             Entry::ThroughputPoint(p) => {
-                self.evidence.entry(Arc::from(p.job.as_str())).or_default().add(p);
+                let key = p.profile_key();
+                if !self.evidence.contains_key(key) && self.evidence.len() >= evidence::MAX_PROFILES {
+                    self.forget_oldest_profile();
+                }
+                self.evidence.entry(Arc::from(key)).or_default().add(p);
             }
             Entry::TierBackedOff(b) => {
                 let floor = self.tier_floors.entry(Arc::from(b.job.as_str())).or_insert(0.0);

@@ -141,6 +141,7 @@ fn measure(
         tokens_per_s: (truth.tokens_at_cap(cap).value() * (1.0 + noise)).max(0.0),
         uncapped: cap.value() >= job.cap_range.max.value() - 0.5,
         max_slowdown: None,
+        profile: None,
     }
 }
 

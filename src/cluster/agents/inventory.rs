@@ -108,6 +108,7 @@ impl AgentsBackend {
                             gpus: g.iter().map(|s| (i, s.uuid.clone())).collect(),
                             pfi: None,
                             max_slowdown: None,
+                            signature: None,
                         }),
                         // A node that did not answer keeps its job, with its GPUs unknown, as
                         // under Slurm: its draw counts at the maximum and its caps stay wanted,
@@ -147,6 +148,7 @@ impl AgentsBackend {
             if mapped.is_empty() {
                 continue;
             }
+            let profile = signature(&job.name, mapped.len(), job.flex.profile.as_deref());
             jobs.push(MappedJob {
                 id: Arc::from(job.id.to_string()),
                 slurm_id: Some(job.id),
@@ -154,6 +156,7 @@ impl AgentsBackend {
                 gpus: mapped,
                 pfi: job.flex.pfi.filter(|p| p.is_finite() && *p > 0.0),
                 max_slowdown: job.flex.max_slowdown,
+                signature: Some(profile),
             });
         }
         Ok(jobs)
@@ -249,6 +252,16 @@ impl AgentsBackend {
             measured_power: Watts(measured),
             measured_tokens: known.throughput.get(&job.id).map(|t| t.tokens),
             suspendable: job.suspendable,
+            signature: job.signature.clone(),
         }
+    }
+}
+
+/// A Slurm job's profile key: `name/Ngpu`, and `/profile` when its flex tags name one. A
+/// re-run of the same configuration (same name, size and tag) finds what was measured before.
+fn signature(name: &str, gpus: usize, profile: Option<&str>) -> Arc<str> {
+    match profile {
+        Some(p) => format!("{name}/{gpus}gpu/{p}").into(),
+        None => format!("{name}/{gpus}gpu").into(),
     }
 }
