@@ -31,6 +31,7 @@ enum Command {
     Openadr(commands::openadr::OpenAdrArgs),
     Simulate(commands::simulate::SimulateArgs),
     Pfi(commands::pfi::PfiArgs),
+    Profiles(commands::profiles::ProfilesArgs),
     Predictor(commands::predictor::PredictorArgs),
     Facility(commands::facility::FacilityArgs),
 }
@@ -45,6 +46,7 @@ fn main() -> ExitCode {
         Command::Openadr(args) => commands::openadr::run(&args),
         Command::Simulate(args) => commands::simulate::run(&args),
         Command::Pfi(args) => commands::pfi::run(&args),
+        Command::Profiles(args) => commands::profiles::run(&args),
         Command::Predictor(args) => commands::predictor::run(&args),
         Command::Facility(args) => commands::facility::run(&args),
     };

@@ -626,3 +626,103 @@ fn openadr_decode_refuses_an_event_whose_duration_has_no_components() {
     let shown: Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON");
     assert!(shown.to_string().contains("has no components"), "{shown}");
 }
+
+#[test]
+fn profiles_measured_in_the_demo_are_listed_exported_read_by_pfi_and_imported() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().join("demo");
+    let out = flexgate(&["demo", "--speed", "2000", "--data", data.to_str().expect("utf-8")]);
+    assert!(out.status.success(), "demo: {}", String::from_utf8_lossy(&out.stderr));
+    let out = flexgate(&["profiles", "list", "--data", data.to_str().expect("utf-8"), "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    let profiles = stdout_json(&out);
+    let profiles = profiles.as_array().expect("a list");
+    let swept = profiles
+        .iter()
+        .find(|p| {
+            p["points"]
+                .as_array()
+                .is_some_and(|pts| pts.len() >= 2 && pts.iter().any(|x| x["uncapped"] == true))
+        })
+        .expect("a profile with a capped and the uncapped point");
+    let key = swept["profile"].as_str().expect("key");
+    assert!(key.ends_with("gpu"), "a template job's signature: {key}");
+    let export = dir.path().join("one.json");
+    let out = flexgate(&[
+        "profiles",
+        "export",
+        "--data",
+        data.to_str().expect("utf-8"),
+        "--profile",
+        key,
+        "-o",
+        export.to_str().expect("utf-8"),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    // `flexgate pfi` reads the exported profile as a sweep.
+    let out = flexgate(&["pfi", export.to_str().expect("utf-8"), "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    let pfi = stdout_json(&out);
+    assert!(pfi["value"].as_f64().is_some_and(|v| v > 0.0), "{pfi}");
+    // Imported into another site's (new) data directory, it is the same profile there.
+    let site_b = dir.path().join("site-b");
+    std::fs::create_dir_all(&site_b).expect("dir");
+    let out = flexgate(&[
+        "profiles",
+        "import",
+        export.to_str().expect("utf-8"),
+        "--data",
+        site_b.to_str().expect("utf-8"),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let out = flexgate(&["profiles", "list", "--data", site_b.to_str().expect("utf-8"), "--json"]);
+    let imported = stdout_json(&out);
+    assert_eq!(imported.as_array().map(Vec::len), Some(1));
+    assert_eq!(imported[0]["profile"], key);
+    for (a, b) in imported[0]["points"]
+        .as_array()
+        .expect("points")
+        .iter()
+        .zip(swept["points"].as_array().expect("points"))
+    {
+        let close = |f: &str| (a[f].as_f64().unwrap_or(f64::NAN) - b[f].as_f64().unwrap_or(f64::NAN)).abs() < 1e-6;
+        assert!(
+            close("cap_w") && close("tokens_per_s") && close("power_w"),
+            "{a} vs {b}"
+        );
+    }
+    // A document that is not one, or holds an impossible reading, changes nothing.
+    let bad = dir.path().join("bad.json");
+    let text = std::fs::read_to_string(&export)
+        .expect("export")
+        .replace("\"readings\": ", "\"readings\": 0, \"x\": ");
+    std::fs::write(&bad, text).expect("write");
+    let out = flexgate(&[
+        "profiles",
+        "import",
+        bad.to_str().expect("utf-8"),
+        "--data",
+        site_b.to_str().expect("utf-8"),
+    ]);
+    assert!(!out.status.success());
+    let negative =
+        std::fs::read_to_string(&export)
+            .expect("export")
+            .replacen("\"tokens_per_s\": ", "\"tokens_per_s\": -", 1);
+    std::fs::write(&bad, negative).expect("write");
+    let out = flexgate(&[
+        "profiles",
+        "import",
+        bad.to_str().expect("utf-8"),
+        "--data",
+        site_b.to_str().expect("utf-8"),
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("plausible"), "{out:?}");
+    let out = flexgate(&["profiles", "list", "--data", site_b.to_str().expect("utf-8"), "--json"]);
+    assert_eq!(
+        stdout_json(&out)[0]["points"],
+        imported[0]["points"],
+        "nothing was added"
+    );
+}

@@ -171,6 +171,7 @@ fn evidence(templates: &[JobTemplate], n: usize) -> Vec<(JobSpec, JobEvidence)> 
                     uncapped: k == 0,
                     max_slowdown: None,
                     profile: None,
+                    gpus: None,
                 });
             }
             (job, e)
@@ -210,6 +211,7 @@ fn learning(c: &mut Criterion) {
                                 uncapped: false,
                                 max_slowdown: None,
                                 profile: None,
+                                gpus: None,
                             });
                         }
                     }

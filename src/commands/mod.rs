@@ -30,6 +30,7 @@ pub mod log;
 pub mod openadr;
 pub mod pfi;
 pub mod predictor;
+pub mod profiles;
 pub mod run;
 pub mod season;
 pub mod simulate;

@@ -22,6 +22,8 @@ use std::path::PathBuf;
 /// of training-phase samples; phases: training, warmup, evaluation, checkpoint):
 ///   {"gpus": 8, "runs": [{"cap_w": 700, "samples": [
 ///       {"power_w": 5210, "tokens_per_s": 12050, "phase": "training"}, ...]}, ...]}
+/// or a profile the gateway measured, as `flexgate profiles export` writes it (one profile in
+/// the document, or the one named by --profile).
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub struct PfiArgs {
@@ -34,6 +36,65 @@ pub struct PfiArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
+    /// With an exported profile document holding several profiles: the one to use.
+    #[arg(long, value_name = "KEY")]
+    profile: Option<String>,
+}
+
+/// The sweep in an exported profile document, if `text` is one.
+fn sweep_of_profile(text: &str, wanted: Option<&str>) -> Result<Option<Sweep>> {
+    let is_profile = serde_json::from_str::<serde_json::Value>(text)
+        .ok()
+        .is_some_and(|v| v["schema"] == super::profiles::PROFILE_SCHEMA);
+    if !is_profile {
+        return Ok(None);
+    }
+    let document = super::profiles::parse_document(text)?;
+    let profile = match wanted {
+        Some(key) => document
+            .profiles
+            .iter()
+            .find(|p| p.profile == key)
+            .with_context(|| format!("no profile {key:?} in the document"))?,
+        None => match document.profiles.as_slice() {
+            [one] => one,
+            [] => bail!("the profile document holds no profile"),
+            many => bail!(
+                "the document holds {} profiles; choose one with --profile ({})",
+                many.len(),
+                many.iter()
+                    .map(|p| p.profile.as_str())
+                    .take(5)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        },
+    };
+    let gpus = profile.gpus.with_context(|| {
+        format!(
+            "profile {} does not say its GPU count (points recorded before it was)",
+            profile.profile
+        )
+    })?;
+    if !profile.points.iter().any(|p| p.uncapped) {
+        bail!(
+            "profile {} has no uncapped point: the PFI needs the job's uncapped throughput",
+            profile.profile
+        );
+    }
+    Ok(Some(Sweep {
+        gpus,
+        points: profile
+            .points
+            .iter()
+            .map(|p| Point {
+                cap_w: p.cap_w,
+                power_w: p.power_w,
+                tokens_per_s: p.tokens_per_s,
+            })
+            .collect(),
+        runs: Vec::new(),
+    }))
 }
 
 #[derive(Debug, Deserialize)]
@@ -64,8 +125,10 @@ struct Run {
 /// Run the command.
 pub fn run(args: &PfiArgs) -> Result<()> {
     let text = read_input(&args.sweep)?;
-    let sweep: Sweep =
-        serde_json::from_str(&text).with_context(|| format!("{} is not a sweep", args.sweep.display()))?;
+    let sweep: Sweep = match sweep_of_profile(&text, args.profile.as_deref())? {
+        Some(sweep) => sweep,
+        None => serde_json::from_str(&text).with_context(|| format!("{} is not a sweep", args.sweep.display()))?,
+    };
     let points: Vec<CurvePoint> = match (sweep.points.is_empty(), sweep.runs.is_empty()) {
         (false, true) => sweep
             .points

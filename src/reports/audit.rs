@@ -1053,6 +1053,7 @@ mod throughput_tests {
             uncapped,
             max_slowdown: Some(0.10),
             profile: None,
+            gpus: None,
         };
         // Uncapped 1000 before the event; from 0 s: 600 for 120 s (40 % slower), then 900 for
         // 180 s (within the tier); the event ends at 300 s.

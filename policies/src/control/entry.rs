@@ -531,6 +531,9 @@ pub struct ThroughputPoint {
     /// re-run of the same configuration starts from it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<String>,
+    /// The job's GPU count (its cap applies to each), so that an exported profile is a sweep.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<u32>,
 }
 
 impl ThroughputPoint {

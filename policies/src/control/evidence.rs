@@ -363,6 +363,7 @@ impl Controller {
                     uncapped,
                     max_slowdown: job.spec.max_slowdown.map(|f| f.value()),
                     profile: job.signature.as_ref().map(ToString::to_string),
+                    gpus: Some(job.spec.gpus),
                 });
             }
         }
@@ -374,12 +375,7 @@ impl Controller {
         }
     }
 
-    fn check_tiers(
-        &mut self,
-        readings: &[TierReading],
-        now: DateTime<Utc>,
-        effects: &mut Vec<Effect>,
-    ) {
+    fn check_tiers(&mut self, readings: &[TierReading], now: DateTime<Utc>, effects: &mut Vec<Effect>) {
         let mut backed_off = false;
         for (job, profile, point, tier, max_cap) in readings {
             let Some(allowance) = tier.map(|f| f.value()) else {
@@ -600,6 +596,7 @@ mod tests {
                 uncapped: false,
                 max_slowdown: None,
                 profile: None,
+                gpus: None,
             });
         }
         assert!((e.capped[&bucket(400.0)].tokens - 1000.0).abs() < 1e-9);

@@ -142,6 +142,7 @@ fn measure(
         uncapped: cap.value() >= job.cap_range.max.value() - 0.5,
         max_slowdown: None,
         profile: None,
+        gpus: None,
     }
 }
 
