@@ -264,11 +264,12 @@ pub fn parse_document(text: &str) -> Result<ProfileDocument> {
         }
         for (i, x) in p.points.iter().enumerate() {
             let plausible = |v: f64, max: f64| v.is_finite() && v >= 0.0 && v <= max;
-            if !(plausible(x.cap_w, 100_000.0) && x.cap_w > 0.0)
-                || !plausible(x.power_w, 1e9)
-                || !plausible(x.tokens_per_s, 1e9)
-                || x.readings == 0
-            {
+            let sane = plausible(x.cap_w, 100_000.0)
+                && x.cap_w > 0.0
+                && plausible(x.power_w, 1e9)
+                && plausible(x.tokens_per_s, 1e9)
+                && x.readings > 0;
+            if !sane {
                 bail!(
                     "profile {} point {i}: cap_w, power_w and tokens_per_s must be finite, non-negative and plausible (cap > 0), and readings at least 1",
                     p.profile
