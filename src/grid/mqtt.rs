@@ -248,7 +248,10 @@ impl MqttBridge {
         let intervals = delivery
             .intervals
             .iter()
-            .map(|d| ReportInterval::measured(d.start, d.end, d.ceiling_kw, Some(d.baseline_kw), d.mean_meter_kw))
+            .map(|d| ReportInterval {
+                modelled_samples: u64::try_from(d.modelled_samples).unwrap_or(u64::MAX),
+                ..ReportInterval::measured(d.start, d.end, d.ceiling_kw, Some(d.baseline_kw), d.mean_meter_kw)
+            })
             .collect();
         let report = ReportPayload::new(
             &self.site,
@@ -293,6 +296,7 @@ impl MqttBridge {
         let mut payload = StatusPayload::new(&self.site, GatewayState::Online, status.at);
         payload.active_event = status.active_events.first().cloned();
         payload.meter_kw = status.measured_meter_kw;
+        payload.meter_quality = status.meter_quality.map(|q| q.as_str().to_string());
         payload.gpu_board_kw = status.measured_gpu_w.map(|w| w / 1000.0);
         payload.log_checkpoint = Some(status.log_checkpoint.clone());
         payload.phase = Some(match self.intake.gateway.phase() {
@@ -308,13 +312,14 @@ impl MqttBridge {
 
     async fn publish_telemetry(&self) {
         let status = self.intake.gateway.status().await;
-        let sample = TelemetryPayload::new(
+        let mut sample = TelemetryPayload::new(
             &self.site,
             status.at,
             status.measured_meter_kw,
             status.measured_gpu_w.map(|w| w / 1000.0),
             status.flex_available_kw,
         );
+        sample.meter_quality = status.meter_quality.map(|q| q.as_str().to_string());
         if let Err(e) = self.link.publish_telemetry(&sample) {
             tracing::debug!("MQTT telemetry skipped: {e}");
         }

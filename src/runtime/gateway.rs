@@ -480,18 +480,30 @@ impl Gateway {
     }
 
     /// What event `event_id` delivered so far, interval by interval, measured by the meter
-    /// samples the gateway keeps (six hours); `None` for an unknown event.
+    /// readings the gateway keeps (six hours): a model's figures are left out and counted in
+    /// each interval's `modelled_samples`; `None` for an unknown event.
     pub async fn event_delivery(&self, event_id: &str) -> Option<EventDelivery> {
         let published = self.published();
         let snapshot = &published.snapshot;
         let entry = snapshot.book.get(event_id)?;
         let now = self.clock.now();
-        let meter: Vec<_> = snapshot.meter_history.iter().copied().collect();
+        let meter: Vec<(chrono::DateTime<chrono::Utc>, f64)> = snapshot
+            .meter_history
+            .iter()
+            .filter(|(_, _, measured)| *measured)
+            .map(|(at, kw, _)| (*at, *kw))
+            .collect();
+        let modelled: Vec<chrono::DateTime<chrono::Utc>> = snapshot
+            .meter_history
+            .iter()
+            .filter(|(_, _, measured)| !*measured)
+            .map(|(at, _, _)| *at)
+            .collect();
         Some(EventDelivery {
             revision: entry.revision(),
             test: entry.event.test,
             phase: entry.phase_at(now),
-            intervals: interval_delivery(entry, &meter, now),
+            intervals: interval_delivery(entry, &meter, &modelled, now),
         })
     }
 

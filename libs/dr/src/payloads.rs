@@ -180,9 +180,14 @@ pub struct StatusPayload {
     pub active_event: Option<String>,
     /// Where the gateway is within that event; `null` when unknown (e.g. in the Last Will).
     pub phase: Option<Phase>,
-    /// Latest meter reading, kW.
+    /// Latest meter reading, kW; `null` unless it was read off the meter (see `meter_quality`).
     #[serde(serialize_with = "finite_opt")]
     pub meter_kw: Option<f64>,
+    /// Where the gateway's meter figure comes from: `measured` (a reading, then in `meter_kw`),
+    /// `stale` or `missing` (a meter source failed: the facility model's upper estimate stands
+    /// in), `model` (no meter source: the facility model's estimate); `null` when unknown.
+    #[serde(default)]
+    pub meter_quality: Option<String>,
     /// Latest sum of GPU board power, kW.
     #[serde(serialize_with = "finite_opt")]
     pub gpu_board_kw: Option<f64>,
@@ -207,6 +212,7 @@ impl StatusPayload {
             active_event: None,
             phase: None,
             meter_kw: None,
+            meter_quality: None,
             gpu_board_kw: None,
             flex_available_kw: None,
             ts,
@@ -231,9 +237,13 @@ pub struct TelemetryPayload {
     pub site: String,
     /// When the sample was taken.
     pub ts: DateTime<Utc>,
-    /// Meter power, kW; `null` when the meter is not reading.
+    /// Meter power, kW; `null` when the meter is not reading (see `meter_quality`).
     #[serde(serialize_with = "finite_opt")]
     pub meter_kw: Option<f64>,
+    /// Where the gateway's meter figure comes from: `measured`, `stale`, `missing` or `model`
+    /// (see [`StatusPayload::meter_quality`]); `meter_kw` is given only when `measured`.
+    #[serde(default)]
+    pub meter_quality: Option<String>,
     /// Sum of GPU board power, kW; `null` when no backend reports.
     #[serde(serialize_with = "finite_opt")]
     pub gpu_board_kw: Option<f64>,
@@ -257,6 +267,7 @@ impl TelemetryPayload {
             site: site.into(),
             ts,
             meter_kw,
+            meter_quality: None,
             gpu_board_kw,
             flex_available_kw,
         }
@@ -288,6 +299,10 @@ pub struct ReportInterval {
     pub shortfall_kw: Option<f64>,
     /// Whether the interval met the ceiling; `null` when the meter had no data.
     pub compliant: Option<bool>,
+    /// Samples in the interval that were the facility model's figure, not a meter reading: left
+    /// out of `mean_meter_kw` and of everything computed from it.
+    #[serde(default)]
+    pub modelled_samples: u64,
 }
 
 impl ReportInterval {
@@ -311,6 +326,7 @@ impl ReportInterval {
             delivered_reduction_kw: baseline_kw.zip(mean_meter_kw).map(|(b, m)| b - m),
             shortfall_kw,
             compliant: shortfall_kw.map(|s| s <= 0.0),
+            modelled_samples: 0,
         }
     }
 
@@ -409,14 +425,15 @@ pub const DR_STATUS_JSON_SCHEMA: &str = r##"{
   "description": "A flexgate gateway's state, published retained with QoS 1 on {prefix}/{site}/status. The gateway registers the offline form (state offline, other values null) as its MQTT Last Will, so the retained status turns offline when the gateway vanishes. Every field is present; unknown values are null.",
   "type": "object",
   "additionalProperties": false,
-  "required": ["schema", "site", "state", "active_event", "phase", "meter_kw", "gpu_board_kw", "flex_available_kw", "ts", "log_checkpoint"],
+  "required": ["schema", "site", "state", "active_event", "phase", "meter_kw", "meter_quality", "gpu_board_kw", "flex_available_kw", "ts", "log_checkpoint"],
   "properties": {
     "schema": { "const": "dr.status/1" },
     "site": { "type": "string", "minLength": 1, "maxLength": 128 },
     "state": { "enum": ["online", "offline", "degraded"], "description": "degraded: connected, but a meter or a cluster backend is missing." },
     "active_event": { "type": ["string", "null"], "description": "The event in force, if any." },
     "phase": { "enum": ["ramping_down", "holding", "ramping_up", "idle", null], "description": "Where the gateway is within the active event; null when unknown." },
-    "meter_kw": { "type": ["number", "null"], "description": "Latest meter reading, kW." },
+    "meter_kw": { "type": ["number", "null"], "description": "Latest meter reading, kW; null unless it was read off the meter (meter_quality measured)." },
+    "meter_quality": { "enum": ["measured", "stale", "missing", "model", null], "description": "Where the gateway's meter figure comes from: a reading (measured), the facility model's upper estimate because a meter source failed (stale, missing), or the facility model's estimate on a site without a meter source (model); null when unknown." },
     "gpu_board_kw": { "type": ["number", "null"], "description": "Latest sum of GPU board power, kW." },
     "flex_available_kw": { "type": ["number", "null"], "description": "How far the site could lower its meter power now, kW." },
     "ts": { "type": "string", "format": "date-time", "description": "When the status was written; in the Last Will, when the connection that registered it opened." },
@@ -434,12 +451,13 @@ pub const DR_TELEMETRY_JSON_SCHEMA: &str = r##"{
   "description": "A periodic power sample of a flexgate site, published with QoS 1 on {prefix}/{site}/telemetry. Every field is present; unknown values are null.",
   "type": "object",
   "additionalProperties": false,
-  "required": ["schema", "site", "ts", "meter_kw", "gpu_board_kw", "flex_available_kw"],
+  "required": ["schema", "site", "ts", "meter_kw", "meter_quality", "gpu_board_kw", "flex_available_kw"],
   "properties": {
     "schema": { "const": "dr.telemetry/1" },
     "site": { "type": "string", "minLength": 1, "maxLength": 128 },
     "ts": { "type": "string", "format": "date-time", "description": "When the sample was taken (RFC 3339, UTC)." },
-    "meter_kw": { "type": ["number", "null"], "description": "Meter power, kW; null when the meter is not reading." },
+    "meter_kw": { "type": ["number", "null"], "description": "Meter power, kW; null when the meter is not reading (meter_quality is not measured)." },
+    "meter_quality": { "enum": ["measured", "stale", "missing", "model", null], "description": "Where the gateway's meter figure comes from: measured, stale, missing or model (see dr.status/1); meter_kw is given only when measured." },
     "gpu_board_kw": { "type": ["number", "null"], "description": "Sum of GPU board power, kW; null when no backend reports." },
     "flex_available_kw": { "type": ["number", "null"], "description": "How far the site could lower its meter power now, kW." }
   }
@@ -469,7 +487,7 @@ pub const DR_REPORT_JSON_SCHEMA: &str = r##"{
     "interval": {
       "type": "object",
       "additionalProperties": false,
-      "required": ["start", "end", "ceiling_kw", "baseline_kw", "mean_meter_kw", "delivered_reduction_kw", "shortfall_kw", "compliant"],
+      "required": ["start", "end", "ceiling_kw", "baseline_kw", "mean_meter_kw", "delivered_reduction_kw", "shortfall_kw", "compliant", "modelled_samples"],
       "properties": {
         "start": { "type": "string", "format": "date-time" },
         "end": { "type": "string", "format": "date-time", "description": "Exclusive." },
@@ -478,7 +496,8 @@ pub const DR_REPORT_JSON_SCHEMA: &str = r##"{
         "mean_meter_kw": { "type": ["number", "null"], "description": "Mean meter power over the interval, kW; null when the meter had no data." },
         "delivered_reduction_kw": { "type": ["number", "null"], "description": "baseline_kw - mean_meter_kw; null when either is unknown." },
         "shortfall_kw": { "type": ["number", "null"], "minimum": 0, "description": "max(0, mean_meter_kw - ceiling_kw); null when the meter had no data." },
-        "compliant": { "type": ["boolean", "null"], "description": "Whether the interval met the ceiling; null when the meter had no data." }
+        "compliant": { "type": ["boolean", "null"], "description": "Whether the interval met the ceiling; null when the meter had no data." },
+        "modelled_samples": { "type": "integer", "minimum": 0, "description": "Samples in the interval that were the facility model's figure, not a meter reading: left out of mean_meter_kw and everything computed from it." }
       }
     }
   }

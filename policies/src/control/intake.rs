@@ -121,17 +121,27 @@ impl Controller {
     }
 
     /// Meter-before baseline: the mean metered power over the configured window before `now`.
+    /// On meter readings only when there are any (`meter_before`); otherwise on the facility
+    /// model's figures, and then named so (`model_before`): a baseline that was never read off
+    /// a meter must not pass for one.
     pub(crate) fn baseline(&self, now: DateTime<Utc>) -> Option<BaselineEstimate> {
         let window = self.settings.site.baseline_window_s;
         let from = now - chrono::Duration::seconds(i64::try_from(window).unwrap_or(i64::MAX / 2_000));
-        let (sum, n) = self
-            .meter_history
-            .iter()
-            .filter(|(t, _)| *t >= from && *t <= now)
-            .fold((0.0, 0usize), |(s, n), (_, kw)| (s + kw, n + 1));
-        (n > 0).then(|| BaselineEstimate {
-            kw: sum / n as f64,
-            method: "meter_before".to_string(),
+        let mean = |readings_only: bool| {
+            let (sum, n) = self
+                .meter_history
+                .iter()
+                .filter(|(t, _, measured)| *t >= from && *t <= now && (*measured || !readings_only))
+                .fold((0.0, 0usize), |(s, n), (_, kw, _)| (s + kw, n + 1));
+            (n > 0).then(|| sum / n as f64)
+        };
+        let (kw, method) = match mean(true) {
+            Some(kw) => (kw, "meter_before"),
+            None => (mean(false)?, "model_before"),
+        };
+        Some(BaselineEstimate {
+            kw,
+            method: method.to_string(),
             window_s: window,
         })
     }
@@ -510,6 +520,47 @@ mod tests {
         assert!(
             note.contains("nothing needs to be shed") && note.contains("facility's maximum"),
             "{note}"
+        );
+    }
+
+    #[test]
+    fn a_baseline_of_model_figures_is_named_so_and_readings_win_over_them() {
+        use crate::control::cluster::Telemetry;
+        use crate::control::{Input, Settings};
+        use crate::facility::FacilityParams;
+        use crate::meter::Quality;
+        use crate::units::{Kilowatts, Watts};
+        let settings = Settings {
+            site_id: "site-1".into(),
+            site: crate::control::config::SiteConfig::default(),
+            control: crate::control::config::ControlConfig::default(),
+            policy: crate::control::config::PolicyKind::Flexgate,
+            facility: FacilityParams::for_nodes(8),
+        };
+        let mut controller = Controller::new(settings).expect("controller");
+        let t0 = DateTime::from_timestamp(1_800_000_000, 0).expect("valid");
+        let sample = |at: DateTime<Utc>, kw: f64, quality: Quality| Telemetry {
+            at,
+            jobs: Vec::new(),
+            gpu_board_power: Watts(0.0),
+            meter_kw: Kilowatts(kw),
+            meter_quality: quality,
+            nodes: 8,
+        };
+        for s in 0..5 {
+            let at = t0 + chrono::Duration::seconds(s);
+            controller.handle(Input::Telemetry(sample(at, 100.0, Quality::Model)), at);
+        }
+        let now = t0 + chrono::Duration::seconds(10);
+        let modelled = controller.baseline(now).expect("a baseline");
+        assert_eq!((modelled.kw, modelled.method.as_str()), (100.0, "model_before"));
+        let at = t0 + chrono::Duration::seconds(6);
+        controller.handle(Input::Telemetry(sample(at, 80.0, Quality::Measured)), at);
+        let read = controller.baseline(now).expect("a baseline");
+        assert_eq!(
+            (read.kw, read.method.as_str()),
+            (80.0, "meter_before"),
+            "readings only, once there are any"
         );
     }
 

@@ -263,7 +263,7 @@ pub struct Snapshot {
     /// The latest telemetry.
     pub telemetry: Option<Arc<Telemetry>>,
     /// Meter history (six hours).
-    pub meter_history: imbl::Vector<(DateTime<Utc>, f64)>,
+    pub meter_history: imbl::Vector<(DateTime<Utc>, f64, bool)>,
     /// The trim, W.
     pub trim_w: f64,
     /// Jobs suspended by the gateway.
@@ -301,7 +301,7 @@ pub struct Controller {
     /// Observed: the evidence behind each job's learned elasticity, for `elasticity_known`.
     knowledge_notes: HashMap<Arc<str>, String>,
     /// Persistent: a snapshot shares it instead of copying six hours of samples.
-    meter_history: imbl::Vector<(DateTime<Utc>, f64)>,
+    meter_history: imbl::Vector<(DateTime<Utc>, f64, bool)>,
     next_generation: u64,
     // Observed: fed again after a restart.
     jobs: Arc<Vec<JobState>>,
@@ -569,9 +569,12 @@ impl Controller {
             }
             Entry::MeterSample(m) => {
                 let history = &mut self.meter_history;
-                history.push_back((m.at, m.meter_kw));
+                // Whether the figure was a reading: a baseline and a delivery report are worked
+                // out on readings, and say so when only a model's figures were there.
+                let measured = m.meter_quality.is_none_or(|q| q.is_measured());
+                history.push_back((m.at, m.meter_kw, measured));
                 let keep_from = m.at - chrono::Duration::seconds(HISTORY_KEEP_S);
-                while history.front().is_some_and(|(at, _)| *at < keep_from) {
+                while history.front().is_some_and(|(at, _, _)| *at < keep_from) {
                     history.pop_front();
                 }
             }

@@ -26,10 +26,14 @@ pub struct IntervalDelivery {
     /// What the reduction is measured against, kW: the baseline of a relative target, else the
     /// meter reading before the event.
     pub baseline_kw: f64,
-    /// Mean of the meter samples in `[start, end)`, kW; `None` without samples.
+    /// Mean of the meter readings in `[start, end)`, kW; `None` without readings (a model's
+    /// figures never stand in for them here).
     pub mean_meter_kw: Option<f64>,
-    /// Number of meter samples the mean is taken over.
+    /// Number of meter readings the mean is taken over.
     pub samples: usize,
+    /// Samples in `[start, end)` that were the facility model's figure, not a reading (no meter
+    /// source, or the meter stale or missing): left out of the mean.
+    pub modelled_samples: usize,
 }
 
 impl IntervalDelivery {
@@ -52,6 +56,7 @@ impl IntervalDelivery {
 pub fn interval_delivery(
     entry: &BookEntry,
     meter: &[(DateTime<Utc>, f64)],
+    modelled: &[DateTime<Utc>],
     now: DateTime<Utc>,
 ) -> Vec<IntervalDelivery> {
     let due_from = plus_secs(entry.effective_start, entry.ramp_s());
@@ -81,6 +86,7 @@ pub fn interval_delivery(
             baseline_kw: ceiling.baseline.as_ref().map_or(entry.pre_event_meter_kw, |b| b.kw),
             mean_meter_kw,
             samples: inside.len(),
+            modelled_samples: modelled.iter().filter(|t| **t >= start && **t < end).count(),
         });
     }
     out
@@ -157,7 +163,7 @@ mod tests {
         let entry = book.get("ev").expect("held");
         // A sample in the ramp (ignored), 880 and 920 in the first interval, 850 in the second.
         let meter = vec![(at(60), 990.0), (at(200), 880.0), (at(500), 920.0), (at(700), 850.0)];
-        let d = interval_delivery(entry, &meter, at(2000));
+        let d = interval_delivery(entry, &meter, &[], at(2000));
         assert_eq!(d.len(), 2);
         assert_eq!((d[0].start, d[0].end), (at(120), at(600)));
         assert_eq!(d[0].mean_meter_kw, Some(900.0));
@@ -173,14 +179,16 @@ mod tests {
     fn a_cancelled_event_is_measured_up_to_the_cancellation_and_unmeasured_spans_say_so() {
         let book = book_with_event(Some(300));
         let entry = book.get("ev").expect("held");
-        let d = interval_delivery(entry, &[], at(2000));
-        // Only the first interval began before the cancellation, and nothing was metered.
+        let d = interval_delivery(entry, &[], &[at(200)], at(2000));
+        // Only the first interval began before the cancellation, and nothing was metered: the
+        // model's figure in it is counted apart, never taken as a reading.
         assert_eq!(d.len(), 1);
+        assert_eq!((d[0].mean_meter_kw, d[0].modelled_samples), (None, 1));
         assert_eq!((d[0].start, d[0].end), (at(120), at(300)));
         assert_eq!(d[0].mean_meter_kw, None);
         assert_eq!(d[0].shortfall_kw(), None);
         // Before the ramp ends nothing is due yet.
         let book = book_with_event(None);
-        assert!(interval_delivery(book.get("ev").expect("held"), &[], at(100)).is_empty());
+        assert!(interval_delivery(book.get("ev").expect("held"), &[], &[], at(100)).is_empty());
     }
 }

@@ -74,7 +74,8 @@ pub struct BaselineEstimate {
     /// The baseline, meter kW.
     pub kw: f64,
     /// How it was obtained: `"event"` (the sender stated it), `"meter_before"` (average meter
-    /// demand just before the event), or a program's method name.
+    /// demand just before the event), `"model_before"` (the same average over the facility
+    /// model's figures, on a site whose meter was not read), or a program's method name.
     pub method: String,
     /// Length of the averaging window the estimate used, seconds (0 when not measured).
     pub window_s: u64,
