@@ -74,6 +74,10 @@ pub struct JobEvidence {
     pub capped: BTreeMap<i64, Point>,
     /// Readings averaged into each capped point, and into the uncapped one (key `i64::MAX`).
     pub readings: BTreeMap<i64, u32>,
+    /// Bumped by every reading, so that what was learned from it is recomputed only when it
+    /// changed (`learned` costs about 1 µs a job; the inventory pass runs under the lock).
+    #[serde(skip)]
+    pub version: u64,
 }
 
 /// `old` (the mean of `count` readings) with `new` folded in; the cap and time are the new one's.
@@ -99,6 +103,7 @@ pub fn bucket(cap_w: f64) -> i64 {
 impl JobEvidence {
     /// Fold one recorded point.
     pub fn add(&mut self, p: &ThroughputPoint) {
+        self.version += 1;
         let point = Point {
             cap_w: p.cap_w_per_gpu,
             power_w: p.power_w,
@@ -314,6 +319,18 @@ pub fn slowdown(current: &Point, uncapped: &Point) -> f64 {
     1.0 - current.tokens / uncapped.tokens
 }
 
+/// What a cached [`JobEvidence::learned`] was computed from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LearnedKey {
+    version: u64,
+    range: (u64, u64),
+    t_max: u64,
+    gpus: u32,
+}
+
+/// A job's learned knowledge, cached with what it was computed from.
+pub(crate) type LearnedCache = std::collections::HashMap<Arc<str>, (LearnedKey, Option<Learned>)>;
+
 /// One steady reading to check against its job's tier: job, profile key, the point, the tier,
 /// the range maximum.
 type TierReading = (Arc<str>, Arc<str>, Point, Option<crate::units::Fraction>, f64);
@@ -448,15 +465,33 @@ impl Controller {
     /// the cluster says where it says more, and the note of that evidence for the ledger.
     pub(crate) fn with_learned_elasticity(&mut self, mut jobs: Vec<JobState>) -> Vec<JobState> {
         self.knowledge_notes.clear();
+        let mut cache = std::mem::take(&mut self.learned_cache);
+        let mut fresh = std::collections::HashMap::with_capacity(cache.len());
         for job in &mut jobs {
             let Some(evidence) = self.evidence.get(job.profile_key()) else {
                 continue;
             };
-            if let Some(learned) = evidence.learned(&job.spec) {
-                job.spec.elasticity = learned.elasticity;
-                self.knowledge_notes.insert(job.spec.id.clone(), learned.note);
+            // What was learned depends on the evidence and on the spec's range and T_max.
+            let key = LearnedKey {
+                version: evidence.version,
+                range: (
+                    job.spec.cap_range.min.value().to_bits(),
+                    job.spec.cap_range.max.value().to_bits(),
+                ),
+                t_max: job.spec.uncapped_tokens.value().to_bits(),
+                gpus: job.spec.gpus,
+            };
+            let learned = match cache.remove(&job.spec.id) {
+                Some((k, learned)) if k == key => learned,
+                _ => evidence.learned(&job.spec),
+            };
+            if let Some(learned) = &learned {
+                job.spec.elasticity = learned.elasticity.clone();
+                self.knowledge_notes.insert(job.spec.id.clone(), learned.note.clone());
             }
+            fresh.insert(job.spec.id.clone(), (key, learned));
         }
+        self.learned_cache = fresh;
         jobs
     }
 }
@@ -483,6 +518,7 @@ mod tests {
             uncapped: Some(p(700.0, uncapped)),
             capped: capped.iter().map(|&(c, t)| (bucket(c), p(c, t))).collect(),
             readings: BTreeMap::new(),
+            version: 0,
         }
     }
 

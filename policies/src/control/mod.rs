@@ -300,6 +300,8 @@ pub struct Controller {
     tier_floors: HashMap<Arc<str>, f64>,
     /// Observed: the evidence behind each job's learned elasticity, for `elasticity_known`.
     knowledge_notes: HashMap<Arc<str>, String>,
+    /// Observed: each job's learned knowledge, recomputed only when its evidence changed.
+    learned_cache: evidence::LearnedCache,
     /// Persistent: a snapshot shares it instead of copying six hours of samples.
     meter_history: imbl::Vector<(DateTime<Utc>, f64, bool)>,
     next_generation: u64,
@@ -338,6 +340,7 @@ impl Controller {
             evidence: HashMap::new(),
             tier_floors: HashMap::new(),
             knowledge_notes: HashMap::new(),
+            learned_cache: HashMap::new(),
             meter_history: imbl::Vector::new(),
             next_generation: 1,
             jobs: Arc::default(),
