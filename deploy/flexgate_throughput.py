@@ -70,6 +70,7 @@ class ThroughputReporter:
         self._step = None
         self._phase = "train"
         self._since = clock()
+        self._last_step = None
         self._warned = set()
         self._stop = threading.Event()
         self._thread = None
@@ -103,6 +104,7 @@ class ThroughputReporter:
                 self._samples += float(samples)
                 self._counted_samples = True
             self._step = step if step is not None else (self._step or 0) + 1
+            self._last_step = self._clock()
         self._start()
 
     def phase(self, name):
@@ -143,8 +145,12 @@ class ThroughputReporter:
 
     def _take(self):
         with self._lock:
-            now = self._clock()
-            elapsed = now - self._since
+            # Training time ends at the last step counted, not now: a report taken halfway
+            # through a step would otherwise count that step's tokens against part of its time
+            # (up to one step too fast per report, which the agent's top decile would pick).
+            training = self._phase == "train" and self._tokens > 0 and self._last_step is not None
+            end = self._last_step if training else self._clock()
+            elapsed = end - self._since
             if elapsed <= 0 or (self._tokens == 0 and self._phase == "train"):
                 return None
             report = {"tokens_per_s": self._tokens / elapsed, "phase": self._phase}
@@ -152,7 +158,7 @@ class ThroughputReporter:
                 report["samples_per_s"] = self._samples / elapsed
             if self._step is not None:
                 report["step"] = int(self._step)
-            self._tokens, self._samples, self._counted_samples, self._since = 0.0, 0.0, False, now
+            self._tokens, self._samples, self._counted_samples, self._since = 0.0, 0.0, False, end
             return report
 
     def _post(self, report):

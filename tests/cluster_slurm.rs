@@ -22,7 +22,7 @@ mod common;
 
 use common::agent::{AgentOptions, AgentProcess, READ_TOKEN, TOKEN, wait_for};
 use common::slurm::Slurm;
-use flexgate::cluster::agents::{AgentNode, AgentsBackend, AgentsConfig, SlurmMapping};
+use flexgate::cluster::agents::{AgentsBackend, AgentsConfig, SlurmMapping};
 use flexgate::cluster::{CapCommand, CapOutcome, ClusterBackend};
 use flexgate::config::{BackendConfig, Config, facility_for_nodes};
 use flexgate::http_client::request;
@@ -62,25 +62,7 @@ fn event(id: &str, revision: u64, ceiling_kw: f64) -> Vec<u8> {
 }
 
 fn agents_config(agents: &[&AgentProcess], token_file: PathBuf, slurm: Option<SlurmMapping>) -> AgentsConfig {
-    AgentsConfig {
-        nodes: agents
-            .iter()
-            .map(|a| AgentNode {
-                name: a.name.clone(),
-                url: a.url.clone(),
-                metrics_url: None,
-            })
-            .collect(),
-        token_file: Some(token_file),
-        timeout_ms: 1_000,
-        retries: 1,
-        dispatch_deadline_ms: 3_000,
-        concurrency: 16,
-        renew_every_s: RENEW_S,
-        slurm,
-        pfi_predictor: None,
-        tls: None,
-    }
+    common::agent::agents_config(agents, token_file, slurm, RENEW_S)
 }
 
 /// A gateway config over `backend`: 1 s ticks, the facility model sized to `nodes`, and no

@@ -11,7 +11,6 @@
 mod common;
 
 use common::agent::{AgentOptions, AgentProcess, TOKEN, wait_for};
-use flexgate::cluster::agents::{AgentNode, AgentsConfig};
 use flexgate::config::{BackendConfig, Config, facility_for_nodes};
 use flexgate::ledger::RecordKind;
 use flexgate::runtime::Clock;
@@ -66,25 +65,7 @@ async fn a_python_job_reports_through_its_agent_and_the_gateway_calls_it_measure
     config.facility = facility_for_nodes(2);
     let token_file = dir.path().join("agents.token");
     std::fs::write(&token_file, TOKEN).expect("token file");
-    config.backend = BackendConfig::Agents(AgentsConfig {
-        nodes: [&a, &b]
-            .iter()
-            .map(|p| AgentNode {
-                name: p.name.clone(),
-                url: p.url.clone(),
-                metrics_url: None,
-            })
-            .collect(),
-        token_file: Some(token_file),
-        timeout_ms: 1_000,
-        retries: 1,
-        dispatch_deadline_ms: 3_000,
-        concurrency: 4,
-        renew_every_s: 1,
-        slurm: None,
-        pfi_predictor: None,
-        tls: None,
-    });
+    config.backend = BackendConfig::Agents(common::agent::agents_config(&[&a, &b], token_file, None, 1));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let server = Server::start(config, Clock::real(), None, listener)
         .await
@@ -105,7 +86,7 @@ async fn a_python_job_reports_through_its_agent_and_the_gateway_calls_it_measure
     eprintln!("node A's job as the gateway sees it: {rate:.0} tokens/s measured (loop's best {best:.0})");
     assert!(
         (0.6 * best..=1.01 * best).contains(&rate),
-        "the top-decile rate {rate:.0} tokens/s should be near {best:.0} (sleeps only lengthen steps)"
+        "the top-decile rate {rate:.0} tokens/s should be near {best:.0} (the helper times whole steps, and sleeps only lengthen them)"
     );
     let jobs = server.gateway.jobs().await;
     let b_job = jobs.iter().find(|j| j.id == "node:tp-b").expect("node B's job");

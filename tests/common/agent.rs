@@ -257,6 +257,34 @@ fn write_secret(path: &Path, value: &str) {
 }
 
 /// reqwest with rustls' ring provider, as the gateway builds it.
+/// The agents backend over `agents`: 1 s timeouts, one retry, leases renewed every `renew_s`.
+pub fn agents_config(
+    agents: &[&AgentProcess],
+    token_file: PathBuf,
+    slurm: Option<flexgate::cluster::agents::SlurmMapping>,
+    renew_s: u64,
+) -> flexgate::cluster::agents::AgentsConfig {
+    flexgate::cluster::agents::AgentsConfig {
+        nodes: agents
+            .iter()
+            .map(|a| flexgate::cluster::agents::AgentNode {
+                name: a.name.clone(),
+                url: a.url.clone(),
+                metrics_url: None,
+            })
+            .collect(),
+        token_file: Some(token_file),
+        timeout_ms: 1_000,
+        retries: 1,
+        dispatch_deadline_ms: 3_000,
+        concurrency: 16,
+        renew_every_s: renew_s,
+        slurm,
+        pfi_predictor: None,
+        tls: None,
+    }
+}
+
 pub fn http() -> reqwest::Client {
     flexgate_openadr::http::client(None, Duration::from_secs(5)).expect("HTTP client")
 }

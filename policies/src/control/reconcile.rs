@@ -35,6 +35,21 @@ pub fn elasticity_known(elasticity: &Elasticity) -> String {
     }
 }
 
+/// What `describe` says of each job where it differs from what `known` last recorded: the
+/// changes an `elasticity_known` or `throughput_known` record holds.
+fn changed(
+    jobs: &[JobState],
+    known: &std::collections::HashMap<Arc<str>, String>,
+    describe: impl Fn(&JobState) -> String,
+) -> BTreeMap<String, String> {
+    jobs.iter()
+        .filter_map(|job| {
+            let now = describe(job);
+            (known.get(&job.spec.id) != Some(&now)).then(|| (job.spec.id.to_string(), now))
+        })
+        .collect()
+}
+
 /// The fewest suspendable jobs, largest expected draw first, whose draw covers `shortfall_w`.
 #[must_use]
 pub fn select_suspensions(mut candidates: Vec<(Arc<str>, f64)>, shortfall_w: f64) -> Vec<(Arc<str>, f64)> {
@@ -144,17 +159,12 @@ impl Controller {
     /// starts, its PFI becomes predicted from telemetry, a tag changes), instead of in every
     /// plan: plans come at every event revision and must stay fast, knowledge changes rarely.
     fn record_elasticity(&mut self, jobs: &[JobState], now: DateTime<Utc>, effects: &mut Vec<Effect>) {
-        let changed: BTreeMap<String, String> = jobs
-            .iter()
-            .filter_map(|job| {
-                let known = self
-                    .knowledge_notes
-                    .get(&job.spec.id)
-                    .cloned()
-                    .unwrap_or_else(|| elasticity_known(&job.spec.elasticity));
-                (self.elasticity_known.get(&job.spec.id) != Some(&known)).then(|| (job.spec.id.to_string(), known))
-            })
-            .collect();
+        let changed = changed(jobs, &self.elasticity_known, |job| {
+            self.knowledge_notes
+                .get(&job.spec.id)
+                .cloned()
+                .unwrap_or_else(|| elasticity_known(&job.spec.elasticity))
+        });
         if changed.is_empty() {
             return;
         }
@@ -174,19 +184,14 @@ impl Controller {
     /// [`ThroughputKnown`]); a job left out of the telemetry is `unknown` for the time being.
     pub(crate) fn record_throughput(&mut self, t: &Telemetry, now: DateTime<Utc>, effects: &mut Vec<Effect>) {
         let reporting: HashSet<&str> = t.jobs.iter().filter(|j| j.tokens.is_some()).map(|j| &*j.job).collect();
-        let changed: BTreeMap<String, String> = self
-            .jobs
-            .iter()
-            .filter_map(|job| {
-                let known = if reporting.contains(&*job.spec.id) {
-                    "measured"
-                } else {
-                    "unknown"
-                };
-                (self.throughput_known.get(&job.spec.id).map(String::as_str) != Some(known))
-                    .then(|| (job.spec.id.to_string(), known.to_string()))
-            })
-            .collect();
+        let changed = changed(&self.jobs, &self.throughput_known, |job| {
+            if reporting.contains(&*job.spec.id) {
+                "measured"
+            } else {
+                "unknown"
+            }
+            .to_string()
+        });
         if changed.is_empty() {
             return;
         }
