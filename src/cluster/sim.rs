@@ -434,9 +434,12 @@ impl SimCluster {
                 faults: config.faults.clone(),
                 fault_rng: SplitMix64::derive(config.seed, FAULT_STREAM),
                 samples: 0,
-                throughput: JobWindows::new(TimeDelta::milliseconds(
-                    i64::try_from(config.throughput_window_ms).unwrap_or(i64::MAX),
-                )),
+                // The whole cluster's jobs in one set of windows (a job takes at least a node),
+                // not one node's 256.
+                throughput: JobWindows::with_max_jobs(
+                    TimeDelta::milliseconds(i64::try_from(config.throughput_window_ms).unwrap_or(i64::MAX)),
+                    usize::try_from(config.nodes).unwrap_or(usize::MAX),
+                ),
                 throughput_now: std::collections::HashMap::new(),
             }),
             templates,
@@ -1260,6 +1263,19 @@ mod tests {
                 .iter()
                 .all(|j| j.measured_tokens == Some(reported(&settled, &j.spec.id).tokens))
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_job_of_a_large_cluster_reports_its_throughput() {
+        // More jobs than one agent keeps (256): the simulated cluster holds them all.
+        let sim = sim(SimConfig {
+            nodes: 600,
+            ..SimConfig::default()
+        });
+        let jobs = sim.inventory().await.expect("inventory").len();
+        assert!(jobs > flexgate_agent::throughput::MAX_JOBS, "{jobs} jobs");
+        let t = sim.telemetry().await.expect("telemetry");
+        assert_eq!(t.jobs.iter().filter(|j| j.tokens.is_some()).count(), jobs);
     }
 
     #[tokio::test]

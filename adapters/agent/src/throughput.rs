@@ -106,9 +106,12 @@ pub enum Refusal {
         /// The job's top-decile figure in the window.
         history: f64,
     },
-    /// The agent already tracks [`MAX_JOBS`] jobs.
-    #[error("the agent already tracks {MAX_JOBS} jobs' throughput; try again when one has stopped reporting")]
-    TooManyJobs,
+    /// The agent already tracks as many jobs as it keeps ([`MAX_JOBS`] on a node).
+    #[error("the agent already tracks {max} jobs' throughput; try again when one has stopped reporting")]
+    TooManyJobs {
+        /// How many it keeps.
+        max: usize,
+    },
 }
 
 impl Refusal {
@@ -120,7 +123,7 @@ impl Refusal {
             Self::Negative { .. } => "negative",
             Self::Absurd { .. } => "absurd",
             Self::BeyondHistory { .. } => "beyond_history",
-            Self::TooManyJobs => "too_many_jobs",
+            Self::TooManyJobs { .. } => "too_many_jobs",
         }
     }
 
@@ -193,6 +196,7 @@ fn top_decile_mean(mut values: Vec<f64>) -> Option<f64> {
 #[derive(Debug)]
 pub struct JobWindows {
     window: TimeDelta,
+    max_jobs: usize,
     jobs: BTreeMap<String, Window>,
     refusals: BTreeMap<&'static str, u64>,
 }
@@ -219,7 +223,15 @@ impl JobWindows {
     /// 1 to 600 s, the gateway's accelerated demo less).
     #[must_use]
     pub fn new(window: TimeDelta) -> Self {
+        Self::with_max_jobs(window, MAX_JOBS)
+    }
+
+    /// Windows for at most `max_jobs` jobs at once ([`MAX_JOBS`] on one node; a simulated
+    /// cluster holds every job of the cluster).
+    #[must_use]
+    pub fn with_max_jobs(window: TimeDelta, max_jobs: usize) -> Self {
         Self {
+            max_jobs: max_jobs.max(1),
             window: window.max(TimeDelta::milliseconds(1)),
             jobs: BTreeMap::new(),
             refusals: BTreeMap::new(),
@@ -287,11 +299,11 @@ impl JobWindows {
                 }
             }
             None => {
-                if self.jobs.len() >= MAX_JOBS {
+                if self.jobs.len() >= self.max_jobs {
                     self.forget_silent(now);
                 }
-                if self.jobs.len() >= MAX_JOBS {
-                    return Err(Refusal::TooManyJobs);
+                if self.jobs.len() >= self.max_jobs {
+                    return Err(Refusal::TooManyJobs { max: self.max_jobs });
                 }
             }
         }
@@ -433,7 +445,10 @@ mod tests {
         for j in 0..MAX_JOBS {
             w.record(&j.to_string(), &train(1.0), t0()).expect("accepted");
         }
-        assert_eq!(w.record("new", &train(1.0), t0()), Err(Refusal::TooManyJobs));
+        assert_eq!(
+            w.record("new", &train(1.0), t0()),
+            Err(Refusal::TooManyJobs { max: MAX_JOBS })
+        );
         // Once the others have been silent for a window, the new job gets a place.
         w.record("new", &train(1.0), t0() + TimeDelta::seconds(11))
             .expect("accepted");
