@@ -63,7 +63,8 @@ impl AgentsBackend {
                 per_job.push(JobTelemetry {
                     job: job.id.clone(),
                     power: Watts(power),
-                    tokens: reported.get(&*job.id).copied(),
+                    // Set below, once it is known whether the figure is steady.
+                    tokens: None,
                 });
             }
             if with_activity == job.gpus.len() && with_activity > 0 {
