@@ -7,6 +7,7 @@
 
 use crate::cluster::sim::SimConfig;
 pub use flexgate_policies::control::config::{ControlConfig, PolicyKind, PriceRow, SiteConfig};
+pub use flexgate_policies::control::probe::ProbeConfig;
 use flexgate_policies::facility::FacilityParams;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
@@ -24,6 +25,8 @@ pub struct Config {
     pub facility: FacilityParams,
     /// Closed-loop control on measured meter power.
     pub control: ControlConfig,
+    /// Probing: measuring opted-in jobs' curves outside events (off by default).
+    pub probe: ProbeConfig,
     /// The cluster backend.
     pub backend: BackendConfig,
     /// An OpenADR 2.0b VTN to register with and poll (absent: no 2.0b).
@@ -49,6 +52,7 @@ impl Default for Config {
             site: SiteConfig::default(),
             facility: facility.clone(),
             control: ControlConfig::default(),
+            probe: ProbeConfig::default(),
             backend: BackendConfig::Sim(SimConfig { facility, ..backend }),
             openadr2b: None,
             openadr3: None,
@@ -256,6 +260,9 @@ impl Config {
         if !(c.deadband_kw.is_finite() && c.deadband_kw >= 0.0) {
             return invalid("control.deadband_kw", "must be a number ≥ 0".into());
         }
+        self.probe
+            .validate()
+            .map_err(|(field, message)| ConfigError::Invalid { field, message })?;
         self.facility.validate().map_err(|e| ConfigError::Invalid {
             field: "facility",
             message: e.to_string(),

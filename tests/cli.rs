@@ -364,6 +364,13 @@ fn the_shipped_gateway_configuration_loads_and_equals_the_defaults() {
         .replace("telemetry_interval_s", "telemetry_intervall_s");
     let err = flexgate::config::Config::parse(&typo).expect_err("typo refused");
     assert!(err.contains("telemetry_intervall_s"), "{err}");
+    // A probe budget out of range is refused with the field named.
+    let greedy_probe = std::fs::read_to_string(path)
+        .expect("read")
+        .replace("max_fleet_share = 0.05", "max_fleet_share = 0.9");
+    let parsed = flexgate::config::Config::parse(&greedy_probe).expect("parses");
+    let err = parsed.validate().expect_err("probe budget refused").to_string();
+    assert!(err.contains("probe.max_fleet_share"), "{err}");
     // An unknown policy is a parse error that names the choices (the policy is an enum).
     let greedy = std::fs::read_to_string(path)
         .expect("read")

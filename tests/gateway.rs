@@ -1140,3 +1140,125 @@ async fn find_rerun(sim: &Arc<SimCluster>, profile: &str) -> String {
     }
     panic!("no template gives profile {profile}");
 }
+
+/// Probing on the simulated site: the jobs of the opted-in tier are stepped through their
+/// sweeps outside events, within the site budget, every step and its end in the ledger, until
+/// each has a measured curve; a job of another tier is never probed; after the sweeps every
+/// job is back at its uncapped limit, and the first event plans on the measured curves.
+#[tokio::test(start_paused = true)]
+async fn probing_measures_the_opted_in_jobs_curves_before_the_first_event() {
+    use flexgate::config::ProbeConfig;
+    let dir = tempfile::tempdir().expect("dir");
+    let nodes = 16;
+    let sim = SimCluster::new(SimConfig {
+        nodes,
+        seed: 3,
+        settle_ms: 0,
+        facility: facility_for_nodes(nodes),
+        tier: Some("batch".into()),
+        ..SimConfig::default()
+    })
+    .expect("sim");
+    let jobs = sim.inventory().await.expect("inventory");
+    let prod = jobs[0].spec.id.to_string();
+    sim.set_tier(&prod, Some("prod")).expect("running");
+    let mut config = config(dir.path(), nodes);
+    config.probe = ProbeConfig {
+        enabled: true,
+        tiers: vec!["batch".into()],
+        max_fleet_share: 0.25,
+        ..ProbeConfig::default()
+    };
+    let ledger = Ledger::open(&dir.path().join("ledger")).await.expect("ledger");
+    let backend: Arc<dyn ClusterBackend> = sim.clone();
+    let gw = Gateway::start(config, Clock::real(), ledger, backend)
+        .await
+        .expect("gateway");
+    let bodies = |gw: &Arc<Gateway>| -> Vec<Value> {
+        gw.ledger()
+            .iter_from(1)
+            .filter_map(Result::ok)
+            .map(|r| r.body)
+            .collect()
+    };
+    let known = |all: &[Value], id: &str| -> String {
+        all.iter()
+            .rev()
+            .find_map(|b| b["elasticity_known"][id].as_str().map(ToString::to_string))
+            .unwrap_or_default()
+    };
+    let batch: Vec<String> = jobs
+        .iter()
+        .map(|j| j.spec.id.to_string())
+        .filter(|id| *id != prod)
+        .collect();
+    let mut done = false;
+    for _ in 0..720 {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        gw.tick(true).await.expect("tick");
+        let all = bodies(&gw);
+        let open = !gw.status().await.probes_in_flight.is_empty();
+        if !open && batch.iter().all(|id| known(&all, id).contains("measured curve")) {
+            done = true;
+            break;
+        }
+    }
+    let all = bodies(&gw);
+    let steps: Vec<&Value> = all.iter().filter(|b| b["entry"] == "probe_step").collect();
+    assert!(
+        done,
+        "every batch job measured: {:?}",
+        batch.iter().map(|id| (id, known(&all, id))).collect::<Vec<_>>()
+    );
+    assert!(steps.len() >= 3, "{} steps", steps.len());
+    for step in &steps {
+        let (in_flight, budget) = (
+            step["fleet_share_in_flight"].as_f64(),
+            step["fleet_share_budget"].as_f64(),
+        );
+        assert!(in_flight <= budget, "{step}");
+        assert_ne!(step["job"], prod.as_str(), "a job of another tier was probed: {step}");
+    }
+    let measured_ends = all
+        .iter()
+        .filter(|b| b["entry"] == "probe_ended" && b["outcome"] == "measured")
+        .count();
+    assert!(measured_ends >= 1);
+    // Every step's cap was sent with a lease ending with the step.
+    let probe_dispatches: Vec<&Value> = all
+        .iter()
+        .filter(|b| b["entry"] == "caps_dispatched" && b["purpose"] == "probe")
+        .collect();
+    assert!(!probe_dispatches.is_empty());
+    // Back at their uncapped limits, and the status says nothing is capped.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    gw.tick(true).await.expect("tick");
+    for job in sim.inventory().await.expect("inventory") {
+        assert_eq!(job.applied_cap, job.spec.cap_range.max, "{} left capped", job.spec.id);
+    }
+    // The first event plans on the measured curves.
+    let baseline = meter_kw(&gw).await;
+    let (status, ack) = post(
+        &gw,
+        &event("ev-probed", 1, (baseline * 0.8 * 10.0).round() / 10.0, 0, Some(600)),
+        Some(TOKEN),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{ack}");
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        gw.tick(true).await.expect("tick");
+    }
+    let all = bodies(&gw);
+    let first_plan = all.iter().position(|b| b["entry"] == "plan").expect("a plan");
+    assert!(
+        all[first_plan..].iter().all(|b| b["entry"] != "probe_step"),
+        "no probe during the event"
+    );
+    let (_, body) = get(&gw, "/v1/jobs").await;
+    let listed: Value = serde_json::from_slice(&body).expect("json");
+    let rows = listed.as_array().expect("jobs");
+    for row in rows.iter().filter(|r| r["id"] != prod.as_str()) {
+        assert_eq!(row["elasticity"], "measured sweep", "{row}");
+    }
+}

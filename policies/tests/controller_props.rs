@@ -16,9 +16,11 @@
 
 use chrono::{DateTime, Duration, Utc};
 use flexgate_policies::alloc::{CapRange, Elasticity, JobSpec};
-use flexgate_policies::control::cluster::{CapCommand, CapOutcome, CapResult, JobState, JobTelemetry, Telemetry};
+use flexgate_policies::control::cluster::{
+    CapCommand, CapOutcome, CapResult, JobState, JobTelemetry, MeasuredThroughput, Telemetry,
+};
 use flexgate_policies::control::config::{ControlConfig, PolicyKind, SiteConfig};
-use flexgate_policies::control::entry::{Entry, Received, SuspendOutcome, Transport};
+use flexgate_policies::control::entry::{Entry, ProbeOutcome, Received, SuspendOutcome, Transport};
 use flexgate_policies::control::{Controller, Effect, Input, IntakeDecision, Settings};
 use flexgate_policies::event::{Ack, EventSource, GridEvent, Interval, Target, Window};
 use flexgate_policies::facility::FacilityParams;
@@ -39,9 +41,19 @@ struct ModelJob {
     generation: u64,
     suspended: bool,
     suspendable: bool,
+    /// When its cap last changed: its throughput is steady 15 s after.
+    cap_since: DateTime<Utc>,
 }
 
 impl ModelJob {
+    /// Tokens/s: concave in the draw (PFI about 2), 10,000 uncapped.
+    fn tokens(&self) -> f64 {
+        if self.suspended {
+            return 0.0;
+        }
+        10_000.0 * (self.cap.min(self.uncapped_per_gpu) / self.uncapped_per_gpu).sqrt()
+    }
+
     fn draw(&self) -> f64 {
         if self.suspended {
             60.0 * f64::from(GPUS)
@@ -61,6 +73,10 @@ struct ModelCluster {
     model_meter: bool,
     /// Fail every command while set.
     failing: bool,
+    /// Jobs are in the probed tier and report their throughput.
+    probing: bool,
+    /// Throughput is never steady (a job whose figure never settles).
+    unsteady: bool,
     next_job: u32,
 }
 
@@ -74,6 +90,7 @@ impl ModelCluster {
             generation: 0,
             suspended: false,
             suspendable,
+            cap_since: DateTime::<Utc>::UNIX_EPOCH,
         });
     }
 
@@ -103,9 +120,10 @@ impl ModelCluster {
                 applied_cap: WattsPerGpu(j.cap),
                 generation: j.generation,
                 measured_power: Watts(j.draw()),
-                measured_tokens: None,
+                measured_tokens: self.probing.then(|| TokensPerSec(j.tokens())),
                 suspendable: j.suspendable,
                 signature: None,
+                tier: self.probing.then(|| Arc::from("batch")),
             })
             .collect()
     }
@@ -118,7 +136,12 @@ impl ModelCluster {
             .map(|j| JobTelemetry {
                 job: j.id.clone(),
                 power: Watts(j.draw()),
-                tokens: None,
+                tokens: self.probing.then(|| MeasuredThroughput {
+                    tokens: TokensPerSec(j.tokens()),
+                    since: at - Duration::seconds(30),
+                    samples: 30,
+                    steady: !self.unsteady && at - j.cap_since >= Duration::seconds(15),
+                }),
             })
             .collect();
         let gpu: f64 = self.jobs.iter().map(ModelJob::draw).sum();
@@ -136,7 +159,7 @@ impl ModelCluster {
         }
     }
 
-    fn apply(&mut self, commands: &[CapCommand]) -> Vec<CapResult> {
+    fn apply(&mut self, commands: &[CapCommand], now: DateTime<Utc>) -> Vec<CapResult> {
         commands
             .iter()
             .map(|c| {
@@ -148,6 +171,9 @@ impl ModelCluster {
                     Some(j) if c.generation < j.generation => CapOutcome::Stale { latest: j.generation },
                     Some(j) => {
                         let applied = c.cap.value().clamp(200.0, MAX_W);
+                        if (j.cap - applied).abs() > 1e-9 {
+                            j.cap_since = now;
+                        }
                         j.cap = applied;
                         j.generation = c.generation;
                         CapOutcome::Applied {
@@ -201,7 +227,9 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-fn settings() -> Settings {
+/// With `probing`, the `batch` tier is probed within a fifth of the fleet's throughput (a deep
+/// step on one of these few jobs costs half of one job's throughput).
+fn settings_probing(probing: bool) -> Settings {
     // A small site: the default parameters describe 1,000 nodes.
     let facility = FacilityParams::for_nodes(8);
     Settings {
@@ -210,6 +238,14 @@ fn settings() -> Settings {
         control: ControlConfig::default(),
         policy: PolicyKind::Flexgate,
         facility,
+        probe: flexgate_policies::control::probe::ProbeConfig {
+            enabled: probing,
+            tiers: vec!["batch".into()],
+            max_fleet_share: 0.2,
+            step_s: 120,
+            retry_after_s: 600,
+            ..Default::default()
+        },
     }
 }
 
@@ -255,20 +291,30 @@ struct Harness {
     ledger: Vec<Entry>,
     now: DateTime<Utc>,
     acks_seen: Vec<Ack>,
+    probing: bool,
 }
 
 impl Harness {
     fn new() -> Self {
-        let mut cluster = ModelCluster::default();
+        Self::with(false)
+    }
+
+    /// With `probing`, its jobs are in the probed tier and report their throughput.
+    fn with(probing: bool) -> Self {
+        let mut cluster = ModelCluster {
+            probing,
+            ..ModelCluster::default()
+        };
         for w in [690.0, 650.0, 600.0, 560.0] {
             cluster.start_job(w, w < 620.0);
         }
         let mut h = Harness {
-            controller: Controller::new(settings()).expect("valid settings"),
+            controller: Controller::new(settings_probing(probing)).expect("valid settings"),
             cluster,
             ledger: Vec::new(),
             now: DateTime::from_timestamp(1_800_000_000, 0).unwrap_or_default(),
             acks_seen: Vec::new(),
+            probing,
         };
         h.measure_and_tick();
         h
@@ -285,11 +331,12 @@ impl Harness {
             let input = match effect {
                 Effect::Record(r) => {
                     check_plan(&r.entry);
+                    self.check_probe(&r.entry);
                     self.ledger.push(r.entry);
                     None
                 }
                 Effect::Dispatch { purpose, commands } => {
-                    let results = self.cluster.apply(&commands);
+                    let results = self.cluster.apply(&commands, self.now);
                     Some(Input::CapResults {
                         purpose,
                         commands,
@@ -340,6 +387,43 @@ impl Harness {
                     todo.push_front(e);
                 }
             }
+        }
+    }
+
+    /// Invariant 5: probe steps start only outside events, within the site budget, inside the
+    /// cap range; no plan is made while one is in flight.
+    fn check_probe(&self, entry: &Entry) {
+        match entry {
+            Entry::ProbeStep(p) => {
+                assert!(self.probing, "a probe while probing is off");
+                assert!(
+                    self.controller.effective_ceiling(p.at).is_none(),
+                    "a probe step during an event: {p:?}"
+                );
+                assert!(
+                    p.fleet_share_in_flight <= p.fleet_share_budget + 1e-9,
+                    "probes over the site budget: {p:?}"
+                );
+                assert!((200.0..MAX_W).contains(&p.cap_w_per_gpu), "{p:?}");
+                let settings = self.controller.settings();
+                let horizon = p.at
+                    + Duration::seconds(
+                        i64::try_from(settings.site.baseline_window_s + settings.probe.step_s).unwrap_or(0),
+                    );
+                assert!(
+                    !self
+                        .controller
+                        .book()
+                        .events()
+                        .any(|e| !e.phase.is_terminal() && !e.event.test && e.event.window.start <= horizon),
+                    "a probe step that could overlap an announced event's baseline window: {p:?}"
+                );
+                assert!(p.until > p.at);
+            }
+            Entry::Plan(_) => {
+                assert!(self.controller.probes().is_empty(), "a plan with probes in flight");
+            }
+            _ => {}
         }
     }
 
@@ -468,7 +552,7 @@ impl Harness {
             Op::NodesBack => self.cluster.silent.clear(),
             Op::Failing(on) => self.cluster.failing = on,
             Op::Restart => {
-                let rebuilt = fold(&self.ledger);
+                let rebuilt = fold(&self.ledger, self.probing);
                 assert_eq!(
                     rebuilt.durable_state(),
                     self.controller.durable_state(),
@@ -488,8 +572,8 @@ impl Harness {
     }
 }
 
-fn fold(ledger: &[Entry]) -> Controller {
-    let mut c = Controller::new(settings()).expect("valid settings");
+fn fold(ledger: &[Entry], probing: bool) -> Controller {
+    let mut c = Controller::new(settings_probing(probing)).expect("valid settings");
     for e in ledger {
         c.apply(e);
     }
@@ -523,12 +607,22 @@ proptest! {
 
     #[test]
     fn the_controller_keeps_its_invariants(ops in prop::collection::vec(op(), 1..60)) {
-        let mut h = Harness::new();
-        for op in &ops {
+        check_invariants(Harness::new(), &ops)?;
+    }
+
+    #[test]
+    fn the_controller_keeps_its_invariants_while_probing(ops in prop::collection::vec(op(), 1..60)) {
+        check_invariants(Harness::with(true), &ops)?;
+    }
+}
+
+fn check_invariants(mut h: Harness, ops: &[Op]) -> Result<(), TestCaseError> {
+    {
+        for op in ops {
             h.step(op);
         }
         // Invariant 3 at the end.
-        prop_assert_eq!(fold(&h.ledger).durable_state(), h.controller.durable_state());
+        prop_assert_eq!(fold(&h.ledger, h.probing).durable_state(), h.controller.durable_state());
         // Invariant 2: let every event end (the longest is 900 s + 1,800 s + ramps), with the
         // cluster healthy, then check that nothing of ours is left in force.
         h.cluster.failing = false;
@@ -548,7 +642,12 @@ proptest! {
         for (id, revision) in open {
             let mut cancel = event(0, revision + 1, 1.0, h.now, Some(60), true, false);
             cancel.id = id;
-            let intake = h.controller.submit(cancel, Transport::Http { peer: None }, Received::Bytes("{}".into()), h.now);
+            let intake = h.controller.submit(
+                cancel,
+                Transport::Http { peer: None },
+                Received::Bytes("{}".into()),
+                h.now,
+            );
             h.run(intake.effects);
         }
         for _ in 0..3 {
@@ -557,13 +656,28 @@ proptest! {
         }
         prop_assert!(h.controller.effective_ceiling(h.now).is_none());
         prop_assert!(h.controller.plan().is_none());
-        prop_assert!(h.controller.caps().is_empty(), "caps left: {:?}", h.controller.caps());
+        // Outside events the only caps are probe steps in flight (none when probing is off).
+        let probes = h.controller.probes();
+        prop_assert!(
+            h.controller.caps().keys().all(|job| probes.contains_key(job)),
+            "caps left: {:?}, probes {:?}",
+            h.controller.caps(),
+            probes
+        );
         prop_assert!(h.controller.suspended().is_empty());
         let caps: BTreeMap<String, f64> = h.cluster.jobs.iter().map(|j| (j.id.to_string(), j.cap)).collect();
-        prop_assert!(caps.values().all(|c| *c == MAX_W), "jobs left capped: {:?}", caps);
+        prop_assert!(
+            h.cluster
+                .jobs
+                .iter()
+                .all(|j| j.cap == MAX_W || probes.get(&j.id).is_some_and(|p| p.cap_w == j.cap)),
+            "jobs left capped: {:?}",
+            caps
+        );
         prop_assert!(h.cluster.jobs.iter().all(|j| !j.suspended), "jobs left suspended");
-        prop_assert_eq!(fold(&h.ledger).durable_state(), h.controller.durable_state());
+        prop_assert_eq!(fold(&h.ledger, h.probing).durable_state(), h.controller.durable_state());
     }
+    Ok(())
 }
 
 /// The deterministic back-to-back case: event B is submitted and planned at the very instant
@@ -626,4 +740,105 @@ fn the_closed_loop_trims_on_a_measured_meter_never_on_a_model() {
     };
     assert!(trims(false) > 0, "a measured meter off the ceiling is trimmed on");
     assert_eq!(trims(true), 0, "a model's figure is never trimmed on");
+}
+
+/// Probing, outside events: every job of the probed tier is stepped through its sweep, a few at
+/// a time within the site budget, until its curve is measured; an event ends the steps in
+/// flight before its first plan, and after it the sweeps go on.
+#[test]
+fn probing_measures_every_eligible_job_outside_events_within_the_budget() {
+    let mut h = Harness::with(true);
+    h.run_for(60);
+    let steps: Vec<_> = h
+        .ledger
+        .iter()
+        .filter_map(|e| match e {
+            Entry::ProbeStep(p) => Some(p.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(!steps.is_empty(), "probes started");
+    let waited = h.ledger.iter().any(
+        |e| matches!(e, Entry::ProbeEnded(p) if p.outcome == ProbeOutcome::Measured && p.detail.contains("waits for the site budget")),
+    );
+    assert!(waited, "the budget held a step back (all four at once would cost more)");
+    // Every job's curve is measured: three capped points down to the lowest quarter.
+    let known: BTreeMap<String, String> = h
+        .ledger
+        .iter()
+        .filter_map(|e| match e {
+            Entry::ElasticityKnown(k) => Some(k.elasticity_known.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    for job in &h.cluster.jobs {
+        let note = known.get(&*job.id).map_or("", String::as_str);
+        assert!(note.contains("measured curve"), "{}: {note}", job.id);
+        let caps: Vec<f64> = steps
+            .iter()
+            .filter(|p| *p.job == *job.id)
+            .map(|p| p.cap_w_per_gpu)
+            .collect();
+        assert_eq!(caps, vec![550.0, 425.0, 300.0], "{}'s sweep", job.id);
+    }
+    assert!(h.controller.probes().is_empty(), "nothing left to probe");
+    assert!(h.cluster.jobs.iter().all(|j| j.cap == MAX_W), "every job restored");
+    // A new job is probed too; an event ends its step before the plan.
+    h.cluster.start_job(640.0, false);
+    h.run_for(2);
+    assert_eq!(h.controller.probes().len(), 1, "the new job is being probed");
+    let kw = 0.8 * h.uncapped_meter_kw();
+    h.submit(event(1, 1, kw, h.now, Some(300), false, false));
+    h.run_for(1);
+    let ended = h
+        .ledger
+        .iter()
+        .position(|e| matches!(e, Entry::ProbeEnded(p) if p.outcome == ProbeOutcome::Event));
+    let plan = h.ledger.iter().position(|e| matches!(e, Entry::Plan(_)));
+    assert!(ended.is_some() && ended < plan, "the step ends before the plan");
+    assert!(h.controller.probes().is_empty());
+}
+
+/// A job whose throughput never settles is not held capped: its step times out, it goes back
+/// to its uncapped limit, and it is not probed again before `retry_after_s`.
+#[test]
+fn a_step_that_measures_nothing_times_out_and_waits_before_a_retry() {
+    let mut h = Harness::with(true);
+    h.cluster.unsteady = true;
+    h.run_for(1);
+    // Only the uncapped point can be measured while unsteady... so nothing is probed yet.
+    h.cluster.unsteady = false;
+    h.run_for(1);
+    assert!(!h.controller.probes().is_empty(), "steps started");
+    h.cluster.unsteady = true;
+    h.run_for(14); // 140 s: past the 120 s step.
+    let timeouts: Vec<_> = h
+        .ledger
+        .iter()
+        .filter_map(|e| match e {
+            Entry::ProbeEnded(p) if p.outcome == ProbeOutcome::Timeout => Some(p.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(!timeouts.is_empty(), "the steps timed out");
+    assert!(timeouts.iter().all(|t| t.retry_after.is_some()));
+    let timed_out: Vec<Arc<str>> = timeouts.iter().map(|t| Arc::from(t.job.as_str())).collect();
+    for job in &timed_out {
+        assert!(!h.controller.probes().contains_key(job));
+        let cap = h.cluster.jobs.iter().find(|j| j.id == *job).map(|j| j.cap);
+        assert_eq!(cap, Some(MAX_W), "{job} restored after its timeout");
+    }
+    let steps_for = |h: &Harness| {
+        h.ledger
+            .iter()
+            .filter(|e| matches!(e, Entry::ProbeStep(p) if timed_out.iter().any(|j| **j == *p.job)))
+            .count()
+    };
+    let before = steps_for(&h);
+    h.cluster.unsteady = false;
+    h.run_for(30); // 300 s: inside the 600 s wait.
+    assert_eq!(steps_for(&h), before, "no retry before retry_after_s");
+    h.run_for(40);
+    assert!(steps_for(&h) > before, "retried after the wait");
 }

@@ -81,6 +81,10 @@ pub struct SimConfig {
     pub faults: SimFaults,
     /// Facility model parameters; the meter reads their nominal point.
     pub facility: FacilityParams,
+    /// The flex tier of every job at start (none by default), e.g. `"batch"` to try
+    /// `[probe] tiers = ["batch"]` on the simulated site.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<String>,
 }
 
 impl Default for SimConfig {
@@ -95,6 +99,7 @@ impl Default for SimConfig {
             throughput_window_ms: 30_000,
             faults: SimFaults::default(),
             facility: FacilityParams::default(),
+            tier: None,
         }
     }
 }
@@ -318,6 +323,8 @@ struct SimJob {
     /// Its profile key: the template's workload label and GPU count, shared by every job of
     /// that template (they run the same configuration); `None` for a custom job.
     signature: Option<Arc<str>>,
+    /// Its flex tier (see [`SimCluster::set_tier`]); [`SimConfig::tier`] at start.
+    tier: Option<Arc<str>>,
 }
 
 /// Draw of a suspended job's GPU (memory held, no compute), W.
@@ -511,6 +518,7 @@ impl SimCluster {
         let nodes = state.take_nodes(self.config.nodes_for(template.gpus));
         let mut job = Self::new_job(spec, template.truth.clone(), nodes, now);
         job.signature = Some(format!("{label}/{}gpu", template.gpus).into());
+        job.tier = self.config.tier.as_deref().map(Arc::from);
         job
     }
 
@@ -528,6 +536,7 @@ impl SimCluster {
             suspendable: false,
             suspended: false,
             signature: None,
+            tier: None,
         }
     }
 
@@ -769,6 +778,7 @@ impl ClusterBackend for SimCluster {
                     measured_tokens: state.throughput_now.get(&j.spec.id).map(|t| t.tokens),
                     suspendable: j.suspendable,
                     signature: j.signature.clone(),
+                    tier: j.tier.clone(),
                 }
             })
             .collect())
@@ -893,13 +903,23 @@ impl ClusterBackend for SimCluster {
 impl SimCluster {
     /// Let (or stop letting) the gateway suspend `job`, as its flex tier would.
     pub fn set_suspendable(&self, job: &str, suspendable: bool) -> Result<(), SimError> {
+        self.with_job(job, |j| j.suspendable = suspendable)
+    }
+
+    /// Put `job` in flex tier `tier` (or none), as its scheduler tags would.
+    pub fn set_tier(&self, job: &str, tier: Option<&str>) -> Result<(), SimError> {
+        self.with_job(job, |j| j.tier = tier.map(Arc::from))
+    }
+
+    /// Change running job `job` with `change`.
+    fn with_job(&self, job: &str, change: impl FnOnce(&mut SimJob)) -> Result<(), SimError> {
         let mut state = self.lock();
         let j = state
             .jobs
             .iter_mut()
             .find(|j| &*j.spec.id == job)
             .ok_or_else(|| SimError::UnknownJob(job.to_string()))?;
-        j.suspendable = suspendable;
+        change(j);
         Ok(())
     }
 

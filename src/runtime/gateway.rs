@@ -188,6 +188,7 @@ impl Gateway {
             control: config.control.clone(),
             policy: config.gateway.policy,
             facility: config.facility.clone(),
+            probe: config.probe.clone(),
         };
         let controller = Controller::new(settings).map_err(|e| StartError::Facility(e.to_string()))?;
         let facility = flexgate_policies::facility::FacilityModel::new(config.facility.clone())

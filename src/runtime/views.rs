@@ -48,6 +48,19 @@ pub struct StatusView {
     /// facility model's upper meter estimate, so never an over-promise). `None` without
     /// telemetry.
     pub flex_available_kw: Option<f64>,
+    /// Probe steps in flight outside events (`[probe]`): job, cap W per GPU, lease end.
+    pub probes_in_flight: Vec<ProbeView>,
+}
+
+/// One probe step in flight in `GET /v1/status`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProbeView {
+    /// The job.
+    pub job: String,
+    /// Its cap, W per GPU.
+    pub cap_w_per_gpu: f64,
+    /// The step's lease end: the cap never holds past it.
+    pub until: DateTime<Utc>,
 }
 
 impl StatusView {
@@ -73,6 +86,15 @@ impl StatusView {
             suspended_jobs: snapshot.suspended,
             log_checkpoint: checkpoint.to_string(),
             flex_available_kw: snapshot.flex_available_kw,
+            probes_in_flight: snapshot
+                .probes
+                .iter()
+                .map(|(job, p)| ProbeView {
+                    job: job.to_string(),
+                    cap_w_per_gpu: p.cap_w,
+                    until: p.until,
+                })
+                .collect(),
         }
     }
 }

@@ -38,6 +38,10 @@ pub struct JobState {
     /// count and the `profile=` flex tag). `None`: the job id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signature: Option<Arc<str>>,
+    /// The job's flex tier as the scheduler tags it (Slurm: `tier=`), for the gateway's
+    /// per-tier choices (probing). `None`: untagged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<Arc<str>>,
 }
 
 impl JobState {
@@ -105,6 +109,23 @@ pub enum CapOutcome {
 }
 
 impl CapOutcome {
+    /// What happened, in words, for the ledger and the log.
+    #[must_use]
+    pub fn describe(&self) -> String {
+        match self {
+            CapOutcome::Applied { applied, clamped } => {
+                format!(
+                    "applied {:.0} W/GPU{}",
+                    applied.value(),
+                    if *clamped { ", clamped" } else { "" }
+                )
+            }
+            CapOutcome::Stale { latest } => format!("stale: generation {latest} is newer"),
+            CapOutcome::UnknownJob => "the cluster knows no such job".into(),
+            CapOutcome::Failed { reason } => format!("failed: {reason}"),
+        }
+    }
+
     /// The cap now in force because of this command, if it was applied.
     #[must_use]
     pub fn applied(&self) -> Option<WattsPerGpu> {

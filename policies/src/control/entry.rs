@@ -336,8 +336,10 @@ pub enum DispatchPurpose {
     RetryUnconfirmed,
     /// The last plan's caps re-sent at start.
     ReapplyAtStart,
-    /// Caps back to the jobs' uncapped limits: the curtailment is over.
+    /// Caps back to the jobs' uncapped limits: the curtailment is over (or a probe ended).
     Restore,
+    /// A probe step's cap, outside events (see `probe_step`).
+    Probe,
 }
 
 /// One command with what became of it: `[job, cap_w, generation, status, applied_w, detail]`.
@@ -563,6 +565,71 @@ pub struct TierBackedOff {
     pub allowance: f64,
     /// The floor set, W per GPU.
     pub floor_w_per_gpu: f64,
+}
+
+/// A probe step: an eligible job held at one cap of its range, outside events, to measure its
+/// curve before the grid asks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProbeStep {
+    /// When.
+    pub at: DateTime<Utc>,
+    /// The job.
+    pub job: String,
+    /// Its profile key (where its points are kept).
+    pub profile: String,
+    /// The cap per GPU, W.
+    pub cap_w_per_gpu: f64,
+    /// When the step's lease ends: the cap never holds past it.
+    pub until: DateTime<Utc>,
+    /// The cap command's generation.
+    pub generation: u64,
+    /// The most the step may cost the job, as a share of its uncapped throughput (the share of
+    /// its draw the cap sheds, or the slowdown measured there if larger).
+    pub max_cost_share: f64,
+    /// What the steps in flight, this one included, may cost together, as a share of the
+    /// fleet's uncapped throughput.
+    pub fleet_share_in_flight: f64,
+    /// The site's budget for that share (`[probe] max_fleet_share`).
+    pub fleet_share_budget: f64,
+}
+
+/// How a probe step ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProbeOutcome {
+    /// Its throughput was measured steady at the cap.
+    Measured,
+    /// Measured slower than the job's tier allows: the sweep goes no deeper.
+    TierReached,
+    /// No steady throughput within the step: the job is not probed again for a while.
+    Timeout,
+    /// The cluster did not apply the cap: not probed again for a while.
+    CapFailed,
+    /// A grid event came into force: the plan caps the job from now.
+    Event,
+    /// The job ended.
+    JobEnded,
+    /// Probing was turned off in the configuration.
+    Disabled,
+}
+
+/// The end of a probe step; unless another step follows at once, the job goes back to its
+/// uncapped limit (a `restore` dispatch).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProbeEnded {
+    /// When.
+    pub at: DateTime<Utc>,
+    /// The job.
+    pub job: String,
+    /// Its profile key.
+    pub profile: String,
+    /// How it ended.
+    pub outcome: ProbeOutcome,
+    /// What was measured, or why it ended, in words.
+    pub detail: String,
+    /// Not probed again before this (after a timeout or a refused cap).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after: Option<DateTime<Utc>>,
 }
 
 /// One meter and GPU-board reading.
@@ -797,6 +864,10 @@ pub enum Entry {
     ThroughputPoint(ThroughputPoint),
     /// A job backed off to keep its tier.
     TierBackedOff(TierBackedOff),
+    /// A probe step started.
+    ProbeStep(ProbeStep),
+    /// A probe step ended.
+    ProbeEnded(ProbeEnded),
     /// A meter reading.
     MeterSample(MeterSample),
     /// A closed-loop trim.
@@ -835,7 +906,8 @@ impl Entry {
             | Entry::ThroughputKnown(_)
             | Entry::ThroughputPoint(_)
             | Entry::MeterSample(_) => EntryKind::Measurement,
-            Entry::TierBackedOff(_) => EntryKind::Plan,
+            Entry::TierBackedOff(_) | Entry::ProbeStep(_) => EntryKind::Plan,
+            Entry::ProbeEnded(_) => EntryKind::Measurement,
             Entry::Trimmed(_) => EntryKind::Trim,
             Entry::Started(_) => EntryKind::Startup,
             Entry::WireReceived(_) => EntryKind::RawInput,

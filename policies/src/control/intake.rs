@@ -536,6 +536,7 @@ mod tests {
             control: crate::control::config::ControlConfig::default(),
             policy: crate::control::config::PolicyKind::Flexgate,
             facility: FacilityParams::for_nodes(8),
+            probe: crate::control::probe::ProbeConfig::default(),
         };
         let mut controller = Controller::new(settings).expect("controller");
         let t0 = DateTime::from_timestamp(1_800_000_000, 0).expect("valid");

@@ -34,6 +34,7 @@ pub mod entry;
 pub mod evidence;
 mod intake;
 mod planner;
+pub mod probe;
 mod reconcile;
 pub mod trim;
 
@@ -84,6 +85,8 @@ pub struct Settings {
     pub policy: PolicyKind,
     /// The facility model's parameters.
     pub facility: FacilityParams,
+    /// Probing outside events (off by default).
+    pub probe: probe::ProbeConfig,
 }
 
 /// Why the controller could not be built.
@@ -272,6 +275,8 @@ pub struct Snapshot {
     pub flex_available_kw: Option<f64>,
     /// Counters.
     pub counters: Counters,
+    /// Probe steps in flight.
+    pub probes: Arc<std::collections::BTreeMap<Arc<str>, probe::ActiveProbe>>,
 }
 
 /// The controller. See the module docs.
@@ -298,6 +303,10 @@ pub struct Controller {
     evidence: HashMap<Arc<str>, evidence::JobEvidence>,
     /// Floors raised because a job was measured slower than its tier (until the curtailment ends).
     tier_floors: HashMap<Arc<str>, f64>,
+    /// Probe steps in flight, by job (`probe_step` records not yet ended).
+    probes: std::collections::BTreeMap<Arc<str>, probe::ActiveProbe>,
+    /// Profiles not to probe again before the time given (after a step timed out or failed).
+    probe_retry: HashMap<Arc<str>, DateTime<Utc>>,
     /// Observed: the evidence behind each job's learned elasticity, for `elasticity_known`.
     knowledge_notes: HashMap<Arc<str>, String>,
     /// Observed: each job's learned knowledge, recomputed only when its evidence changed.
@@ -339,6 +348,8 @@ impl Controller {
             throughput_known: HashMap::new(),
             evidence: HashMap::new(),
             tier_floors: HashMap::new(),
+            probes: std::collections::BTreeMap::new(),
+            probe_retry: HashMap::new(),
             knowledge_notes: HashMap::new(),
             learned_cache: HashMap::new(),
             meter_history: imbl::Vector::new(),
@@ -385,6 +396,12 @@ impl Controller {
     #[must_use]
     pub fn plan(&self) -> Option<&PlanInForce> {
         self.plan.as_deref()
+    }
+
+    /// Probe steps in flight, by job.
+    #[must_use]
+    pub fn probes(&self) -> &std::collections::BTreeMap<Arc<str>, probe::ActiveProbe> {
+        &self.probes
     }
 
     /// Jobs suspended by the gateway.
@@ -438,6 +455,8 @@ impl Controller {
             self.evidence.iter().map(|(k, v)| (k.to_string(), v)).collect();
         let floors: std::collections::BTreeMap<String, f64> =
             self.tier_floors.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+        let probe_retry: std::collections::BTreeMap<String, DateTime<Utc>> =
+            self.probe_retry.iter().map(|(k, v)| (k.to_string(), *v)).collect();
         serde_json::json!({
             "book": &*self.book,
             "acks": acks,
@@ -451,6 +470,8 @@ impl Controller {
             "throughput_known": throughput,
             "evidence": evidence,
             "tier_floors": floors,
+            "probes": self.probes,
+            "probe_retry": probe_retry,
             "meter_history": &self.meter_history,
             "next_generation": self.next_generation,
         })
@@ -556,6 +577,8 @@ impl Controller {
                 }
                 self.evidence.entry(Arc::from(key)).or_default().add(p);
             }
+            Entry::ProbeStep(s) => self.apply_probe_step(s),
+            Entry::ProbeEnded(e) => self.apply_probe_ended(e),
             Entry::TierBackedOff(b) => {
                 let floor = self.tier_floors.entry(Arc::from(b.job.as_str())).or_insert(0.0);
                 *floor = floor.max(b.floor_w_per_gpu);
@@ -833,9 +856,13 @@ impl Controller {
             effects.push(Effect::Announce(t));
         }
         let Some(ceiling) = self.book.effective_ceiling(now) else {
+            self.probe(now, effects);
             self.restore(now, effects);
             return;
         };
+        if !self.probes.is_empty() {
+            self.end_probes_for_event(&ceiling.binding_event, now, effects);
+        }
         let unconfirmed = self.caps.values().any(|c| !c.confirmed);
         let reason = match self.pending {
             Some(reason) => Some(reason),
@@ -1019,6 +1046,23 @@ impl Controller {
                     effects.push(Effect::Wake);
                 }
             }
+            DispatchPurpose::Probe => {
+                for (command, result) in commands.iter().zip(results) {
+                    if result.outcome.applied().is_none() {
+                        self.end_probe(
+                            &command.job,
+                            entry::ProbeOutcome::CapFailed,
+                            format!(
+                                "the cluster did not apply {:.0} W/GPU ({})",
+                                command.cap.value(),
+                                result.outcome.describe()
+                            ),
+                            now,
+                            effects,
+                        );
+                    }
+                }
+            }
             DispatchPurpose::ReapplyAtStart | DispatchPurpose::Restore => {}
         }
     }
@@ -1062,11 +1106,13 @@ impl Controller {
                 Recorded::new(Entry::CurtailmentEnded(CurtailmentEnded { at: now }), event),
             );
         }
-        if !self.caps.is_empty() {
+        // A probe step in flight keeps its cap until it ends; then it is restored like any other.
+        if self.caps.keys().any(|job| !self.probes.contains_key(job)) {
             let generation = self.next_generation;
             let mut commands: Vec<CapCommand> = self
                 .caps
                 .keys()
+                .filter(|job| !self.probes.contains_key(*job))
                 .map(|job| CapCommand {
                     job: job.clone(),
                     cap: self.uncapped_limit(job),
@@ -1136,6 +1182,7 @@ impl Controller {
             suspended: self.suspended.len(),
             flex_available_kw: self.flex_available_kw,
             counters: self.counters,
+            probes: Arc::new(self.probes.clone()),
         }
     }
 }

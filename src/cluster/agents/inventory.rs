@@ -109,6 +109,7 @@ impl AgentsBackend {
                             pfi: None,
                             max_slowdown: None,
                             signature: None,
+                            tier: None,
                         }),
                         // A node that did not answer keeps its job, with its GPUs unknown, as
                         // under Slurm: its draw counts at the maximum and its caps stay wanted,
@@ -157,6 +158,7 @@ impl AgentsBackend {
                 pfi: job.flex.pfi.filter(|p| p.is_finite() && *p > 0.0),
                 max_slowdown: job.flex.max_slowdown,
                 signature: Some(profile),
+                tier: job.flex.tier.as_deref().map(Arc::from),
             });
         }
         Ok(jobs)
@@ -253,6 +255,7 @@ impl AgentsBackend {
             measured_tokens: known.throughput.get(&job.id).map(|t| t.tokens),
             suspendable: job.suspendable,
             signature: job.signature.clone(),
+            tier: job.tier.clone(),
         }
     }
 }

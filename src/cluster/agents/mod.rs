@@ -63,6 +63,8 @@ struct MappedJob {
     max_slowdown: Option<f64>,
     /// Profile key: Slurm job name, GPU count and `profile=` tag.
     signature: Option<Arc<str>>,
+    /// Its flex tier (`tier=` tag).
+    tier: Option<Arc<str>>,
 }
 
 /// A lease the gateway wants on one node.
