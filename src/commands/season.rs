@@ -28,6 +28,10 @@ pub struct SeasonRequest {
     pub predictor_sd: f64,
     /// Relative error of measured throughput.
     pub noise_sd: f64,
+    /// Share of jobs probed before the first event.
+    pub probe_share: f64,
+    /// The probes' budget, share of fleet throughput.
+    pub probe_budget: f64,
     /// JSON on stdout.
     pub json: bool,
     /// CSV file.
@@ -48,6 +52,12 @@ pub fn run(request: &SeasonRequest, templates: &[JobTemplate]) -> Result<()> {
     if !(request.noise_sd.is_finite() && (0.0..1.0).contains(&request.noise_sd)) {
         bail!("--noise-sd must be a number in [0, 1), got {}", request.noise_sd);
     }
+    if !(0.0..=1.0).contains(&request.probe_share) {
+        bail!("--probe-share must be in [0, 1], got {}", request.probe_share);
+    }
+    if !(request.probe_budget > 0.0 && request.probe_budget <= 0.5) {
+        bail!("--probe-budget must be in (0, 0.5], got {}", request.probe_budget);
+    }
     let mut config = SeasonConfig {
         events: request.events,
         jobs: request.jobs,
@@ -55,6 +65,8 @@ pub fn run(request: &SeasonRequest, templates: &[JobTemplate]) -> Result<()> {
         unknown_share: request.unknown_share,
         predictor_sd: request.predictor_sd,
         noise_sd: request.noise_sd,
+        probe_share: request.probe_share,
+        probe_budget: request.probe_budget,
         ..SeasonConfig::default()
     };
     if !request.cuts.is_empty() {
@@ -126,25 +138,42 @@ fn render_table(learned: &SeasonReport, frozen: &SeasonReport, source: &str) -> 
     );
     let _ = writeln!(
         out,
-        "fleet throughput kept (share of uncapped) and gap closure (equal → oracle); knowledge at the plan: unknown/predicted/partial/full\n"
+        "fleet throughput kept (share of uncapped) and gap closure (equal → oracle); knowledge at the plan: unknown/predicted/fleet prior/partial/full\n"
     );
+    if let Some(p) = &learned.probing {
+        let _ = writeln!(
+            out,
+            "probing before event 1: {} of {} jobs in the probed tier have a measured curve, after {} steps in {} rounds \
+             (at most {} steps in flight, within {:.0} % of fleet throughput; a round is one step: the cap settles, then \
+             one throughput window)\n",
+            p.measured,
+            p.eligible,
+            p.steps,
+            p.rounds,
+            p.most_in_flight,
+            c.probe_budget * 100.0
+        );
+    }
     let _ = writeln!(
         out,
-        "{:>5} {:>5} {:>8} {:>8} {:>8} {:>12} {:>16} {:>19}",
+        "{:>5} {:>5} {:>8} {:>8} {:>8} {:>12} {:>18} {:>19}",
         "event", "cut", "equal", "oracle", "flexgate", "gap closure", "knowledge", "without learning"
     );
     for (e, f) in learned.events.iter().zip(&frozen.events) {
         let k = e.knowledge;
         let _ = writeln!(
             out,
-            "{:>5} {:>4.0}% {:>7.1}% {:>7.1}% {:>7.1}% {:>12} {:>16} {:>19}",
+            "{:>5} {:>4.0}% {:>7.1}% {:>7.1}% {:>7.1}% {:>12} {:>18} {:>19}",
             e.event,
             e.cut * 100.0,
             e.equal_kept * 100.0,
             e.oracle_kept * 100.0,
             e.flexgate_kept * 100.0,
             pct(e.gap_closure),
-            format!("{}/{}/{}/{}", k.unknown, k.predicted, k.partial, k.full),
+            format!(
+                "{}/{}/{}/{}/{}",
+                k.unknown, k.predicted, k.fleet_prior, k.partial, k.full
+            ),
             pct(f.gap_closure),
         );
     }
@@ -163,14 +192,14 @@ fn render_table(learned: &SeasonReport, frozen: &SeasonReport, source: &str) -> 
 
 fn render_csv(learned: &SeasonReport, frozen: &SeasonReport) -> String {
     let mut out = String::from(
-        "event,cut,equal_kept,oracle_kept,flexgate_kept,gap_closure,unknown,predicted,partial,full,gap_closure_without_learning\n",
+        "event,cut,equal_kept,oracle_kept,flexgate_kept,gap_closure,unknown,predicted,fleet_prior,partial,full,gap_closure_without_learning\n",
     );
     let cell = |v: Option<f64>| v.map_or_else(String::new, |x| format!("{x:.6}"));
     for (e, f) in learned.events.iter().zip(&frozen.events) {
         let k = e.knowledge;
         let _ = writeln!(
             out,
-            "{},{},{:.6},{:.6},{:.6},{},{},{},{},{},{}",
+            "{},{},{:.6},{:.6},{:.6},{},{},{},{},{},{},{}",
             e.event,
             e.cut,
             e.equal_kept,
@@ -179,6 +208,7 @@ fn render_csv(learned: &SeasonReport, frozen: &SeasonReport) -> String {
             cell(e.gap_closure),
             k.unknown,
             k.predicted,
+            k.fleet_prior,
             k.partial,
             k.full,
             cell(f.gap_closure)

@@ -98,6 +98,14 @@ pub struct SimulateArgs {
     /// With --season: relative error (sd) of a measured throughput figure.
     #[arg(long, default_value_t = 0.02, value_name = "SD", requires = "season")]
     noise_sd: f64,
+    /// With --season: the share of jobs in a probed flex tier. They are probed before the
+    /// first event (the gateway's `[probe]`: the paper's cap sweep, run between events).
+    #[arg(long, default_value_t = 0.0, value_name = "SHARE", requires = "season")]
+    probe_share: f64,
+    /// With --probe-share: the most the probes in flight may cost together, as a share of the
+    /// fleet's uncapped throughput (`[probe] max_fleet_share`).
+    #[arg(long, default_value_t = 0.05, value_name = "SHARE", requires = "season")]
+    probe_budget: f64,
     /// No progress bar.
     #[arg(long, short)]
     quiet: bool,
@@ -238,6 +246,8 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
             unknown_share: args.unknown_share,
             predictor_sd: args.predictor_sd,
             noise_sd: args.noise_sd,
+            probe_share: args.probe_share,
+            probe_budget: args.probe_budget,
             json: args.json,
             csv: args.csv.clone(),
             plot: args.plot.clone(),

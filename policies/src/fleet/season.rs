@@ -21,9 +21,11 @@
 use super::experiment::{Mix, PAPER_PREDICTOR_RMSE, mix_weights};
 use super::rng::SplitMix64;
 use super::truth::JobTemplate;
+use crate::alloc::bounds::FloorModel;
 use crate::alloc::{AllocationPolicy, Budget, CapPlan, CurveAware, Elasticity, JobSpec, Proportional, Weighting};
 use crate::control::entry::ThroughputPoint;
-use crate::control::evidence::{JobEvidence, Level};
+use crate::control::evidence::{JobEvidence, Level, fleet_prior};
+use crate::control::probe::{ProbeConfig, floor_cap, step_cost, steps_left, sweep_caps};
 use crate::estimate::CurveFamily;
 use crate::units::{Fraction, WattsPerGpu};
 use chrono::{DateTime, TimeDelta, Utc};
@@ -49,6 +51,12 @@ pub struct SeasonConfig {
     pub noise_sd: f64,
     /// Learn from each event's measurements.
     pub learning: bool,
+    /// Share of jobs in a probed flex tier (0: no probing). With learning on, they are probed
+    /// before the first event, with the gateway's probe code ([`crate::control::probe`]).
+    pub probe_share: f64,
+    /// The probes' site budget: most the steps in flight may cost together, as a share of the
+    /// fleet's uncapped throughput (`[probe] max_fleet_share`).
+    pub probe_budget: f64,
 }
 
 impl Default for SeasonConfig {
@@ -65,6 +73,8 @@ impl Default for SeasonConfig {
             predictor_sd: PAPER_PREDICTOR_RMSE,
             noise_sd: 0.02,
             learning: true,
+            probe_share: 0.0,
+            probe_budget: ProbeConfig::default().max_fleet_share,
         }
     }
 }
@@ -76,6 +86,9 @@ pub struct KnowledgeCounts {
     pub unknown: usize,
     /// A telemetry-predicted PFI.
     pub predicted: usize,
+    /// Nothing of its own; the PFIs measured of the fleet's other jobs as its prior
+    /// ([`fleet_prior`]).
+    pub fleet_prior: usize,
     /// A PFI from measured points (a partial curve).
     pub partial: usize,
     /// The measured curve.
@@ -101,11 +114,28 @@ pub struct SeasonEvent {
     pub knowledge: KnowledgeCounts,
 }
 
+/// What probing did before the first event.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ProbeSummary {
+    /// Jobs in the probed tier.
+    pub eligible: usize,
+    /// Of them, with a fully measured curve at the first event.
+    pub measured: usize,
+    /// Steps taken.
+    pub steps: usize,
+    /// Rounds of steps (one step's time each: the cap settles, then one throughput window).
+    pub rounds: usize,
+    /// Most steps in flight at once.
+    pub most_in_flight: usize,
+}
+
 /// The whole season.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SeasonReport {
     /// The configuration.
     pub config: SeasonConfig,
+    /// Probing before the first event (`None` without it).
+    pub probing: Option<ProbeSummary>,
     /// Per event.
     pub events: Vec<SeasonEvent>,
 }
@@ -170,12 +200,17 @@ pub fn run_season(
         return invalid("at least one cut and one job template are needed");
     }
     let sane = (0.0..=1.0).contains(&config.unknown_share)
+        && (0.0..=1.0).contains(&config.probe_share)
+        && config.probe_budget > 0.0
+        && config.probe_budget <= 0.5
         && config.noise_sd.is_finite()
         && config.noise_sd >= 0.0
         && config.predictor_sd.is_finite()
         && config.predictor_sd >= 0.0;
     if !sane {
-        return invalid("unknown_share must be in [0, 1] and the sds non-negative numbers");
+        return invalid(
+            "unknown_share and probe_share must be in [0, 1], probe_budget in (0, 0.5], the sds non-negative numbers",
+        );
     }
     let family = Arc::new(CurveFamily::h200_generic());
     let equal = Proportional::new(Weighting::Equal, family.clone());
@@ -226,15 +261,30 @@ pub fn run_season(
         let point = measure(job, truths[i], job.cap_range.max, config.noise_sd * noise.normal(), 0);
         evidence[i].add(&point);
     }
+    let probing = (config.learning && config.probe_share > 0.0).then(|| {
+        let mut draw = SplitMix64::derive(config.seed, 0x5052_4F42); // "PROB"
+        let eligible: Vec<bool> = told.iter().map(|_| draw.next_f64() < config.probe_share).collect();
+        probe_before_season(&told, &truths, &mut evidence, &eligible, config, &mut noise)
+    });
     let mut events = Vec::with_capacity(config.events);
     for e in 0..config.events {
         let cut = config.cuts[e % config.cuts.len()];
         let mut counts = KnowledgeCounts::default();
-        let known: Vec<JobSpec> = told
+        let learned_now: Vec<Option<crate::control::evidence::Learned>> = told
             .iter()
             .zip(&evidence)
-            .map(|(job, ev)| {
-                let learned = if config.learning { ev.learned(job) } else { None };
+            .map(|(job, ev)| if config.learning { ev.learned(job) } else { None })
+            .collect();
+        let measured_pfis: Vec<f64> = learned_now.iter().flatten().filter_map(|l| l.pfi).collect();
+        let prior = if config.learning {
+            fleet_prior(&measured_pfis)
+        } else {
+            None
+        };
+        let known: Vec<JobSpec> = told
+            .iter()
+            .zip(learned_now)
+            .map(|(job, learned)| {
                 let elasticity = match learned {
                     Some(learned) => {
                         match learned.level {
@@ -243,13 +293,20 @@ pub fn run_season(
                         }
                         learned.elasticity
                     }
-                    None => {
-                        match job.elasticity {
-                            Elasticity::Unknown => counts.unknown += 1,
-                            _ => counts.predicted += 1,
+                    None => match (&job.elasticity, &prior) {
+                        (Elasticity::Unknown, Some((prior, _))) => {
+                            counts.fleet_prior += 1;
+                            prior.clone()
                         }
-                        job.elasticity.clone()
-                    }
+                        (Elasticity::Unknown, None) => {
+                            counts.unknown += 1;
+                            Elasticity::Unknown
+                        }
+                        (e, _) => {
+                            counts.predicted += 1;
+                            e.clone()
+                        }
+                    },
                 };
                 JobSpec {
                     elasticity,
@@ -286,8 +343,67 @@ pub fn run_season(
     }
     Ok(SeasonReport {
         config: config.clone(),
+        probing,
         events,
     })
+}
+
+/// Probe the `eligible` jobs before the first event, as the gateway would between events: in
+/// rounds, each job with a step left taking its next one while the steps of the round fit the
+/// site budget, its throughput measured there with the season's noise.
+fn probe_before_season(
+    told: &[JobSpec],
+    truths: &[&crate::curve::PowerCurve],
+    evidence: &mut [JobEvidence],
+    eligible: &[bool],
+    config: &SeasonConfig,
+    noise: &mut SplitMix64,
+) -> ProbeSummary {
+    let probe = ProbeConfig {
+        enabled: true,
+        max_fleet_share: config.probe_budget,
+        ..ProbeConfig::default()
+    };
+    let floors = FloorModel::new(Arc::new(CurveFamily::h200_generic()));
+    let budget = probe.max_fleet_share * told.iter().map(|j| j.uncapped_tokens.value()).sum::<f64>();
+    let sweeps: Vec<Vec<f64>> = told
+        .iter()
+        .map(|j| sweep_caps(j, floor_cap(j, floors.floor(j).0.value()), &probe.depths))
+        .collect();
+    let mut summary = ProbeSummary {
+        eligible: eligible.iter().filter(|e| **e).count(),
+        ..ProbeSummary::default()
+    };
+    // Every round measures at least one step, and no sweep has more steps than depths.
+    for _ in 0..=told.len() * probe.depths.len() {
+        let (mut in_flight, mut taken) = (0.0, 0);
+        for (i, job) in told.iter().enumerate().filter(|(i, _)| eligible[*i]) {
+            let allowance = job.max_slowdown.map(|f| f.value());
+            let Some(&cap) = steps_left(&sweeps[i], Some(&evidence[i]), allowance).first() else {
+                continue;
+            };
+            let cost = step_cost(job, cap, Some(&evidence[i])) * job.uncapped_tokens.value();
+            if in_flight + cost > budget {
+                continue;
+            }
+            in_flight += cost;
+            taken += 1;
+            let point = measure(job, truths[i], WattsPerGpu(cap), config.noise_sd * noise.normal(), 0);
+            evidence[i].add(&point);
+        }
+        if taken == 0 {
+            break;
+        }
+        summary.steps += taken;
+        summary.rounds += 1;
+        summary.most_in_flight = summary.most_in_flight.max(taken);
+    }
+    summary.measured = told
+        .iter()
+        .enumerate()
+        .filter(|(i, j)| eligible[*i] && evidence[*i].learned(j).is_some_and(|l| l.level == Level::Full))
+        .count();
+    summary
 }
 
 #[cfg(test)]
@@ -340,6 +456,41 @@ mod tests {
     }
 
     #[test]
+    fn probing_measures_every_eligible_job_before_the_first_event() {
+        let config = SeasonConfig {
+            events: 2,
+            jobs: 60,
+            probe_share: 0.5,
+            ..SeasonConfig::default()
+        };
+        let report = run_season(&config, &templates(), &mut |_| {}).expect("season");
+        let probing = report.probing.expect("probing ran");
+        assert!(probing.eligible > 10, "{probing:?}");
+        assert_eq!(probing.measured, probing.eligible, "{probing:?}");
+        assert!(
+            probing.rounds > 3,
+            "the budget spreads the steps over rounds: {probing:?}"
+        );
+        assert!(
+            report.events[0].knowledge.full >= probing.eligible,
+            "{:?}",
+            report.events[0].knowledge
+        );
+        let without = run_season(
+            &SeasonConfig {
+                probe_share: 0.0,
+                ..config
+            },
+            &templates(),
+            &mut |_| {},
+        )
+        .expect("season");
+        assert!(without.probing.is_none());
+        assert_eq!(without.events[0].knowledge.full, 0);
+        assert!(report.events[0].gap_closure > without.events[0].gap_closure);
+    }
+
+    #[test]
     fn bad_configurations_are_refused() {
         for bad in [
             SeasonConfig {
@@ -352,6 +503,10 @@ mod tests {
             },
             SeasonConfig {
                 noise_sd: f64::NAN,
+                ..SeasonConfig::default()
+            },
+            SeasonConfig {
+                probe_budget: 0.0,
                 ..SeasonConfig::default()
             },
         ] {
