@@ -14,13 +14,19 @@
 //!   utilisation of their uncapped run) and the more flexible one is cut deeper;
 //! - the commented `type = "agents"` example of deploy/flexgate.toml loads.
 //!
-//! Slurm is started by tests/peers/slurm.sh; only one can run on the machine, so everything
-//! that needs it is one test function. Missing Slurm or agent binary fails, never skips.
+//! - a Slurm job tagged with a 10 % tier, told very flexible (PFI 2.67) but whose real throughput
+//!   (a Python loop reporting through the agent, its speed following its GPUs' limit) falls as
+//!   fast as its cap, is measured beyond its tier under the event's cap and backed off in the
+//!   same control pass, and keeps its tier at the new cap.
+//!
+//! Slurm is started by tests/peers/slurm.sh; only one can run on the machine, so the test
+//! functions that need it take [`SLURM`] first. Missing Slurm, agent binary or python3 fails,
+//! never skips.
 #![allow(clippy::disallowed_methods, reason = "test events and peers run on the wall clock")]
 
 mod common;
 
-use common::agent::{AgentOptions, AgentProcess, READ_TOKEN, TOKEN, wait_for};
+use common::agent::{AgentOptions, AgentProcess, KillOnDrop, READ_TOKEN, TOKEN, job_token, wait_for};
 use common::slurm::Slurm;
 use flexgate::cluster::agents::{AgentsBackend, AgentsConfig, SlurmMapping};
 use flexgate::cluster::{CapCommand, CapOutcome, ClusterBackend};
@@ -46,6 +52,8 @@ const RENEW_S: u64 = 1;
 const TTL: Duration = Duration::from_secs(3 * RENEW_S);
 /// The gateway's telemetry and inventory period (its control tick).
 const TICK: Duration = Duration::from_secs(1);
+/// One single-node Slurm per machine: the tests that start one take this first.
+static SLURM: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 // ---------------------------------------------------------------------------------------------
 // helpers
@@ -309,6 +317,7 @@ impl Drop for GatewayProcess {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slurm_jobs_are_capped_on_their_gpus_released_when_they_end_and_when_the_gateway_dies() {
+    let _one_slurm = SLURM.lock().await;
     let t_all = Instant::now();
     let slurm = Slurm::start();
     let dir = tempfile::tempdir().expect("tempdir");
@@ -930,7 +939,7 @@ async fn refused_tokens_change_nothing_and_out_of_range_caps_are_clamped_and_rep
         &AgentOptions {
             initial_limit_w: vec![(5, 600.0)],
             oob_limit_w: vec![(0, 300.0)],
-            memory_activity: None,
+            ..AgentOptions::default()
         },
     );
     let pre_event = agent.limits().await;
@@ -1134,4 +1143,156 @@ fn the_commented_agents_backend_example_loads() {
     let typo = block.join("\n").replace("renew_every_s", "renew_every");
     std::fs::write(&file, typo).expect("config");
     assert!(Config::load(Some(&file)).is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tiered_slurm_job_measured_beyond_its_tier_under_a_real_cap_is_backed_off_in_one_pass() {
+    let _one_slurm = SLURM.lock().await;
+    let slurm = Slurm::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let agent_dir = dir.path().join("agent");
+    let agent = AgentProcess::start(
+        &agent_dir,
+        "localhost",
+        &AgentOptions {
+            throughput_window_s: Some(5),
+            ..AgentOptions::default()
+        },
+    );
+    let steep = slurm.sbatch(&[
+        "--gres=gpu:4",
+        "--comment",
+        "flexgate:tier=gold,pfi=2.67,max_slowdown=0.10",
+        "--wrap",
+        "sleep 600",
+    ]);
+    let other = slurm.sbatch(&["--gres=gpu:4", "--comment", "flexgate:pfi=1.5", "--wrap", "sleep 600"]);
+    slurm.wait_running(&[steep, other]);
+    let minors = slurm_minors(&slurm, steep);
+    let id = steep.to_string();
+    // The job's own training loop: throughput proportional to its GPUs' limit.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let minor_list = minors.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
+    let mut python = KillOnDrop(Some(
+        Command::new("python3")
+            .arg(root.join("tests/peers/capped_training.py"))
+            .args([minor_list.as_str(), "4096", "0.05", "300"])
+            .env("FLEXGATE_JOB_ID", &id)
+            .env("FLEXGATE_JOB_TOKEN", job_token(&agent_dir, &id))
+            .env("FLEXGATE_AGENT_URL", &agent.url)
+            .env("FLEXGATE_TEST_READ_TOKEN", READ_TOKEN)
+            .env_remove("RANK")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("python3 is installed (tests/peers/setup.sh needs it too)"),
+    ));
+    let mapping = SlurmMapping {
+        inventory: slurm.inventory_json(),
+        gres_conf: Some(slurm.gres_conf()),
+    };
+    let backend = agents_config(&[&agent], token_file(dir.path(), "agent.token", TOKEN), Some(mapping));
+    let server = start_gateway(gateway_config(&dir.path().join("gw"), backend, 1)).await;
+    let meter = wait_inventory(&server, &[(id.clone(), 4), (other.to_string(), 4)]).await;
+    let bodies = || -> Vec<Value> {
+        server
+            .gateway
+            .ledger()
+            .iter_from(1)
+            .filter_map(Result::ok)
+            .map(|r| r.body)
+            .collect()
+    };
+    let uncapped = wait_for(
+        "the job's uncapped throughput measured",
+        Duration::from_secs(40),
+        || async {
+            bodies()
+                .into_iter()
+                .find(|b| b["entry"] == "throughput_point" && b["job"] == id.as_str() && b["uncapped"] == true)
+                .ok_or_else(|| {
+                    format!(
+                        "points: {:?}",
+                        bodies()
+                            .iter()
+                            .filter(|b| b["entry"] == "throughput_point")
+                            .collect::<Vec<_>>()
+                    )
+                })
+        },
+    )
+    .await;
+    let uncapped_tokens = uncapped["tokens_per_s"].as_f64().expect("tokens");
+    assert!(uncapped_tokens > 40_000.0, "{uncapped}");
+    let ceiling = (meter - 1.5).max(0.5);
+    submit(&server, "ev-tier", ceiling).await;
+    let backoff = wait_for("the tiered job backed off", Duration::from_secs(60), || async {
+        let all = bodies();
+        all.iter()
+            .find(|b| b["entry"] == "tier_backed_off" && b["job"] == id.as_str())
+            .cloned()
+            .ok_or_else(|| {
+                let plans: Vec<&Value> = all.iter().filter(|b| b["entry"] == "plan").collect();
+                let points: Vec<&Value> = all.iter().filter(|b| b["entry"] == "throughput_point").collect();
+                format!("plans {plans:?}; points {points:?}")
+            })
+    })
+    .await;
+    let slowdown = backoff["measured_slowdown"].as_f64().expect("slowdown");
+    let capped_at = backoff["cap_w_per_gpu"].as_f64().expect("cap");
+    let floor = backoff["floor_w_per_gpu"].as_f64().expect("floor");
+    assert!(slowdown > 0.12, "measured beyond its 10 % tier: {backoff}");
+    // Throughput proportional to the cap: the slowdown is the cap's share below 700 W.
+    assert!((slowdown - (1.0 - capped_at / 700.0)).abs() < 0.06, "{backoff}");
+    assert!(floor > capped_at, "{backoff}");
+    // Re-planned in the same pass: the next plan comes before the next meter sample, and holds
+    // the job at its new floor.
+    let all = bodies();
+    let at = all
+        .iter()
+        .position(|b| b["entry"] == "tier_backed_off")
+        .expect("the back-off record");
+    let after = &all[at + 1..];
+    let next_plan = after.iter().position(|b| b["entry"] == "plan");
+    let next_sample = after.iter().position(|b| b["entry"] == "meter_sample");
+    let plan = match (next_plan, next_sample) {
+        (Some(p), Some(m)) if p < m => &after[p],
+        (Some(p), None) => &after[p],
+        _ => panic!("no plan before the next meter sample: {after:?}"),
+    };
+    assert_eq!(plan["reason"], "tier_backoff", "{plan}");
+    let rows = plan["plan"]["rows"].as_array().expect("rows");
+    let row = rows.iter().find(|r| r[0] == id.as_str()).expect("the job is planned");
+    let new_cap = row[1].as_f64().expect("cap");
+    assert!(new_cap >= floor - 0.5, "held at its floor {floor}: {row}");
+    // At the new cap the job keeps its tier, measured.
+    let kept = wait_for("a steady point at the new cap", Duration::from_secs(40), || async {
+        bodies()
+            .into_iter()
+            .rev()
+            .find(|b| {
+                b["entry"] == "throughput_point"
+                    && b["job"] == id.as_str()
+                    && b["uncapped"] == false
+                    && b["cap_w_per_gpu"].as_f64().is_some_and(|c| (c - new_cap).abs() < 1.0)
+            })
+            .ok_or_else(|| "none yet".to_string())
+    })
+    .await;
+    let kept_share = kept["tokens_per_s"].as_f64().expect("tokens") / uncapped_tokens;
+    assert!(
+        kept_share >= 0.87,
+        "keeps its tier (10 % + 2 % tolerance, and noise): {kept} vs {uncapped_tokens}"
+    );
+    eprintln!(
+        "tier back-off on real agents: measured {:.1} % slower at {capped_at:.0} W/GPU, floor {floor:.0} W/GPU, \
+         then {:.1} % of uncapped at {new_cap:.0} W/GPU",
+        slowdown * 100.0,
+        kept_share * 100.0
+    );
+    let _ = python.0.as_mut().map(Child::kill);
+    let out = python.wait_with_output().expect("python output");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("Traceback"), "{stderr}");
+    server.shutdown().await;
 }

@@ -10,28 +10,18 @@
 
 mod common;
 
-use common::agent::{AgentOptions, AgentProcess, TOKEN, wait_for};
+use common::agent::{AgentOptions, AgentProcess, KillOnDrop as Python, TOKEN, job_token, wait_for};
 use flexgate::config::{BackendConfig, Config, facility_for_nodes};
 use flexgate::ledger::RecordKind;
 use flexgate::runtime::Clock;
 use flexgate::serve::Server;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 /// Tokens per simulated step, and the step's length: 81,920 tokens/s at best.
 const TOKENS_PER_STEP: u32 = 4096;
 const STEP_S: f64 = 0.05;
-
-fn job_token(dir: &Path, job: &str) -> String {
-    let out = Command::new(common::agent::binary())
-        .args(["job-token", job, "--token-file"])
-        .arg(dir.join("agent.token"))
-        .output()
-        .expect("flexgate-agent job-token runs");
-    assert!(out.status.success(), "{out:?}");
-    String::from_utf8(out.stdout).expect("UTF-8").trim().to_owned()
-}
 
 /// `python3 deploy/flexgate_throughput.py` reporting for `job` to `agent` with `token`.
 fn training_loop(agent: &AgentProcess, job: &str, token: &str, seconds: u32) -> Python {
@@ -129,22 +119,4 @@ async fn a_python_job_reports_through_its_agent_and_the_gateway_calls_it_measure
     assert!(known.iter().any(|k| k["node:tp-b"] == "unknown"), "{known:?}");
     assert!(!known.iter().any(|k| k["node:tp-b"] == "measured"), "{known:?}");
     server.shutdown().await;
-}
-
-/// A Python process killed on drop, so that a failing assertion leaves none behind.
-struct Python(Option<Child>);
-
-impl Python {
-    fn wait_with_output(&mut self) -> std::io::Result<std::process::Output> {
-        self.0.take().expect("waited once").wait_with_output()
-    }
-}
-
-impl Drop for Python {
-    fn drop(&mut self) {
-        if let Some(child) = &mut self.0 {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
 }

@@ -81,6 +81,8 @@ pub struct AgentOptions {
     pub oob_limit_w: Vec<(u32, f64)>,
     /// Memory activity of every GPU when uncapped: (DRAM active 0–1, memory-copy %).
     pub memory_activity: Option<(f64, f64)>,
+    /// The window of the jobs' throughput aggregate, s (the agent's default: 30).
+    pub throughput_window_s: Option<u32>,
 }
 
 impl AgentProcess {
@@ -103,7 +105,10 @@ impl AgentProcess {
         std::fs::write(
             &config,
             format!(
-                "[simulate]\ninitial_limit_w = {{ {} }}\noob_limit_w = {{ {} }}\n{}",
+                "{}[simulate]\ninitial_limit_w = {{ {} }}\noob_limit_w = {{ {} }}\n{}",
+                options
+                    .throughput_window_s
+                    .map_or_else(String::new, |s| format!("throughput_window_s = {s}\n")),
                 map(&options.initial_limit_w),
                 map(&options.oob_limit_w),
                 options.memory_activity.map_or_else(String::new, |(dram, copy)| format!(
@@ -258,6 +263,37 @@ fn write_secret(path: &Path, value: &str) {
 
 /// reqwest with rustls' ring provider, as the gateway builds it.
 /// The agents backend over `agents`: 1 s timeouts, one retry, leases renewed every `renew_s`.
+/// The per-job throughput token `flexgate-agent job-token` prints for `job` under the control
+/// token in `dir/agent.token`.
+pub fn job_token(dir: &Path, job: &str) -> String {
+    let out = Command::new(binary())
+        .args(["job-token", job, "--token-file"])
+        .arg(dir.join("agent.token"))
+        .output()
+        .expect("flexgate-agent job-token runs");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout).expect("UTF-8").trim().to_owned()
+}
+
+/// A child process killed on drop, so that a failing assertion leaves none behind.
+pub struct KillOnDrop(pub Option<Child>);
+
+impl KillOnDrop {
+    /// Waits for it and takes its output.
+    pub fn wait_with_output(&mut self) -> std::io::Result<std::process::Output> {
+        self.0.take().expect("waited once").wait_with_output()
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 pub fn agents_config(
     agents: &[&AgentProcess],
     token_file: PathBuf,
