@@ -182,12 +182,12 @@ fn evidence(templates: &[JobTemplate], n: usize) -> Vec<(JobSpec, JobEvidence)> 
 fn learning(c: &mut Criterion) {
     let templates = templates();
     for n in [1_000, 10_000] {
-        let fleet = evidence(&templates, n);
+        let measured = evidence(&templates, n);
         let mut group = c.benchmark_group("learning_lookup");
         configure(&mut group, n);
         group.bench_function(BenchmarkId::from_parameter(n), |b| {
             b.iter(|| {
-                let upgraded = fleet.iter().filter_map(|(job, e)| e.learned(black_box(job))).count();
+                let upgraded = measured.iter().filter_map(|(job, e)| e.learned(black_box(job))).count();
                 black_box(upgraded)
             });
         });
@@ -196,7 +196,7 @@ fn learning(c: &mut Criterion) {
         configure(&mut group, n);
         group.bench_function(BenchmarkId::from_parameter(n), |b| {
             b.iter_batched_ref(
-                || fleet.iter().map(|(_, e)| e.clone()).collect::<Vec<_>>(),
+                || measured.iter().map(|(_, e)| e.clone()).collect::<Vec<_>>(),
                 |evidence| {
                     for (i, e) in evidence.iter_mut().enumerate() {
                         let at = chrono::DateTime::from_timestamp(1_800_001_000, 0).expect("valid");
@@ -218,6 +218,36 @@ fn learning(c: &mut Criterion) {
                 },
                 criterion::BatchSize::LargeInput,
             );
+        });
+        group.finish();
+        // What a learned upgrade of one job costs the next plan: everything re-estimated (the
+        // baseline) against only the changed job (`prepare_updating`).
+        let (jobs, _) = fleet(&templates, n);
+        let policy = CurveAware::flexgate(Arc::new(CurveFamily::h200_generic()));
+        let previous = policy.prepare_owned(jobs.clone()).expect("valid fleet");
+        let mut upgraded = jobs.clone();
+        upgraded[n / 2].elasticity = Elasticity::Pfi {
+            value: 2.0,
+            grid: flexgate_policies::pfi::CapGrid::paper_default_for(upgraded[n / 2].gpus),
+        };
+        let mut group = c.benchmark_group("upgrade_then_plan_full");
+        configure(&mut group, n);
+        group.bench_function(BenchmarkId::from_parameter(n), |b| {
+            b.iter(|| {
+                let prepared = policy.prepare_owned(black_box(upgraded.clone())).expect("valid");
+                black_box(prepared.allocate(cut()))
+            });
+        });
+        group.finish();
+        let mut group = c.benchmark_group("upgrade_then_plan_incremental");
+        configure(&mut group, n);
+        group.bench_function(BenchmarkId::from_parameter(n), |b| {
+            b.iter(|| {
+                let prepared = policy
+                    .prepare_updating(black_box(upgraded.clone()), &previous)
+                    .expect("valid");
+                black_box(prepared.allocate(cut()))
+            });
         });
         group.finish();
     }

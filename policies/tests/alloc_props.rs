@@ -19,7 +19,8 @@
 //!   and the oracle's budget + shortfall), and the oracle expects exactly what the truths deliver;
 //! - the oracle's realized throughput, and every job's planned power under every policy, never
 //!   fall when the budget grows;
-//! - planning is deterministic, and `prepare` + `allocate` is `plan`;
+//! - planning is deterministic, `prepare` + `allocate` is `plan`, and a preparation updated for a
+//!   changed job set plans as a fresh one;
 //! - unknown jobs are cut only after every known job reached its floor, and with nothing known
 //!   `flexgate` and the oracle fall back to the equal cut;
 //! - extreme but valid inputs (tiny and huge powers, `min == max` cap ranges, one job, all jobs
@@ -727,6 +728,33 @@ proptest! {
             let once = prepared.allocate(budget);
             prop_assert_eq!(&once, &prepared.allocate(budget));
             prop_assert_eq!(&once, &policy.plan(&jobs, budget).expect("valid jobs plan"));
+        }
+    }
+
+    /// A preparation updated for a changed job set (some jobs with other knowledge under the same
+    /// id, some ended, some new, the order changed) plans exactly as a fresh one.
+    #[test]
+    fn an_updated_preparation_plans_as_a_fresh_one(
+        a in fleet(true),
+        b in fleet(true),
+        spec in budget_spec(),
+        keep in prop::collection::vec(any::<bool>(), 1..=60),
+    ) {
+        let (old, other) = (policy_jobs(&a), policy_jobs(&b));
+        let mut new: Vec<JobSpec> = old
+            .iter()
+            .enumerate()
+            .filter_map(|(i, j)| if keep[i % keep.len()] { Some(j.clone()) } else { other.get(i).cloned() })
+            .collect();
+        new.extend(other.iter().skip(old.len()).cloned());
+        new.reverse();
+        prop_assume!(!new.is_empty());
+        let budget = budget(spec, &b);
+        for policy in [&*FLEXGATE, &*ORACLE] {
+            let previous = policy.prepare(&old).expect("valid jobs");
+            let updated = policy.prepare_updating(new.clone(), &previous).expect("valid jobs");
+            let fresh = policy.prepare(&new).expect("valid jobs");
+            prop_assert_eq!(updated.allocate(budget), fresh.allocate(budget));
         }
     }
 

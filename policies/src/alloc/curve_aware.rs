@@ -77,6 +77,76 @@ impl CurveAware {
         self.prepare_cow(Cow::Owned(jobs))
     }
 
+    /// Like [`Self::prepare_owned`], re-estimating only the jobs that differ from `previous`'s
+    /// (matched by id): a job whose knowledge changed, or that started. Estimating a curve costs
+    /// about 10 µs a job, so a controller whose learning upgrades one job at a time would
+    /// otherwise pay the whole fleet's estimation (≈ 100 ms at 10,000 jobs) for each upgrade; a
+    /// reused job costs a copy of its few vertices. The result equals a fresh preparation.
+    pub fn prepare_updating(
+        &self,
+        jobs: Vec<JobSpec>,
+        previous: &Prepared<'_>,
+    ) -> Result<Prepared<'static>, PlanError> {
+        if previous.policy != self.name() {
+            return self.prepare_owned(jobs);
+        }
+        // Segments are pushed job by job in index order: their ranges follow from the counts.
+        let mut segment_start = vec![0usize; previous.jobs.len() + 1];
+        for s in &previous.segments {
+            segment_start[s.job as usize + 1] += 1;
+        }
+        for i in 1..segment_start.len() {
+            segment_start[i] += segment_start[i - 1];
+        }
+        let mut unknown_before = vec![false; previous.jobs.len()];
+        for &i in &previous.unknown {
+            unknown_before[i] = true;
+        }
+        let by_id: std::collections::HashMap<&str, usize> =
+            previous.jobs.iter().enumerate().map(|(i, j)| (&*j.id, i)).collect();
+        let mut prepared = Prepared {
+            policy: self.name(),
+            jobs: Cow::Borrowed(&[]),
+            floors: Vec::with_capacity(jobs.len()),
+            vertices: Vec::with_capacity(previous.vertices.len()),
+            offsets: Vec::with_capacity(jobs.len() + 1),
+            segments: Vec::with_capacity(previous.segments.len()),
+            unknown: Vec::new(),
+        };
+        prepared.offsets.push(0);
+        for (index, job) in jobs.iter().enumerate() {
+            let same = by_id.get(&*job.id).copied().filter(|&k| previous.jobs[k] == *job);
+            match same {
+                Some(k) => {
+                    prepared.floors.push(previous.floors[k]);
+                    let (from, to) = (previous.offsets[k] as usize, previous.offsets[k + 1] as usize);
+                    prepared.vertices.extend_from_slice(&previous.vertices[from..to]);
+                    let job_index = u32::try_from(index).unwrap_or(u32::MAX);
+                    prepared.segments.extend(
+                        previous.segments[segment_start[k]..segment_start[k + 1]]
+                            .iter()
+                            .map(|s| Segment { job: job_index, ..*s }),
+                    );
+                    if unknown_before[k] {
+                        prepared.unknown.push(index);
+                    }
+                }
+                None => {
+                    job.validate()?;
+                    let (floor, kind) = self.floors.floor(job);
+                    prepared.floors.push((floor, kind));
+                    match self.hull_for(job, floor) {
+                        Some(hull) => prepared.push_hull(index, job, floor, &hull),
+                        None => prepared.unknown.push(index),
+                    }
+                }
+            }
+            prepared.offsets.push(prepared.vertices.len() as u32);
+        }
+        prepared.jobs = Cow::Owned(jobs);
+        Ok(prepared)
+    }
+
     fn prepare_cow<'a>(&self, jobs: Cow<'a, [JobSpec]>) -> Result<Prepared<'a>, PlanError> {
         let mut prepared = Prepared {
             policy: self.name(),

@@ -1,8 +1,8 @@
 //! The allocation policy in force, with the curves it estimated kept between plans.
 //!
-//! Estimating a job's curve costs about 7 µs (BENCHMARKS.md); allocating on estimated curves is
-//! linear and fast. Curves are therefore estimated when the job set (or what is known of a job)
-//! changes, and every plan in between only allocates.
+//! Estimating a job's curve costs about 10 µs (BENCHMARKS.md); allocating on estimated curves is
+//! linear and fast. Curves are therefore estimated only for the jobs that started or whose
+//! knowledge changed since the last plan, and every plan in between only allocates.
 
 use super::config::PolicyKind;
 use crate::alloc::{
@@ -43,7 +43,12 @@ impl Planner {
                     .as_ref()
                     .is_none_or(|c| c.jobs().len() != jobs.len() || c.jobs().iter().zip(jobs).any(|(a, b)| a != b));
                 if fresh {
-                    *cache = Some(policy.prepare_owned(jobs.to_vec())?);
+                    let prepared = match cache.as_ref() {
+                        // Only the jobs that changed are estimated again.
+                        Some(previous) => policy.prepare_updating(jobs.to_vec(), previous)?,
+                        None => policy.prepare_owned(jobs.to_vec())?,
+                    };
+                    *cache = Some(prepared);
                 }
                 match cache {
                     Some(prepared) => Ok(prepared.allocate(Budget::Absolute(budget))),
