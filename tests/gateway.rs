@@ -1260,5 +1260,7 @@ async fn probing_measures_the_opted_in_jobs_curves_before_the_first_event() {
     let rows = listed.as_array().expect("jobs");
     for row in rows.iter().filter(|r| r["id"] != prod.as_str()) {
         assert_eq!(row["elasticity"], "measured sweep", "{row}");
+        let evidence = row["knowledge_evidence"].as_str().unwrap_or_default();
+        assert!(evidence.starts_with("measured curve: 4 points"), "{row}");
     }
 }

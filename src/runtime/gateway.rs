@@ -550,7 +550,7 @@ impl Gateway {
         let s = &published.snapshot;
         s.jobs
             .iter()
-            .map(|j| JobView::build(j, s.caps.get(&j.spec.id)))
+            .map(|j| JobView::build(j, s.caps.get(&j.spec.id), s.knowledge.get(&j.spec.id)))
             .collect()
     }
 

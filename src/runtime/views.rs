@@ -163,10 +163,15 @@ pub struct JobView {
     pub uncapped_tokens_per_s: f64,
     /// What is known about its elasticity.
     pub elasticity: String,
+    /// Where that knowledge comes from when the gateway learned it: the measured points
+    /// (`pfi 1.84 from 2 measured points, 550–700 W`, `measured curve: 4 points, 250–700 W`) or
+    /// the fleet's (`fleet prior: pfi 1.85±0.40 from 46 measured jobs`); `null` when it is what
+    /// the cluster said (a tag, the predictor) or nothing.
+    pub knowledge_evidence: Option<String>,
 }
 
 impl JobView {
-    pub(crate) fn build(job: &JobState, applied: Option<&AppliedCap>) -> Self {
+    pub(crate) fn build(job: &JobState, applied: Option<&AppliedCap>, evidence: Option<&String>) -> Self {
         use flexgate_policies::alloc::Elasticity;
         let elasticity = match &job.spec.elasticity {
             Elasticity::Measured { .. } => "measured sweep".to_string(),
@@ -191,6 +196,7 @@ impl JobView {
             uncapped_power_w: job.spec.uncapped_power.value(),
             uncapped_tokens_per_s: job.spec.uncapped_tokens.value(),
             elasticity,
+            knowledge_evidence: evidence.cloned(),
         }
     }
 }

@@ -549,7 +549,7 @@ impl Controller {
     /// The jobs as the cluster reports them, with what was measured of each standing in for what
     /// the cluster says where it says more, and the note of that evidence for the ledger.
     pub(crate) fn with_learned_elasticity(&mut self, mut jobs: Vec<JobState>) -> Vec<JobState> {
-        self.knowledge_notes.clear();
+        let mut notes = std::collections::HashMap::new();
         let mut cache = std::mem::take(&mut self.learned_cache);
         let mut fresh = std::collections::HashMap::with_capacity(cache.len());
         for job in &mut jobs {
@@ -572,7 +572,7 @@ impl Controller {
             };
             if let Some(learned) = &learned {
                 job.spec.elasticity = learned.elasticity.clone();
-                self.knowledge_notes.insert(job.spec.id.clone(), learned.note.clone());
+                notes.insert(job.spec.id.clone(), learned.note.clone());
             }
             fresh.insert(job.spec.id.clone(), (key, learned));
         }
@@ -582,11 +582,12 @@ impl Controller {
             for job in &mut jobs {
                 if job.spec.elasticity == Elasticity::Unknown {
                     job.spec.elasticity = prior.clone();
-                    self.knowledge_notes.insert(job.spec.id.clone(), note.clone());
+                    notes.insert(job.spec.id.clone(), note.clone());
                 }
             }
         }
         self.learned_cache = fresh;
+        self.knowledge_notes = Arc::new(notes);
         jobs
     }
 }

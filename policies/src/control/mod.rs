@@ -277,6 +277,8 @@ pub struct Snapshot {
     pub counters: Counters,
     /// Probe steps in flight.
     pub probes: Arc<std::collections::BTreeMap<Arc<str>, probe::ActiveProbe>>,
+    /// The evidence behind each job's learned knowledge (`elasticity_known`'s note), by job.
+    pub knowledge: Arc<HashMap<Arc<str>, String>>,
 }
 
 /// The controller. See the module docs.
@@ -308,7 +310,7 @@ pub struct Controller {
     /// Profiles not to probe again before the time given (after a step timed out or failed).
     probe_retry: HashMap<Arc<str>, DateTime<Utc>>,
     /// Observed: the evidence behind each job's learned elasticity, for `elasticity_known`.
-    knowledge_notes: HashMap<Arc<str>, String>,
+    knowledge_notes: Arc<HashMap<Arc<str>, String>>,
     /// Observed: each job's learned knowledge, recomputed only when its evidence changed.
     learned_cache: evidence::LearnedCache,
     /// Persistent: a snapshot shares it instead of copying six hours of samples.
@@ -350,7 +352,7 @@ impl Controller {
             tier_floors: HashMap::new(),
             probes: std::collections::BTreeMap::new(),
             probe_retry: HashMap::new(),
-            knowledge_notes: HashMap::new(),
+            knowledge_notes: Arc::default(),
             learned_cache: HashMap::new(),
             meter_history: imbl::Vector::new(),
             next_generation: 1,
@@ -1183,6 +1185,7 @@ impl Controller {
             flex_available_kw: self.flex_available_kw,
             counters: self.counters,
             probes: Arc::new(self.probes.clone()),
+            knowledge: self.knowledge_notes.clone(),
         }
     }
 }
