@@ -108,12 +108,97 @@ fn simulate_writes_csv_and_svg() {
     assert!(table.contains("synthetic:knee") && table.contains("40%"), "{table}");
     let csv = std::fs::read_to_string(csv).expect("csv written");
     assert_eq!(csv.lines().count(), 1 + 5 * 5, "header + 5 cuts × 5 policies");
-    assert!(csv.starts_with("cut,strategy,tokens_per_s_per_job,gap_closure"));
+    assert!(csv.starts_with("cut,strategy,tokens_per_s_per_job,progress,gap_closure"));
     let svg = std::fs::read_to_string(svg).expect("svg written");
     assert!(svg.starts_with("<svg") && svg.contains("xmlns"));
     for name in STRATEGIES {
         assert!(svg.contains(name), "plot legend lacks {name}");
     }
+}
+
+/// `simulate --zoo` runs every family under both objectives, judges each row by its own
+/// numbers, and says so in its exit status; `--objective progress` changes what the gap
+/// closure is computed on.
+#[test]
+fn simulate_zoo_judges_every_family_and_exits_by_its_verdict() {
+    let out = flexgate(&[
+        "simulate",
+        "--zoo",
+        "--workloads",
+        "2",
+        "--jobs",
+        "20",
+        "--cut",
+        "0.3",
+        "--hedge",
+        "-q",
+        "--json",
+    ]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("JSON on stdout ({e}); stderr: {}", String::from_utf8_lossy(&out.stderr)));
+    let rows = report["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 12 * 2, "12 families × 2 objectives × 1 cut");
+    let mut all_pass = true;
+    for row in rows {
+        let v = |k: &str| row[k].as_f64().unwrap_or_else(|| panic!("{k} in {row}"));
+        let (equal, paper, ours, oracle) = (v("equal"), v("pfi_paper"), v("flexgate"), v("oracle"));
+        let slack = 1e-9 * equal.abs();
+        assert_eq!(
+            row["never_worse_than_equal"].as_bool(),
+            Some(ours >= equal - 0.005 * equal.abs() - slack),
+            "{row}"
+        );
+        assert_eq!(
+            row["at_least_the_paper"].as_bool(),
+            Some(paper <= equal + slack || ours >= paper - slack),
+            "{row}"
+        );
+        assert!(
+            oracle >= ours * (1.0 - 1e-9) && oracle >= equal * (1.0 - 1e-9),
+            "the oracle is beaten: {row}"
+        );
+        all_pass &= row["never_worse_than_equal"] == true && row["at_least_the_paper"] == true;
+    }
+    assert_eq!(out.status.success(), all_pass, "exit status follows the verdict");
+
+    let simulate = |extra: &[&str]| {
+        let mut args = vec![
+            "simulate",
+            "--workloads",
+            "3",
+            "--jobs",
+            "20",
+            "--cut",
+            "0.3",
+            "-q",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        flexgate(&args)
+    };
+    let (tokens, progress) = (simulate(&[]), simulate(&["--objective", "progress"]));
+    for out in [&tokens, &progress] {
+        assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let parse = |o: &std::process::Output| serde_json::from_slice::<serde_json::Value>(&o.stdout).expect("json");
+    let (t, p) = (parse(&tokens), parse(&progress));
+    assert_eq!(
+        (t["objective"].as_str(), p["objective"].as_str()),
+        (Some("tokens"), Some("progress"))
+    );
+    let equal = |r: &serde_json::Value, k: &str| r["results"][0]["strategies"]["equal"][k].as_f64().expect(k);
+    // The equal cut does not depend on the objective: both runs report the same plan's figures.
+    assert_eq!(equal(&t, "progress"), equal(&p, "progress"));
+    assert_eq!(equal(&t, "tokens_per_s_per_job"), equal(&p, "tokens_per_s_per_job"));
+    let oracle_progress = |r: &serde_json::Value| {
+        r["results"][0]["strategies"]["oracle"]["progress"]
+            .as_f64()
+            .expect("progress")
+    };
+    assert!(
+        oracle_progress(&p) >= oracle_progress(&t) - 1e-9,
+        "the progress oracle keeps the most progress"
+    );
 }
 
 #[test]

@@ -903,6 +903,7 @@ async fn a_tiered_job_measured_slower_than_its_tier_is_backed_off_within_one_pas
             grid: CapGrid::fine_h200(),
         },
         max_slowdown: Some(Fraction::new(0.10).expect("fraction")),
+        priority: 1.0,
     };
     let job = sim.start_custom_job(spec, truth).expect("room");
     // Uncapped for more than a throughput window: its uncapped point is measured.

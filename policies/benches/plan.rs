@@ -65,6 +65,7 @@ fn fleet(templates: &[JobTemplate], n: usize) -> (Vec<JobSpec>, Vec<JobSpec>) {
                 grid: None,
             },
             max_slowdown: None,
+            priority: 1.0,
         };
         oracle_jobs.push(JobSpec {
             elasticity: Elasticity::Measured { curve: t.truth.clone() },

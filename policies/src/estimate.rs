@@ -203,6 +203,126 @@ impl CurveFamily {
     }
 }
 
+/// Relative power of the knots of a plausible shape ([`PlausibleShape`]): 0.2, 0.3, …, 1.0, the
+/// same points a job's estimated hull is sampled at ([`HULL_KNOT_STRIDE`]).
+pub const PLAUSIBLE_KNOTS: usize = (KNOTS - 1) / HULL_KNOT_STRIDE + 1;
+
+/// One plausible normalised curve: relative throughput at [`PLAUSIBLE_KNOTS`] relative powers.
+pub type PlausibleShape = [f64; PLAUSIBLE_KNOTS];
+
+/// Knee positions of the plausible set: a hinge at every depth from the top of the range (a
+/// straight-line loss) to half the uncapped draw.
+const PLAUSIBLE_KNEES: [f64; 6] = [1.0, 0.9, 0.8, 0.7, 0.6, 0.5];
+
+/// The relative power of plausible-shape knot `k`.
+#[must_use]
+pub fn plausible_knot_x(k: usize) -> f64 {
+    knot_x(k * HULL_KNOT_STRIDE)
+}
+
+/// Relative throughput of `shape` at relative power `x`, linear between knots (and towards the
+/// origin below the first knot, as the estimated hulls do).
+#[must_use]
+pub fn plausible_tau(shape: &PlausibleShape, x: f64) -> f64 {
+    interpolate_knots(shape, KNOT_STEP * HULL_KNOT_STRIDE as f64, x)
+}
+
+/// Shapes of the plausible set per PFI: the hinges and the physical member.
+pub const PLAUSIBLE_PER_PFI: usize = PLAUSIBLE_KNEES.len() + 1;
+/// Size of every job's plausible set: both ends of its PFI interval.
+pub const PLAUSIBLE_SHAPES: usize = 2 * PLAUSIBLE_PER_PFI;
+
+impl CurveFamily {
+    /// Curves of very different shape that all agree with a PFI between `pfi_lo` and `pfi_hi` on
+    /// `grid`: what the planner cannot rule out about a job it has not measured.
+    ///
+    /// A PFI fixes the mean ratio of power cut to throughput lost over a grid's caps, not where
+    /// the loss happens. Every concave non-decreasing curve is a mixture of *hinges* (flat down
+    /// to a knee, then linear), so hinges at every depth are the extreme members of the set
+    /// consistent with one PFI: a knee high up loses throughput early and gently, a deep one
+    /// nothing at first and then steeply. One physical fact bounds how steeply: a power cap
+    /// lowers the SM clock and leaves the memory clock, so a capped GPU never makes fewer tokens
+    /// per joule than it did uncapped (every published H200 group has PFI > 1, "throughput falls
+    /// slower than power"): `τ(x) ≥ x`. A hinge at knee `c` meets that if its slope is at most
+    /// `1/c`; the deepest one that does is the *roofline* `min(1, x/r)`.
+    ///
+    /// The set holds, at both ends of the PFI interval, hinges at knees 1.0, 0.9, …, 0.5 (each
+    /// calibrated in closed form so that its PFI on the grid is the PFI asked; a knee too deep
+    /// for that PFI, or with no grid cap below it, is replaced by the roofline of that PFI) and
+    /// the physical family's member: [`PLAUSIBLE_SHAPES`] shapes, always in the same order, so
+    /// that shape `s` of one job and shape `s` of another are the same *kind* of curve (a fleet
+    /// whose jobs all share one unexpected shape is the case to guard against).
+    ///
+    /// The set is built from the PFI's definition and that one physical bound, not from the
+    /// fleet experiment's truth families: which of those it covers is measured (BENCHMARKS.md,
+    /// the curve zoo).
+    #[must_use]
+    pub fn plausible_shapes(
+        &self,
+        pfi_lo: f64,
+        pfi_hi: f64,
+        grid: &CapGrid,
+        uncapped: WattsPerGpu,
+    ) -> Vec<PlausibleShape> {
+        let xs = relative_caps(grid, uncapped);
+        let row = |f: &dyn Fn(f64) -> f64| {
+            let mut shape = [0.0; PLAUSIBLE_KNOTS];
+            for (k, slot) in shape.iter_mut().enumerate() {
+                *slot = f(plausible_knot_x(k)).clamp(0.0, 1.0);
+            }
+            shape
+        };
+        let mut shapes = Vec::with_capacity(PLAUSIBLE_SHAPES);
+        for pfi in [pfi_lo, pfi_hi.max(pfi_lo)] {
+            let pfi = if pfi.is_finite() { pfi.max(0.5) } else { 1.0 };
+            let roofline = roofline_for_pfi(pfi, &xs);
+            for &c in &PLAUSIBLE_KNEES {
+                match knee_ratio(c, &xs).map(|ratio| ratio / pfi) {
+                    Some(slope) if slope * c <= 1.0 => shapes.push(row(&|x| 1.0 - slope * (c - x).max(0.0))),
+                    _ => shapes.push(row(&|x| (x / roofline).min(1.0))),
+                }
+            }
+            let member = self.member_for_pfi(pfi, &xs);
+            shapes.push(row(&|x| self.tau_at(member, x)));
+        }
+        shapes
+    }
+}
+
+/// `mean((1 − x)/(c − x))` over the relative caps below the knee `c`: a hinge at `c` with slope
+/// `k` has PFI `ratio / k`. `None` when no cap lies below the knee (the PFI does not pin it).
+fn knee_ratio(c: f64, xs: &[f64]) -> Option<f64> {
+    let (sum, n) = xs
+        .iter()
+        .filter(|&&x| x < c)
+        .fold((0.0, 0usize), |(s, n), &x| (s + (1.0 - x) / (c - x), n + 1));
+    (n > 0).then(|| sum / n as f64)
+}
+
+/// The roofline `min(1, x/r)` whose PFI on the relative caps `xs` is `pfi`: its PFI is
+/// `mean(r(1 − x)/(r − x))` over the caps below `r`, 1 at `r = 1` and rising as `r` falls, so
+/// `r` is found by bisection (1 for a PFI of 1 or less, the lowest cap for one beyond reach).
+fn roofline_for_pfi(pfi: f64, xs: &[f64]) -> f64 {
+    let lowest = xs.iter().copied().fold(1.0, f64::min);
+    if pfi <= 1.0 || lowest >= 1.0 {
+        return 1.0;
+    }
+    let pfi_at = |r: f64| knee_ratio(r, xs).map_or(1.0, |ratio| r * ratio);
+    let (mut deep, mut shallow) = (lowest + 1e-6, 1.0);
+    if pfi_at(deep) < pfi {
+        return deep;
+    }
+    for _ in 0..48 {
+        let mid = 0.5 * (deep + shallow);
+        if pfi_at(mid) > pfi {
+            deep = mid;
+        } else {
+            shallow = mid;
+        }
+    }
+    0.5 * (deep + shallow)
+}
+
 /// Weights of the estimator's shape prior: the physical family, and the ensemble of knee and
 /// power-law shapes (`ShapeEnsemble`), all calibrated to the same PFI on the same grid.
 pub const SHAPE_MIX: [f64; 2] = [0.5, 0.5];
@@ -313,14 +433,21 @@ fn knot_x(k: usize) -> f64 {
 }
 
 fn interpolate_row(row: &[f64; KNOTS], x: f64) -> f64 {
+    interpolate_knots(row, KNOT_STEP, x)
+}
+
+/// Linear interpolation on knots `KNOT_LO, KNOT_LO + step, …, 1` (`row` has at least two), and
+/// in proportion to power below the first.
+fn interpolate_knots(row: &[f64], step: f64, x: f64) -> f64 {
+    let last = row.len() - 1;
     if x >= 1.0 {
-        return row[KNOTS - 1];
+        return row[last];
     }
     if x <= KNOT_LO {
         return row[0] * (x / KNOT_LO).max(0.0);
     }
-    let pos = (x - KNOT_LO) / KNOT_STEP;
-    let i = (pos.floor() as usize).min(KNOTS - 2);
+    let pos = (x - KNOT_LO) / step;
+    let i = (pos.floor() as usize).min(last - 1);
     let w = pos - i as f64;
     row[i] + w * (row[i + 1] - row[i])
 }

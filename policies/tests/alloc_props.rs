@@ -300,6 +300,7 @@ fn case_for(
             uncapped_tokens: top.tokens,
             elasticity: elasticity(knowledge, &truth, range),
             max_slowdown,
+            priority: 1.0,
         },
         truth,
     }
@@ -779,32 +780,45 @@ proptest! {
         }
     }
 
-    /// `flexgate` never assumes elasticity it does not know: a job of unknown elasticity is cut
-    /// (a fallback) only once every job it has a curve for sits at its floor; the same for the
-    /// oracle, to which only a measured curve counts as known.
+    /// `flexgate` never assumes elasticity it does not know, in either direction: a job of
+    /// unknown elasticity is cut exactly as the equal rule cuts it (nothing known justifies a
+    /// deeper cut, or sparing it at the others' expense), and deeper only once every job it has
+    /// a curve for sits at its floor; a known job is never a fallback. The same for the oracle,
+    /// to which only a measured curve counts as known.
     #[test]
-    fn unknown_jobs_are_cut_only_after_every_known_job_reached_its_floor(
+    fn unknown_jobs_take_the_equal_cut_and_more_only_after_every_known_job_reached_its_floor(
         cases in fleet(true),
         spec in budget_spec(),
     ) {
         let budget = budget(spec, &cases);
         let jobs = policy_jobs(&cases);
+        let equal = EQUAL.plan(&jobs, budget).expect("valid jobs plan");
         for (policy, known) in [
             (&*FLEXGATE, (|e: &Elasticity| !matches!(e, Elasticity::Unknown)) as fn(&Elasticity) -> bool),
             (&*ORACLE, |e: &Elasticity| matches!(e, Elasticity::Measured { .. })),
         ] {
             let plan = policy.plan(&jobs, budget).expect("valid jobs plan");
-            for (e, j) in plan.entries.iter().zip(&jobs) {
+            let known_room = plan
+                .entries
+                .iter()
+                .zip(&jobs)
+                .any(|(e, j)| known(&j.elasticity) && e.expected_power.value() > e.floor.value() + REL * j.uncapped_power.value());
+            for ((e, eq), j) in plan.entries.iter().zip(&equal.entries).zip(&jobs) {
+                let slack = REL * j.uncapped_power.value();
                 if known(&j.elasticity) {
                     prop_assert!(!plan.fallbacks.contains(&e.job), "{}: {} is known but a fallback", plan.policy, e.job);
-                } else if e.expected_power.value() < j.uncapped_power.value() * (1.0 - REL) {
-                    for (other, k) in plan.entries.iter().zip(&jobs).filter(|(_, k)| known(&k.elasticity)) {
-                        prop_assert!(
-                            other.expected_power.value() <= other.floor.value() + REL * k.uncapped_power.value(),
-                            "{}: unknown {} cut to {} while known {} is at {} above its floor {}",
-                            plan.policy, e.job, e.expected_power, other.job, other.expected_power, other.floor
-                        );
-                    }
+                } else if known_room {
+                    prop_assert!(
+                        (e.expected_power.value() - eq.expected_power.value()).abs() <= slack,
+                        "{}: unknown {} planned at {} where the equal cut plans {}, while a known job has room",
+                        plan.policy, e.job, e.expected_power, eq.expected_power
+                    );
+                } else {
+                    prop_assert!(
+                        e.expected_power.value() <= eq.expected_power.value() + slack,
+                        "{}: unknown {} spared ({} above the equal cut's {}) with every known job at its floor",
+                        plan.policy, e.job, e.expected_power, eq.expected_power
+                    );
                 }
             }
         }
@@ -1027,6 +1041,7 @@ fn weight_spread_jobs() -> Vec<JobSpec> {
         uncapped_tokens: TokensPerSec(tokens),
         elasticity: Elasticity::Unknown,
         max_slowdown: None,
+        priority: 1.0,
     };
     vec![job("job-a", 5e-14), job("job-b", 1000.0 / 3.0)]
 }
@@ -1084,6 +1099,7 @@ fn partial_sweep_jobs() -> (Vec<JobSpec>, Vec<PowerCurve>) {
             uncapped_tokens: truth.uncapped().tokens,
             elasticity: Elasticity::Measured { curve: truth.clone() },
             max_slowdown: None,
+            priority: 1.0,
         })
         .collect();
     (jobs, truths)

@@ -115,6 +115,7 @@ impl ModelCluster {
                         }
                     },
                     max_slowdown: None,
+                    priority: 1.0,
                 },
                 nodes: vec![format!("node-{i}")],
                 applied_cap: WattsPerGpu(j.cap),

@@ -514,6 +514,7 @@ impl SimCluster {
             uncapped_tokens: uncapped.tokens,
             elasticity,
             max_slowdown: template.max_slowdown,
+            priority: 1.0,
         };
         let nodes = state.take_nodes(self.config.nodes_for(template.gpus));
         let mut job = Self::new_job(spec, template.truth.clone(), nodes, now);
@@ -1482,6 +1483,7 @@ mod tests {
             uncapped_tokens: TokensPerSec(1000.0),
             elasticity: Elasticity::Unknown,
             max_slowdown: None,
+            priority: 1.0,
         };
         let id = sim.start_custom_job(spec.clone(), truth.clone()).expect("room");
         assert_eq!(&*id, "custom");
@@ -1524,6 +1526,7 @@ mod tests {
             uncapped_tokens: uncapped.tokens,
             elasticity: Elasticity::Unknown,
             max_slowdown: None,
+            priority: 1.0,
         };
         sim.start_custom_job(spec, template.truth).expect("room");
         let id = sim.start_job(1).expect("room");

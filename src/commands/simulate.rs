@@ -4,10 +4,13 @@ use super::{read_input, write_output};
 use crate::reports::plot::{AxisFormat, Chart, LineStyle, Series};
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
+use flexgate_policies::alloc::Objective;
+use flexgate_policies::alloc::curve_aware::REGRET_TOLERANCE;
 use flexgate_policies::fleet::experiment::{PAPER_PREDICTOR_RMSE, PRODUCTION_FINE_TUNING_SHARE, STRATEGIES};
+use flexgate_policies::fleet::zoo::{ZooFamily, ZooReport, run_zoo, zoo_cuts};
 use flexgate_policies::fleet::{
     ExperimentConfig, ExperimentReport, JobTemplate, KnowledgeLevel, Mix, TierMix, TruthFamily, parse_fleet,
-    published_groups, run_experiment, synthetic_templates,
+    published_groups, run_experiment,
 };
 use flexgate_policies::units::Fraction;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -32,6 +35,21 @@ use std::path::PathBuf;
 ///   flexgate simulate --curves knee --plot knee.svg --csv knee.csv
 ///   flexgate simulate --fleet my_jobs.json         # your own measured curves
 ///   flexgate simulate --season 20 --plot season.svg # 20 events, learning from each
+///   flexgate simulate --zoo                        # every curve family, both objectives
+///   flexgate simulate --objective progress         # GPU-weighted progress instead of tokens/s
+///
+/// Objectives: `tokens` (the paper's: Σ tokens/s) or `progress` (each job's share of its own
+/// uncapped throughput, weighted by its GPUs). Gap closure is computed on the one chosen; the
+/// table reports both. --hedge makes `flexgate` hedge against the equal cut in every scenario
+/// its knowledge cannot rule out (experimental: it does not yet meet its aim on the zoo).
+///
+/// With --zoo: every curve family (the three built-in ones and nine that are hard for the
+/// estimator: deep and varied knees, rooflines, saturating curves, noisy sweeps, equal tokens
+/// per joule, biased and missing predictions, a mixed fleet) at 10/20/30/40 % cuts, under both
+/// objectives, 100 workloads unless --workloads says otherwise; each row says whether flexgate
+/// stayed within 0.5 % of the equal cut and at or above the paper's rule where that rule beats
+/// equal (with --hedge, the unhedged plan is shown next to it). It exits with status 1 when a
+/// row misses.
 ///
 /// With --season N: one fleet of JOBS jobs lives through N events (cuts cycling 20, 30, 40,
 /// 25, 35 %, or the --cut values in order); half the jobs start unknown, the rest with a
@@ -41,9 +59,9 @@ use std::path::PathBuf;
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub struct SimulateArgs {
-    /// Number of random workloads.
-    #[arg(long, default_value_t = 500, value_name = "N")]
-    workloads: usize,
+    /// Number of random workloads [default: 500; 100 with --zoo].
+    #[arg(long, value_name = "N")]
+    workloads: Option<usize>,
     /// Jobs per workload.
     #[arg(long, default_value_t = 100, value_name = "N")]
     jobs: usize,
@@ -62,9 +80,26 @@ pub struct SimulateArgs {
     #[arg(long, default_value_t = 7)]
     seed: u64,
     /// Family of the synthetic ground-truth curves (not with --fleet). `physical`: clock and
-    /// voltage model; `knee`: flat then linear; `powerlaw`: loss ∝ power-cut^1.5.
+    /// voltage model; `knee`: flat then linear below 85 %; `powerlaw`: loss ∝ power-cut^1.5;
+    /// and the zoo's (README, BENCHMARKS.md): knee-deep, knee-varied, roofline, saturating,
+    /// noisy-sweep, equal-tpj, biased, missing, mixed.
     #[arg(long, value_enum, default_value_t = CurvesArg::Physical, conflicts_with = "fleet")]
     curves: CurvesArg,
+    /// What the policies maximise: `tokens` (Σ tokens/s, the paper's) or `progress` (Σ GPUs ×
+    /// share of the job's own uncapped throughput).
+    #[arg(long, value_enum, default_value_t = ObjectiveArg::Tokens)]
+    objective: ObjectiveArg,
+    /// Hedge flexgate's plan against the equal cut in every scenario its knowledge allows
+    /// (experimental, off by default: see BENCHMARKS.md, the curve zoo).
+    #[arg(long)]
+    hedge: bool,
+    /// With --hedge: how far below the equal cut the plan may fall in its worst scenario, as a
+    /// share of the equal cut's throughput (0.02 = 2 %); smaller hedges more.
+    #[arg(long, default_value_t = REGRET_TOLERANCE, value_name = "SHARE", value_parser = parse_tolerance, requires = "hedge")]
+    hedge_tolerance: f64,
+    /// Run the curve zoo: every family, both objectives, cuts 10–40 % (see above).
+    #[arg(long, conflicts_with_all = ["fleet", "season"])]
+    zoo: bool,
     /// QoS tiers: `none` (the paper's setup) or `field` (max slowdown 0/10/25/50 % with
     /// probabilities 0.1/0.3/0.4/0.2, as in the field demonstrations).
     #[arg(long, value_enum, default_value_t = TiersArg::None)]
@@ -122,6 +157,49 @@ enum CurvesArg {
     Physical,
     Knee,
     Powerlaw,
+    KneeDeep,
+    KneeVaried,
+    Roofline,
+    Saturating,
+    NoisySweep,
+    EqualTpj,
+    Biased,
+    Missing,
+    Mixed,
+}
+
+impl CurvesArg {
+    fn family(self) -> ZooFamily {
+        match self {
+            Self::Physical => ZooFamily::Builtin(TruthFamily::Physical),
+            Self::Knee => ZooFamily::Builtin(TruthFamily::Knee),
+            Self::Powerlaw => ZooFamily::Builtin(TruthFamily::Powerlaw),
+            Self::KneeDeep => ZooFamily::KneeDeep,
+            Self::KneeVaried => ZooFamily::KneeVaried,
+            Self::Roofline => ZooFamily::Roofline,
+            Self::Saturating => ZooFamily::Saturating,
+            Self::NoisySweep => ZooFamily::NoisySweep,
+            Self::EqualTpj => ZooFamily::EqualTpj,
+            Self::Biased => ZooFamily::Biased,
+            Self::Missing => ZooFamily::Missing,
+            Self::Mixed => ZooFamily::Mixed,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum ObjectiveArg {
+    Tokens,
+    Progress,
+}
+
+impl ObjectiveArg {
+    fn objective(self) -> Objective {
+        match self {
+            Self::Tokens => Objective::Tokens,
+            Self::Progress => Objective::Progress,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -150,6 +228,16 @@ fn parse_fraction(text: &str) -> Result<f64, String> {
     let value: f64 = text.trim().parse().map_err(|_| format!("{text:?} is not a number"))?;
     if !(0.0..1.0).contains(&value) {
         return Err(format!("a cut must be in [0, 1) (0.3 means 30 %), got {value}"));
+    }
+    Ok(value)
+}
+
+fn parse_tolerance(text: &str) -> Result<f64, String> {
+    let value: f64 = text.trim().parse().map_err(|_| format!("{text:?} is not a number"))?;
+    if !(0.0..=1.0).contains(&value) {
+        return Err(format!(
+            "a tolerance is a share in [0, 1] (0.02 means 2 %), got {value}"
+        ));
     }
     Ok(value)
 }
@@ -213,14 +301,11 @@ fn load_templates(args: &SimulateArgs) -> Result<(Vec<JobTemplate>, String)> {
         }
         None => {
             let groups = published_groups().context("the embedded PFI group table is corrupt")?;
-            let family = match args.curves {
-                CurvesArg::Physical => TruthFamily::Physical,
-                CurvesArg::Knee => TruthFamily::Knee,
-                CurvesArg::Powerlaw => TruthFamily::Powerlaw,
-            };
-            let templates = synthetic_templates(&groups, family).context("calibrating the synthetic job curves")?;
-            let name = format!("{family:?}").to_lowercase();
-            Ok((templates, format!("synthetic:{name}")))
+            let family = args.curves.family();
+            let templates = family
+                .templates(&groups)
+                .context("calibrating the synthetic job curves")?;
+            Ok((templates, format!("synthetic:{}", family.name())))
         }
     }
 }
@@ -232,6 +317,9 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
             "--predictor-sd must be a non-negative number, got {}",
             args.predictor_sd
         );
+    }
+    if args.zoo {
+        return run_zoo_table(args);
     }
     let (templates, source) = load_templates(args)?;
     if let Some(events) = args.season {
@@ -257,7 +345,8 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
         return super::season::run(&request, &templates);
     }
     let knowledge = match (args.knowledge, args.fleet.is_some()) {
-        (Some(KnowledgeArg::Predicted), _) | (None, false) => KnowledgeLevel::Predicted,
+        (None, false) => args.curves.family().knowledge(),
+        (Some(KnowledgeArg::Predicted), _) => KnowledgeLevel::Predicted,
         (Some(KnowledgeArg::Pfi), _) => KnowledgeLevel::Pfi,
         (Some(KnowledgeArg::Sweep), _) => KnowledgeLevel::Sweep,
         (Some(KnowledgeArg::Unknown), _) => KnowledgeLevel::Unknown,
@@ -270,7 +359,7 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
     };
     let config = ExperimentConfig {
         mix,
-        workloads: args.workloads,
+        workloads: args.workloads.unwrap_or(500),
         jobs: args.jobs,
         seed: args.seed,
         cuts: cut_levels(args)?,
@@ -280,6 +369,9 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
         },
         knowledge,
         predictor_sd: args.predictor_sd,
+        objective: args.objective.objective(),
+        hedging: args.hedge,
+        hedge_tolerance: args.hedge_tolerance,
     };
 
     let bar = if args.quiet {
@@ -314,6 +406,138 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
     Ok(())
 }
 
+/// `--zoo`: every family, both objectives, the zoo's cuts (or the ones asked for).
+fn run_zoo_table(args: &SimulateArgs) -> Result<()> {
+    let groups = published_groups().context("the embedded PFI group table is corrupt")?;
+    let cuts = if args.cut.is_empty() && args.cuts.is_none() {
+        zoo_cuts()
+    } else {
+        cut_levels(args)?
+    };
+    let base = ExperimentConfig {
+        mix: match args.mix {
+            MixArg::Production => Mix::Production,
+            MixArg::Random => Mix::Random,
+        },
+        workloads: args.workloads.unwrap_or(100),
+        jobs: args.jobs,
+        seed: args.seed,
+        cuts,
+        tiers: match args.tiers {
+            TiersArg::None => TierMix::None,
+            TiersArg::Field => TierMix::Field,
+        },
+        predictor_sd: args.predictor_sd,
+        hedging: args.hedge,
+        hedge_tolerance: args.hedge_tolerance,
+        ..ExperimentConfig::default()
+    };
+    let families = ZooFamily::ALL;
+    let bar = if args.quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new((families.len() * 2) as u64)
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} curve zoo {bar:40} {pos}/{len} family × objective ({eta} left)")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let report = run_zoo(&families, &groups, &base, &mut |done, _| bar.set_position(done as u64))?;
+    bar.finish_and_clear();
+    if args.json {
+        crate::outln!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        crate::out!("{}", render_zoo(&report));
+    }
+    if let Some(path) = &args.csv {
+        write_output(path, &render_zoo_csv(&report))?;
+        if !args.json {
+            crate::outln!("wrote {}", path.display());
+        }
+    }
+    let failed = report.rows.iter().filter(|r| !r.passes()).count();
+    if failed > 0 {
+        bail!(
+            "{failed} of {} rows miss an acceptance condition (marked ✗ above)",
+            report.rows.len()
+        );
+    }
+    Ok(())
+}
+
+/// The zoo as a Markdown table: gap closure per family, objective and cut.
+fn render_zoo(report: &ZooReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "flexgate simulate --zoo: {} workloads × {} jobs per family and objective, seed {}, production mix\n\
+         gap closure = (policy − equal) / (oracle − equal) on the objective; ✓ = flexgate ≥ equal − 0.5 % of equal, \
+         and ≥ pfi_paper where pfi_paper beats equal; flexgate {}\n",
+        report.workloads,
+        report.jobs,
+        report.seed,
+        if report.hedging {
+            "hedged (the unhedged plan next to it)"
+        } else {
+            "unhedged (the default; --hedge adds the hedged plan)"
+        }
+    );
+    let _ = writeln!(
+        out,
+        "| family | objective | cut | equal | pfi_paper | flexgate unhedged | flexgate | flexgate − equal | ok |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|");
+    let pct = |v: Option<f64>| v.map_or_else(|| "—".to_string(), |g| format!("{:.0} %", g * 100.0));
+    for r in &report.rows {
+        let equal = match r.objective {
+            Objective::Tokens => thousands(r.equal),
+            Objective::Progress => format!("{:.1} %", r.equal * 100.0),
+        };
+        let unhedged = if report.hedging {
+            pct(r.closure(r.unhedged))
+        } else {
+            "(same)".to_string()
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {:.0} % | {equal} | {} | {unhedged} | {} | {:+.2} % | {} |",
+            r.family,
+            r.objective.as_str(),
+            r.cut * 100.0,
+            pct(r.closure(r.pfi_paper)),
+            pct(r.closure(r.flexgate)),
+            (r.flexgate / r.equal - 1.0) * 100.0,
+            if r.passes() { "✓" } else { "✗" }
+        );
+    }
+    let passed = report.rows.iter().filter(|r| r.passes()).count();
+    let _ = writeln!(out, "\n{passed} of {} rows pass.", report.rows.len());
+    out
+}
+
+fn render_zoo_csv(report: &ZooReport) -> String {
+    let mut out = String::from(
+        "family,objective,cut,equal,pfi_paper,flexgate_unhedged,flexgate,oracle,never_worse_than_equal,at_least_the_paper\n",
+    );
+    for r in &report.rows {
+        let _ = writeln!(
+            out,
+            "{},{},{},{:.6},{:.6},{:.6},{:.6},{:.6},{},{}",
+            r.family,
+            r.objective.as_str(),
+            r.cut,
+            r.equal,
+            r.pfi_paper,
+            r.unhedged,
+            r.flexgate,
+            r.oracle,
+            r.never_worse_than_equal,
+            r.at_least_the_paper
+        );
+    }
+    out
+}
+
 fn render_table(report: &ExperimentReport) -> String {
     let mut out = String::new();
     let mix = match report.mix {
@@ -331,7 +555,9 @@ fn render_table(report: &ExperimentReport) -> String {
     );
     let _ = writeln!(
         out,
-        "tokens/s per job (gap closure: share of the equal → oracle gap recovered)\n"
+        "tokens/s per job (gap closure: share of the equal → oracle gap recovered, on the {} objective{})\n",
+        report.objective.as_str(),
+        if report.hedging { "; flexgate hedged" } else { "" }
     );
     let _ = write!(out, "{:>5}", "cut");
     for name in STRATEGIES {
@@ -350,6 +576,26 @@ fn render_table(report: &ExperimentReport) -> String {
             let _ = write!(out, " {cell:>19}");
         }
         let _ = writeln!(out, " {:>5}/{:<5}", cut.budget_violations, cut.tier_violations);
+    }
+    let _ = writeln!(
+        out,
+        "\nGPU-weighted progress kept (Σ GPUs × share of each job's own uncapped throughput ÷ Σ GPUs)\n"
+    );
+    let _ = write!(out, "{:>5}", "cut");
+    for name in STRATEGIES {
+        let _ = write!(out, " {name:>10}");
+    }
+    let _ = writeln!(out);
+    for cut in &report.results {
+        let _ = write!(out, "{:>4.0}%", cut.cut * 100.0);
+        for name in STRATEGIES {
+            let cell = cut
+                .strategies
+                .get(name)
+                .map_or_else(String::new, |s| format!("{:.2}%", s.progress * 100.0));
+            let _ = write!(out, " {cell:>10}");
+        }
+        let _ = writeln!(out);
     }
     let _ = writeln!(
         out,
@@ -390,16 +636,17 @@ fn thousands(value: f64) -> String {
 
 fn render_csv(report: &ExperimentReport) -> String {
     let mut out = String::from(
-        "cut,strategy,tokens_per_s_per_job,gap_closure,budget_violations,tier_violations,infeasible_plans,\
+        "cut,strategy,tokens_per_s_per_job,progress,gap_closure,budget_violations,tier_violations,infeasible_plans,\
          mean_shortfall_w,mean_power_over_budget,fallback_jobs\n",
     );
     for cut in &report.results {
         for (name, s) in &cut.strategies.0 {
             let _ = writeln!(
                 out,
-                "{},{name},{:.3},{},{},{},{},{:.3},{:.6},{}",
+                "{},{name},{:.3},{:.6},{},{},{},{},{:.3},{:.6},{}",
                 cut.cut,
                 s.tokens_per_s_per_job,
+                s.progress,
                 s.gap_closure.map_or_else(String::new, |g| format!("{g:.6}")),
                 s.budget_violations,
                 s.tier_violations,

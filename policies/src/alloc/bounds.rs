@@ -132,6 +132,7 @@ mod tests {
             uncapped_tokens: TokensPerSec(1000.0),
             elasticity,
             max_slowdown: slowdown.map(|s| Fraction::new(s).expect("fraction")),
+            priority: 1.0,
         }
     }
 

@@ -1,8 +1,8 @@
 //! Curve-aware allocation: the oracle and `flexgate`.
 //!
-//! Both maximise total throughput subject to the budget and every floor, by greedy
-//! water-filling on concave hulls (module `select`), which is exact for concave curves. They
-//! differ only in which curves they optimise on:
+//! Both maximise the site's [`Objective`] (total tokens/s, or GPU-weighted progress) subject to
+//! the budget and every floor, by greedy water-filling on concave hulls (module `select`), which
+//! is exact for concave curves. They differ only in which curves they optimise on:
 //!
 //! - **oracle**: every job's *true* measured curve (its upper concave hull). It is the yardstick
 //!   of the fleet experiment, exact when the curves are concave on `[floor, P_max]` (all three
@@ -13,23 +13,34 @@
 //! - **flexgate**: curves *estimated* from what is known ([`crate::estimate`]): a measured sweep
 //!   is used as is; a PFI with its grid selects a member of the estimator family; a predicted
 //!   PFI uses the family's *expected* curve over the prediction's uncertainty (maximising expected
-//!   throughput). Jobs of unknown elasticity are inflexible in the first pass; only if the
-//!   budget still cannot be met are they cut, by a uniform fraction down to their floors, and
-//!   listed as fallbacks (the fallback rule: never assume elasticity that is not known).
+//!   throughput). Optionally ([`CurveAware::with_hedging`], off by default until it meets its
+//!   aim) the plan is then **hedged** (module `hedge`): it must not lose more than a set share
+//!   against the equal cut in any scenario consistent with what is known, or it moves toward
+//!   the equal cut until it does not.
+//!
+//! Jobs of unknown elasticity get exactly the cut the equal rule would give them (and are listed
+//! as fallbacks): nothing known justifies cutting them deeper, or sparing them at the others'
+//! expense. Only if the budget still cannot be met are they cut further, down to their floors.
+//! (Until issue 14 they were left uncapped while any known job had room: with half the fleet
+//! unknown, deep cuts then fell on the known jobs alone and lost to the equal cut.)
 //!
 //! Planning is split in two so the expensive part can be cached per job: [`CurveAware::prepare`]
 //! estimates curves and floors once (when jobs start or knowledge changes), and
 //! [`Prepared::allocate`] plans any budget in expected O(n).
 
+mod hedge;
+
 use super::AllocationPolicy;
 use super::bounds::FloorModel;
 use super::proportional::proportional_cuts;
 use super::select::{Segment, shed_cheapest};
-use super::types::{Budget, CapPlan, Elasticity, FloorKind, JobSpec, PlanEntry, PlanError, Reason};
+use super::types::{Budget, CapPlan, Elasticity, FloorKind, JobSpec, Objective, PlanEntry, PlanError, Reason};
 use crate::curve::{ConcaveHull, PowerCurve};
 use crate::estimate::CurveFamily;
 use crate::pfi::CapGrid;
 use crate::units::{TokensPerSec, Watts};
+use hedge::PlausibleSet;
+pub use hedge::{Hedge, PLAUSIBLE_PFI_SDS, REGRET_TOLERANCE};
 use std::borrow::Cow;
 use std::sync::Arc;
 
@@ -44,6 +55,9 @@ enum Mode {
 pub struct CurveAware {
     mode: Mode,
     floors: FloorModel,
+    objective: Objective,
+    hedging: bool,
+    hedge_tolerance: f64,
 }
 
 impl CurveAware {
@@ -53,6 +67,9 @@ impl CurveAware {
         Self {
             mode: Mode::Flexgate,
             floors: FloorModel::new(family),
+            objective: Objective::Tokens,
+            hedging: false,
+            hedge_tolerance: REGRET_TOLERANCE,
         }
     }
 
@@ -63,6 +80,99 @@ impl CurveAware {
         Self {
             mode: Mode::Oracle,
             floors: FloorModel::new(family),
+            objective: Objective::Tokens,
+            hedging: false,
+            hedge_tolerance: REGRET_TOLERANCE,
+        }
+    }
+
+    /// The same policy maximising `objective` (the default is [`Objective::Tokens`]).
+    #[must_use]
+    pub fn with_objective(mut self, objective: Objective) -> Self {
+        self.objective = objective;
+        self
+    }
+
+    /// Turn hedging against the equal cut on or off (the oracle knows the true curves and
+    /// never hedges). Off by default: on the curve zoo the hedge does not yet meet its aim (it
+    /// passes 52 of 96 family × cut × objective rows against 49 unhedged, and costs the built-in
+    /// knee family 18 points at a 40 % cut; BENCHMARKS.md), so it is measured, not shipped.
+    #[must_use]
+    pub fn with_hedging(mut self, hedging: bool) -> Self {
+        self.hedging = hedging && self.mode == Mode::Flexgate;
+        self
+    }
+
+    /// How far below the equal cut the plan's worst scenario may fall, as a share of the equal
+    /// cut's expected value ([`REGRET_TOLERANCE`] by default; a negative or non-finite value is
+    /// taken as 0: never below the equal cut in any scenario).
+    #[must_use]
+    pub fn with_hedge_tolerance(mut self, tolerance: f64) -> Self {
+        self.hedge_tolerance = if tolerance.is_finite() { tolerance.max(0.0) } else { 0.0 };
+        self
+    }
+
+    /// The objective this policy maximises.
+    #[must_use]
+    pub fn objective(&self) -> Objective {
+        self.objective
+    }
+
+    fn empty_preparation(&self, jobs: usize, vertices: usize, segments: usize) -> Prepared<'static> {
+        Prepared {
+            policy: self.name(),
+            objective: self.objective,
+            hedging: self.hedging,
+            hedge_tolerance: self.hedge_tolerance,
+            jobs: Cow::Borrowed(&[]),
+            floors: Vec::with_capacity(jobs),
+            scale: Vec::with_capacity(jobs),
+            vertices: Vec::with_capacity(vertices),
+            offsets: {
+                let mut offsets = Vec::with_capacity(jobs + 1);
+                offsets.push(0);
+                offsets
+            },
+            segments: Vec::with_capacity(segments),
+            unknown: Vec::new(),
+            plausible: PlausibleSet::with_capacity(jobs),
+        }
+    }
+
+    /// Estimate one job: its floor, hull and plausible shapes go into `prepared`.
+    fn prepare_job(&self, prepared: &mut Prepared<'_>, index: usize, job: &JobSpec) -> Result<(), PlanError> {
+        job.validate()?;
+        let (floor, kind) = self.floors.floor(job);
+        prepared.floors.push((floor, kind));
+        let scale = self.objective.value_per_token(job);
+        prepared.scale.push(scale);
+        match self.hull_for(job, floor) {
+            Some(hull) => prepared.push_hull(index, job, floor, &hull, scale),
+            None => prepared.unknown.push(index),
+        }
+        prepared.offsets.push(prepared.vertices.len() as u32);
+        if self.hedging {
+            prepared.plausible.push(&self.plausible_for(job));
+        } else {
+            prepared.plausible.push(&[]);
+        }
+        Ok(())
+    }
+
+    /// The shapes the hedge guards against: none for a measured curve (it is what it is) or an
+    /// unknown job (it gets the equal cut); for a PFI, the plausible shapes at that PFI; for a
+    /// prediction, at its mean ± [`PLAUSIBLE_PFI_SDS`] standard deviations.
+    fn plausible_for(&self, job: &JobSpec) -> Vec<crate::estimate::PlausibleShape> {
+        let family = self.floors.family();
+        let per_gpu = job.uncapped_power.per_gpu(job.gpus);
+        match &job.elasticity {
+            Elasticity::Measured { .. } | Elasticity::Unknown => Vec::new(),
+            Elasticity::Pfi { value, grid } => family.plausible_shapes(*value, *value, grid, per_gpu),
+            Elasticity::PredictedPfi { mean, sd, grid } => {
+                let grid = grid.clone().unwrap_or_else(|| CapGrid::paper_default_for(job.gpus));
+                let spread = PLAUSIBLE_PFI_SDS * sd.max(0.0);
+                family.plausible_shapes(mean - spread, mean + spread, &grid, per_gpu)
+            }
         }
     }
 
@@ -104,21 +214,13 @@ impl CurveAware {
         }
         let by_id: std::collections::HashMap<&str, usize> =
             previous.jobs.iter().enumerate().map(|(i, j)| (&*j.id, i)).collect();
-        let mut prepared = Prepared {
-            policy: self.name(),
-            jobs: Cow::Borrowed(&[]),
-            floors: Vec::with_capacity(jobs.len()),
-            vertices: Vec::with_capacity(previous.vertices.len()),
-            offsets: Vec::with_capacity(jobs.len() + 1),
-            segments: Vec::with_capacity(previous.segments.len()),
-            unknown: Vec::new(),
-        };
-        prepared.offsets.push(0);
+        let mut prepared = self.empty_preparation(jobs.len(), previous.vertices.len(), previous.segments.len());
         for (index, job) in jobs.iter().enumerate() {
             let same = by_id.get(&*job.id).copied().filter(|&k| previous.jobs[k] == *job);
             match same {
-                Some(k) => {
+                Some(k) if previous.objective == self.objective && previous.hedging == self.hedging => {
                     prepared.floors.push(previous.floors[k]);
+                    prepared.scale.push(previous.scale[k]);
                     let (from, to) = (previous.offsets[k] as usize, previous.offsets[k + 1] as usize);
                     prepared.vertices.extend_from_slice(&previous.vertices[from..to]);
                     let job_index = u32::try_from(index).unwrap_or(u32::MAX);
@@ -130,43 +232,20 @@ impl CurveAware {
                     if unknown_before[k] {
                         prepared.unknown.push(index);
                     }
+                    prepared.offsets.push(prepared.vertices.len() as u32);
+                    prepared.plausible.push(previous.plausible.of(k));
                 }
-                None => {
-                    job.validate()?;
-                    let (floor, kind) = self.floors.floor(job);
-                    prepared.floors.push((floor, kind));
-                    match self.hull_for(job, floor) {
-                        Some(hull) => prepared.push_hull(index, job, floor, &hull),
-                        None => prepared.unknown.push(index),
-                    }
-                }
+                _ => self.prepare_job(&mut prepared, index, job)?,
             }
-            prepared.offsets.push(prepared.vertices.len() as u32);
         }
         prepared.jobs = Cow::Owned(jobs);
         Ok(prepared)
     }
 
     fn prepare_cow<'a>(&self, jobs: Cow<'a, [JobSpec]>) -> Result<Prepared<'a>, PlanError> {
-        let mut prepared = Prepared {
-            policy: self.name(),
-            jobs: Cow::Borrowed(&[]),
-            floors: Vec::with_capacity(jobs.len()),
-            vertices: Vec::with_capacity(jobs.len() * 9),
-            offsets: Vec::with_capacity(jobs.len() + 1),
-            segments: Vec::with_capacity(jobs.len() * 8),
-            unknown: Vec::new(),
-        };
-        prepared.offsets.push(0);
+        let mut prepared: Prepared<'a> = self.empty_preparation(jobs.len(), jobs.len() * 9, jobs.len() * 8);
         for (index, job) in jobs.iter().enumerate() {
-            job.validate()?;
-            let (floor, kind) = self.floors.floor(job);
-            prepared.floors.push((floor, kind));
-            match self.hull_for(job, floor) {
-                Some(hull) => prepared.push_hull(index, job, floor, &hull),
-                None => prepared.unknown.push(index),
-            }
-            prepared.offsets.push(prepared.vertices.len() as u32);
+            self.prepare_job(&mut prepared, index, job)?;
         }
         prepared.jobs = jobs;
         Ok(prepared)
@@ -209,8 +288,14 @@ impl AllocationPolicy for CurveAware {
 #[derive(Debug, Clone)]
 pub struct Prepared<'a> {
     policy: &'static str,
+    objective: Objective,
+    hedging: bool,
+    hedge_tolerance: f64,
     jobs: Cow<'a, [JobSpec]>,
     floors: Vec<(Watts, FloorKind)>,
+    /// What one token/s of each job is worth under the objective (segment slopes are in value
+    /// per watt; vertices stay in tokens/s).
+    scale: Vec<f64>,
     /// All jobs' hull vertices `(power, tokens)` between floor and P_max, concatenated.
     vertices: Vec<(f64, f64)>,
     /// `vertices[offsets[i]..offsets[i+1]]` belong to job i (empty for inflexible jobs).
@@ -219,6 +304,8 @@ pub struct Prepared<'a> {
     segments: Vec<Segment>,
     /// Jobs whose elasticity is unknown (to this policy).
     unknown: Vec<usize>,
+    /// Each job's plausible shapes, for the hedge (empty when hedging is off).
+    plausible: PlausibleSet,
 }
 
 impl Prepared<'_> {
@@ -234,7 +321,7 @@ impl Prepared<'_> {
     /// [`ConcaveHull::tokens_at`]); that extension can make the curve non-concave at the lowest
     /// point, so the hull is taken again over the floor point and the interior vertices. Greedy
     /// shedding needs every job's segments to get steeper as power falls.
-    fn push_hull(&mut self, index: usize, job: &JobSpec, floor: Watts, hull: &ConcaveHull) {
+    fn push_hull(&mut self, index: usize, job: &JobSpec, floor: Watts, hull: &ConcaveHull, scale: f64) {
         let p_max = job.uncapped_power.value();
         let floor = floor.value().min(p_max);
         let interior = hull.vertices().iter().copied().filter(|&(p, _)| p > floor && p < p_max);
@@ -252,7 +339,7 @@ impl Prepared<'_> {
             let width = w[1].0 - w[0].0;
             if width > 0.0 {
                 self.segments.push(Segment {
-                    slope: (w[1].1 - w[0].1) / width,
+                    slope: scale * (w[1].1 - w[0].1) / width,
                     width,
                     job: index as u32,
                 });
@@ -269,11 +356,26 @@ impl Prepared<'_> {
         }
     }
 
+    /// The objective's value of a plan, each job at what it really delivers (unknown jobs in
+    /// proportion to power, as the plan expects).
     fn total_delivered(&self, shed: &[f64]) -> f64 {
         shed.iter()
             .enumerate()
-            .map(|(i, s)| self.delivered_tokens(i, self.jobs[i].uncapped_power.value() - s))
+            .map(|(i, s)| {
+                let job = &self.jobs[i];
+                let power = job.uncapped_power.value() - s;
+                let tokens = if self.has_hull(i) {
+                    self.delivered_tokens(i, power)
+                } else {
+                    job.uncapped_tokens.value() * power / job.uncapped_power.value()
+                };
+                self.scale[i] * tokens
+            })
             .sum()
+    }
+
+    fn has_hull(&self, index: usize) -> bool {
+        self.offsets[index + 1] > self.offsets[index]
     }
 
     /// Repair the greedy solution where it split a job inside a hull segment that bridges a
@@ -282,7 +384,7 @@ impl Prepared<'_> {
     /// segment's lower and upper vertex (real measured points), the rest re-planned around it,
     /// and the best of the three kept. Exact for concave curves (nothing to repair); for others a
     /// standard rounding of the single fractional item of a knapsack relaxation.
-    fn repair_bridged_split(&self, need: f64, shed: &mut Vec<f64>) {
+    fn repair_bridged_split(&self, base: &[f64], need: f64, shed: &mut Vec<f64>) {
         const MAX_REPAIRS: usize = 4;
         let bridged = |shed: &[f64], i: usize| {
             let power = self.jobs[i].uncapped_power.value() - shed[i];
@@ -310,7 +412,7 @@ impl Prepared<'_> {
             };
             let mut best = (self.total_delivered(shed), shed.clone());
             for target in [below, above] {
-                let mut trial = vec![0.0; shed.len()];
+                let mut trial = base.to_vec();
                 trial[j] = p_max - target;
                 let others: Vec<Segment> = self.segments.iter().filter(|s| s.job as usize != j).copied().collect();
                 let unmet = shed_cheapest(&others, (need - trial[j]).max(0.0), &mut trial);
@@ -340,31 +442,53 @@ impl Prepared<'_> {
         Some(a.1 + (power - a.0) / (b.0 - a.0) * (b.1 - a.1))
     }
 
-    /// Plan `budget`: shed the cheapest watts on the hulls, then fall back on unknown jobs.
+    /// Plan `budget`: unknown jobs take the equal rule's cut, the others shed the cheapest watts
+    /// on their hulls, the result is hedged against the equal cut, and only if the budget is
+    /// still not met are unknown jobs cut further.
     #[must_use]
     pub fn allocate(&self, budget: Budget) -> CapPlan {
+        self.allocate_explained(budget).0
+    }
+
+    /// [`Self::allocate`], with what the hedge found and did.
+    #[must_use]
+    pub fn allocate_explained(&self, budget: Budget) -> (CapPlan, Hedge) {
         let jobs = &self.jobs[..];
         let uncapped: Watts = jobs.iter().map(|j| j.uncapped_power).sum();
         let budget_w = budget.resolve(uncapped);
         let need = (uncapped - budget_w).value().max(0.0);
-        let mut shed = vec![0.0; jobs.len()];
-        let mut unmet = shed_cheapest(&self.segments, need, &mut shed);
+        let equal = self.equal_shed(need);
+        let mut base = vec![0.0; jobs.len()];
+        for &i in &self.unknown {
+            base[i] = equal[i];
+        }
+        let need_known = (need - self.unknown.iter().map(|&i| equal[i]).sum::<f64>()).max(0.0);
+        let mut shed = base.clone();
+        let mut unmet = shed_cheapest(&self.segments, need_known, &mut shed);
+        let mut hedge = Hedge::not_needed();
         if unmet <= 0.0 {
-            self.repair_bridged_split(need, &mut shed);
+            self.repair_bridged_split(&base, need_known, &mut shed);
+            if self.hedging {
+                hedge = self.hedge(&equal, &base, need_known, &mut shed);
+            }
         }
 
         let mut fallback = vec![false; jobs.len()];
+        for &i in &self.unknown {
+            fallback[i] = shed[i] > 0.0;
+        }
         if unmet > 0.0 && !self.unknown.is_empty() {
             let weights: Vec<f64> = self.unknown.iter().map(|&i| jobs[i].uncapped_power.value()).collect();
             let room: Vec<f64> = self
                 .unknown
                 .iter()
-                .map(|&i| (jobs[i].uncapped_power - self.floors[i].0).value().max(0.0))
+                .map(|&i| (jobs[i].uncapped_power - self.floors[i].0).value() - shed[i])
+                .map(|r| r.max(0.0))
                 .collect();
             let (cuts, still_unmet) = proportional_cuts(&weights, &room, unmet);
             for (&i, cut) in self.unknown.iter().zip(cuts) {
-                shed[i] = cut;
-                fallback[i] = cut > 0.0;
+                shed[i] += cut;
+                fallback[i] = shed[i] > 0.0;
             }
             unmet = still_unmet;
         }
@@ -414,7 +538,7 @@ impl Prepared<'_> {
                 reason,
             });
         }
-        CapPlan {
+        let plan = CapPlan {
             policy: self.policy,
             budget: budget_w,
             uncapped_power: uncapped,
@@ -422,7 +546,20 @@ impl Prepared<'_> {
             shortfall: Watts(unmet),
             entries,
             fallbacks,
-        }
+        };
+        (plan, hedge)
+    }
+
+    /// What the equal rule sheds from each job for `need` watts (same floors).
+    fn equal_shed(&self, need: f64) -> Vec<f64> {
+        let weights: Vec<f64> = self.jobs.iter().map(|j| j.uncapped_power.value()).collect();
+        let room: Vec<f64> = self
+            .jobs
+            .iter()
+            .zip(&self.floors)
+            .map(|(j, f)| (j.uncapped_power - f.0).value().max(0.0))
+            .collect();
+        proportional_cuts(&weights, &room, need).0
     }
 }
 

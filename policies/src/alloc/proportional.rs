@@ -12,6 +12,9 @@
 //!   the PFI is the best known value (sweep > PFI > predicted mean); unknown counts as 1;
 //! - `Efficiency`: `w = P_max/T_max` — the ablation without PFI.
 //!
+//! Under [`Objective::Progress`] `T_max` in these weights is the job's progress weight
+//! (`gpus × priority`, see [`Proportional::with_objective`]).
+//!
 //! Note that `PfiPaper` and `Efficiency` weights are *intensive* (watts per token/s, independent
 //! of job size), as the paper writes them: a 32-GPU job and an 8-GPU job of the same model get the
 //! same absolute curtailment. The curtailment is applied to the job's aggregate draw and split
@@ -19,7 +22,7 @@
 
 use super::AllocationPolicy;
 use super::bounds::FloorModel;
-use super::types::{Budget, CapPlan, Elasticity, FloorKind, JobSpec, PlanEntry, PlanError, Reason};
+use super::types::{Budget, CapPlan, Elasticity, FloorKind, JobSpec, Objective, PlanEntry, PlanError, Reason};
 use crate::estimate::CurveFamily;
 use crate::pfi::{DEFAULT_EPSILON, pfi};
 use crate::units::{TokensPerSec, Watts};
@@ -41,6 +44,7 @@ pub enum Weighting {
 pub struct Proportional {
     weighting: Weighting,
     floors: FloorModel,
+    objective: Objective,
 }
 
 impl Proportional {
@@ -50,7 +54,18 @@ impl Proportional {
         Self {
             weighting,
             floors: FloorModel::new(family),
+            objective: Objective::Tokens,
         }
+    }
+
+    /// The same rule for another objective: under [`Objective::Progress`] the paper's energy per
+    /// token `P_max/T_max` becomes watts per unit of the job's progress weight
+    /// (`P_max / (gpus × priority)`), so the rule still cuts where a watt costs the objective
+    /// least. `Equal` does not depend on the objective.
+    #[must_use]
+    pub fn with_objective(mut self, objective: Objective) -> Self {
+        self.objective = objective;
+        self
     }
 }
 
@@ -137,7 +152,7 @@ impl AllocationPolicy for Proportional {
 
 impl Proportional {
     fn weight(&self, job: &JobSpec) -> f64 {
-        let intensity = job.uncapped_power.value() / job.uncapped_tokens.value();
+        let intensity = job.uncapped_power.value() / self.objective.uncapped_value(job);
         match self.weighting {
             Weighting::Equal => job.uncapped_power.value(),
             Weighting::Efficiency => intensity,

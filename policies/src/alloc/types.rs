@@ -71,7 +71,61 @@ pub struct JobSpec {
     /// QoS tier: the largest throughput loss the job's owner accepts (0, 10, 25, 50 % in the
     /// field demonstrations). `None` means no limit beyond the cap range.
     pub max_slowdown: Option<Fraction>,
+    /// The site's weight for this job's progress under [`Objective::Progress`] (1 unless the
+    /// scheduler says otherwise, e.g. a Slurm `priority=` flex tag). Ignored by
+    /// [`Objective::Tokens`].
+    pub priority: f64,
 }
+
+/// What a plan maximises.
+///
+/// Summing tokens/s across different models favours the models that make the most tokens per
+/// watt (small ones): a 70B job that keeps a quarter of its throughput costs the sum little.
+/// Sites usually care about each job's *progress*: the fraction of its own uncapped throughput it
+/// keeps, weighted by the GPUs it holds (what the site is paid for) and a priority.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Objective {
+    /// Σ tokens/s: the paper's objective (the default of `flexgate simulate`, so the paper's
+    /// table reproduces).
+    Tokens,
+    /// Σ gpus × priority × (tokens/s ÷ uncapped tokens/s): GPU-weighted progress (the
+    /// gateway's default).
+    #[default]
+    Progress,
+}
+
+impl Objective {
+    /// The stable name used in configuration, reports and the ledger.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Tokens => "tokens",
+            Self::Progress => "progress",
+        }
+    }
+
+    /// What one token/s of `job` is worth under this objective.
+    #[must_use]
+    pub fn value_per_token(self, job: &JobSpec) -> f64 {
+        match self {
+            Self::Tokens => 1.0,
+            Self::Progress => f64::from(job.gpus) * job.priority / job.uncapped_tokens.value(),
+        }
+    }
+
+    /// What `job` is worth uncapped under this objective (T_max, or gpus × priority).
+    #[must_use]
+    pub fn uncapped_value(self, job: &JobSpec) -> f64 {
+        match self {
+            Self::Tokens => job.uncapped_tokens.value(),
+            Self::Progress => f64::from(job.gpus) * job.priority,
+        }
+    }
+}
+
+/// The largest priority weight a job may carry: a scheduler tag of 10⁶ is a typo, not a policy.
+pub const MAX_PRIORITY: f64 = 1000.0;
 
 /// A job the planner refuses to plan, with the field at fault.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -114,6 +168,12 @@ impl JobSpec {
             return Err(err(
                 "cap_range",
                 format!("must satisfy 0 < min ≤ max, got [{lo}, {hi}]"),
+            ));
+        }
+        if !(self.priority.is_finite() && self.priority > 0.0 && self.priority <= MAX_PRIORITY) {
+            return Err(err(
+                "priority",
+                format!("must be a number in (0, {MAX_PRIORITY}], got {}", self.priority),
             ));
         }
         match &self.elasticity {

@@ -674,6 +674,7 @@ mod tests {
             uncapped_tokens: TokensPerSec(tokens),
             elasticity: Elasticity::Unknown,
             max_slowdown: None,
+            priority: 1.0,
         }
     }
 

@@ -16,8 +16,9 @@ use std::sync::Arc;
 pub(crate) enum Planner {
     Curve {
         policy: CurveAware,
-        /// Estimated curves for the current job set (re-estimated only when jobs change).
-        cache: Option<Prepared<'static>>,
+        /// Estimated curves for the current job set (re-estimated only when jobs change); boxed
+        /// because a preparation is several vectors wide and the proportional policies are one.
+        cache: Option<Box<Prepared<'static>>>,
     },
     Proportional(Proportional),
 }
@@ -48,7 +49,7 @@ impl Planner {
                         Some(previous) => policy.prepare_updating(jobs.to_vec(), previous)?,
                         None => policy.prepare_owned(jobs.to_vec())?,
                     };
-                    *cache = Some(prepared);
+                    *cache = Some(Box::new(prepared));
                 }
                 match cache {
                     Some(prepared) => Ok(prepared.allocate(Budget::Absolute(budget))),

@@ -510,6 +510,7 @@ mod tests {
             uncapped_tokens: TokensPerSec(8.0),
             elasticity: Elasticity::Unknown,
             max_slowdown: max_slowdown.and_then(|f| Fraction::new(f).ok()),
+            priority: 1.0,
         }
     }
 

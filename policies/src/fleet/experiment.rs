@@ -26,7 +26,9 @@
 
 use super::rng::SplitMix64;
 use super::truth::JobTemplate;
-use crate::alloc::{AllocationPolicy, Budget, CapPlan, CurveAware, Elasticity, JobSpec, Proportional, Weighting};
+use crate::alloc::{
+    AllocationPolicy, Budget, CapPlan, CurveAware, Elasticity, JobSpec, Objective, Proportional, Weighting,
+};
 use crate::estimate::CurveFamily;
 use crate::units::{Fraction, Watts};
 use serde::ser::SerializeMap;
@@ -97,6 +99,13 @@ pub struct ExperimentConfig {
     pub knowledge: KnowledgeLevel,
     /// Standard deviation of the PFI prediction error.
     pub predictor_sd: f64,
+    /// What the policies maximise, and what the gap closure is computed on.
+    pub objective: Objective,
+    /// Whether `flexgate` hedges against the equal cut (off by default, as in the gateway:
+    /// see [`CurveAware::with_hedging`]).
+    pub hedging: bool,
+    /// The hedge's tolerance (see [`crate::alloc::curve_aware::REGRET_TOLERANCE`]).
+    pub hedge_tolerance: f64,
 }
 
 impl Default for ExperimentConfig {
@@ -112,6 +121,9 @@ impl Default for ExperimentConfig {
             tiers: TierMix::None,
             knowledge: KnowledgeLevel::Predicted,
             predictor_sd: PAPER_PREDICTOR_RMSE,
+            objective: Objective::Tokens,
+            hedging: false,
+            hedge_tolerance: crate::alloc::curve_aware::REGRET_TOLERANCE,
         }
     }
 }
@@ -121,7 +133,11 @@ impl Default for ExperimentConfig {
 pub struct StrategyResult {
     /// Mean realized throughput per job (tokens/s), over all workloads.
     pub tokens_per_s_per_job: f64,
-    /// `(policy − equal) / (oracle − equal)`; `null` where oracle and equal coincide (no cut).
+    /// GPU-weighted progress: Σ gpus × (tokens/s ÷ uncapped tokens/s) ÷ Σ gpus, over all
+    /// workloads (1 = nothing lost).
+    pub progress: f64,
+    /// `(policy − equal) / (oracle − equal)` on the objective in use; `null` where oracle and
+    /// equal coincide (no cut).
     pub gap_closure: Option<f64>,
     /// Plans whose realized power exceeded budget + declared shortfall.
     pub budget_violations: u64,
@@ -191,6 +207,10 @@ pub struct ExperimentReport {
     pub knowledge: KnowledgeLevel,
     /// Prediction error sd.
     pub predictor_sd: f64,
+    /// The objective the gap closure is computed on.
+    pub objective: Objective,
+    /// Whether `flexgate` hedged.
+    pub hedging: bool,
     /// Per cut.
     pub results: Vec<CutResult>,
 }
@@ -219,6 +239,10 @@ pub enum ExperimentError {
 #[derive(Default, Clone)]
 struct Accumulator {
     tokens: f64,
+    /// Σ gpus × priority × relative throughput.
+    progress: f64,
+    /// Σ gpus × priority.
+    progress_weight: f64,
     budget_violations: u64,
     tier_violations: u64,
     infeasible: u64,
@@ -238,10 +262,13 @@ pub fn run_experiment(
     let family = Arc::new(CurveFamily::h200_generic());
     let proportional: Vec<Proportional> = [Weighting::Equal, Weighting::PfiPaper, Weighting::Efficiency]
         .into_iter()
-        .map(|w| Proportional::new(w, family.clone()))
+        .map(|w| Proportional::new(w, family.clone()).with_objective(config.objective))
         .collect();
-    let flexgate = CurveAware::flexgate(family.clone());
-    let oracle = CurveAware::oracle(family);
+    let flexgate = CurveAware::flexgate(family.clone())
+        .with_objective(config.objective)
+        .with_hedging(config.hedging)
+        .with_hedge_tolerance(config.hedge_tolerance);
+    let oracle = CurveAware::oracle(family).with_objective(config.objective);
     let weights = mix_weights(config.mix, templates);
     let mut acc = vec![vec![Accumulator::default(); STRATEGIES.len()]; config.cuts.len()];
 
@@ -295,7 +322,17 @@ pub fn run_experiment(
         .iter()
         .zip(acc)
         .map(|(cut, row)| {
-            let mean = |a: &Accumulator| a.tokens / per_job;
+            let progress = |a: &Accumulator| {
+                if a.progress_weight > 0.0 {
+                    a.progress / a.progress_weight
+                } else {
+                    0.0
+                }
+            };
+            let mean = |a: &Accumulator| match config.objective {
+                Objective::Tokens => a.tokens / per_job,
+                Objective::Progress => progress(a),
+            };
             let (equal, oracle) = (mean(&row[0]), mean(&row[4]));
             let gap = oracle - equal;
             let strategies: Vec<(&'static str, StrategyResult)> = STRATEGIES
@@ -307,7 +344,8 @@ pub fn run_experiment(
                     (
                         name,
                         StrategyResult {
-                            tokens_per_s_per_job: value,
+                            tokens_per_s_per_job: a.tokens / per_job,
+                            progress: progress(a),
                             gap_closure: closure,
                             budget_violations: a.budget_violations,
                             tier_violations: a.tier_violations,
@@ -336,6 +374,8 @@ pub fn run_experiment(
         tiers: config.tiers,
         knowledge: config.knowledge,
         predictor_sd: config.predictor_sd,
+        objective: config.objective,
+        hedging: config.hedging,
         results,
     })
 }
@@ -413,7 +453,10 @@ fn draw_workload(
         .map(|index| {
             let template = rng.weighted_index(weights);
             let t = &templates[template];
-            let predicted_pfi = t.true_pfi.map(|p| (p + errors[template]).clamp(0.5, 5.0));
+            let predicted_pfi = t
+                .true_pfi
+                .filter(|_| t.predicted)
+                .map(|p| (p + t.prediction_bias + errors[template]).clamp(0.5, 5.0));
             let tier_draw = rng.next_f64();
             let max_slowdown = match config.tiers {
                 TierMix::None => t.max_slowdown,
@@ -467,6 +510,7 @@ fn policy_view(config: &ExperimentConfig, t: &JobTemplate, d: &Drawn) -> JobSpec
         uncapped_tokens: uncapped.tokens,
         elasticity,
         max_slowdown: d.max_slowdown,
+        priority: 1.0,
     }
 }
 
@@ -500,6 +544,9 @@ fn account(plan: &CapPlan, jobs: &[JobSpec], workload: &[Drawn], templates: &[Jo
         realized += truth.power_at_cap(entry.cap);
         let tokens = truth.tokens_at_cap(entry.cap);
         acc.tokens += tokens.value();
+        let weight = f64::from(job.gpus) * job.priority;
+        acc.progress += weight * (tokens / job.uncapped_tokens);
+        acc.progress_weight += weight;
         if let Some(limit) = job.max_slowdown {
             let slowdown = 1.0 - tokens / job.uncapped_tokens;
             if slowdown > limit.value() + 1e-9 {

@@ -229,6 +229,8 @@ fn build(raw: RawJob, fail: &dyn Fn(&str, String) -> FleetFileError) -> Result<J
             sweep,
         },
         max_slowdown,
+        predicted: true,
+        prediction_bias: 0.0,
     })
 }
 

@@ -6,6 +6,7 @@ pub mod groups;
 pub mod rng;
 pub mod season;
 pub mod truth;
+pub mod zoo;
 
 pub use experiment::{ExperimentConfig, ExperimentReport, KnowledgeLevel, Mix, TierMix, run_experiment};
 pub use file::parse_fleet;

@@ -242,6 +242,7 @@ pub fn run_season(
             uncapped_tokens: uncapped.tokens,
             elasticity,
             max_slowdown: None,
+            priority: 1.0,
         });
         truths.push(&t.truth);
     }

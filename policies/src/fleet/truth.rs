@@ -75,6 +75,12 @@ pub struct JobTemplate {
     pub known: Known,
     /// QoS limit, if the job has one of its own.
     pub max_slowdown: Option<crate::units::Fraction>,
+    /// Whether the telemetry predictor gives this job a PFI at all (the curve zoo's "missing
+    /// predictions" family says no for half the groups).
+    pub predicted: bool,
+    /// A systematic error of the predictor for this job, added to every prediction (the zoo's
+    /// "biased predictions"); 0 elsewhere.
+    pub prediction_bias: f64,
 }
 
 /// Why a synthetic template could not be built.
@@ -123,7 +129,7 @@ pub fn estimated_tokens_max(group: &Group) -> f64 {
 }
 
 /// Caps at which truth curves are sampled: 200, 225, …, 700 W.
-fn truth_caps() -> Vec<WattsPerGpu> {
+pub(crate) fn truth_caps() -> Vec<WattsPerGpu> {
     (0..=20).map(|i| WattsPerGpu(200.0 + 25.0 * f64::from(i))).collect()
 }
 
@@ -133,27 +139,40 @@ pub fn synthetic_templates(groups: &[Group], family: TruthFamily) -> Result<Vec<
         .iter()
         .map(|g| {
             let truth = truth_curve(g, family).map_err(|source| TemplateError { group: g.id, source })?;
-            Ok(JobTemplate {
-                name: format!("g{:02} {} {} {}x{}", g.id, g.model, g.config, g.gpus, "H200"),
-                group: Some(g.id),
-                regime: Some(g.regime),
-                gpus: g.gpus,
-                cap_range: CapRange::H200,
+            Ok(group_template(
+                g,
                 truth,
-                true_pfi: Some(g.pfi),
-                true_pfi_grid: Some(g.grid.clone()),
-                known: Known {
+                g.pfi,
+                Known {
                     pfi: Some(g.pfi),
                     pfi_grid: Some(g.grid.clone()),
                     ..Known::default()
                 },
-                max_slowdown: None,
-            })
+            ))
         })
         .collect()
 }
 
-fn truth_curve(g: &Group, family: TruthFamily) -> Result<PowerCurve, CalibrationError> {
+/// The template of published group `g` with ground truth `truth` whose PFI on the group's grid
+/// is `true_pfi`, told `known`; predicted, without bias (the zoo changes both where it must).
+pub(crate) fn group_template(g: &Group, truth: PowerCurve, true_pfi: f64, known: Known) -> JobTemplate {
+    JobTemplate {
+        name: format!("g{:02} {} {} {}x{}", g.id, g.model, g.config, g.gpus, "H200"),
+        group: Some(g.id),
+        regime: Some(g.regime),
+        gpus: g.gpus,
+        cap_range: CapRange::H200,
+        truth,
+        true_pfi: Some(true_pfi),
+        true_pfi_grid: Some(g.grid.clone()),
+        known,
+        max_slowdown: None,
+        predicted: true,
+        prediction_bias: 0.0,
+    }
+}
+
+pub(crate) fn truth_curve(g: &Group, family: TruthFamily) -> Result<PowerCurve, CalibrationError> {
     let draw = uncapped_draw(g.regime);
     let t_max = TokensPerSec(estimated_tokens_max(g));
     let caps = truth_caps();
@@ -186,13 +205,13 @@ const POWERLAW_EXPONENT: f64 = 1.5;
 /// Smallest relative throughput a synthetic curve may reach (a job never stops entirely).
 const MIN_RELATIVE_THROUGHPUT: f64 = 0.02;
 
-fn grid_pfi(curve: &PowerCurve, grid: &CapGrid) -> Result<f64, CalibrationError> {
+pub(crate) fn grid_pfi(curve: &PowerCurve, grid: &CapGrid) -> Result<f64, CalibrationError> {
     Ok(pfi_on_grid(curve, grid, DEFAULT_EPSILON)?.value)
 }
 
 /// A curve whose realized power is `min(cap, draw)` per GPU and whose relative throughput is
 /// `tau(x)` at relative power `x`.
-fn shaped_curve(
+pub(crate) fn shaped_curve(
     gpus: u32,
     draw: f64,
     t_max: TokensPerSec,

@@ -243,6 +243,7 @@ impl AgentsBackend {
                 uncapped_tokens: TokensPerSec(n as f64),
                 elasticity,
                 max_slowdown: job.max_slowdown.and_then(|f| Fraction::new(f).ok()),
+                priority: 1.0,
             },
             nodes: {
                 let mut nodes: Vec<String> = job.gpus.iter().map(|(i, _)| self.agents[*i].node.clone()).collect();

@@ -1,0 +1,494 @@
+//! The curve zoo: truth families built to be hard for the estimator, and the table that runs
+//! every policy on all of them (`flexgate simulate --zoo`).
+//!
+//! The built-in families ([`TruthFamily`]) are the ones the estimator was developed on. A site's
+//! own jobs will not follow them, so the zoo adds families that break one assumption each. Every
+//! family keeps the 25 published groups' sizes, draws and grids; each group's truth is
+//! calibrated so that its PFI on its own grid is the published value where the family can reach
+//! it (otherwise the nearest it can, and the prediction is centred on the truth's real PFI):
+//!
+//! | family | truth `τ(x)` at relative power `x` | what it breaks |
+//! |---|---|---|
+//! | `knee_deep` | `1 − k·max(0, 0.6 − x)` | no loss until 60 % of the draw, then a cliff |
+//! | `knee_varied` | `1 − k·max(0, c − x)`, `c` ∈ [0.55, 0.95] per group | one PFI, knees at any depth |
+//! | `roofline` | `min(1, x / r)` | throughput proportional to power below a roofline |
+//! | `saturating` | `(1 − e^(−x/s)) / (1 − e^(−1/s))` | strongly curved everywhere |
+//! | `noisy_sweep` | physical × (1 + 4 % noise) per 25 W | non-concave truth; a sweep with its own 4 % noise is known |
+//! | `equal_tpj` | `mixed` shapes, tokens per joule equal ± 2 % | energy intensity carries no information |
+//! | `biased` | physical; predictions ± 0.6 off (fine-tuning +, pretraining −) | a predictor 2.5 sd wrong that claims its usual sd |
+//! | `missing` | physical; every other group has no prediction | half the fleet unknown |
+//! | `mixed` | per group one of physical, knee 0.85, knee 0.6, power law, roofline, saturating | a fleet of many shapes |
+//!
+//! **Held out.** The estimator was not changed for the zoo: its constants predate it. The
+//! hedge's (tolerance, plausible PFI range, knee depths, multipliers) were chosen looking at
+//! seed 1 (30 workloads) of every family; the reported table is seed 7, first run after they
+//! were fixed. No family was held out of that choice, so the zoo tests the hedge on new draws,
+//! not on new shapes.
+
+use super::experiment::{ExperimentConfig, ExperimentError, ExperimentReport, KnowledgeLevel, run_experiment};
+use super::groups::Group;
+use super::rng::SplitMix64;
+use super::truth::{
+    JobTemplate, Known, TemplateError, TruthFamily, estimated_tokens_max, grid_pfi, group_template, shaped_curve,
+    synthetic_templates, truth_caps, truth_curve, uncapped_draw,
+};
+use crate::alloc::Objective;
+use crate::curve::{CurvePoint, PowerCurve};
+use crate::physics::{CalibrationError, calibrate_monotone};
+use crate::units::{Fraction, TokensPerSec, WattsPerGpu};
+use serde::Serialize;
+
+/// A family of the zoo, or a built-in one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ZooFamily {
+    /// A built-in truth family (physical, knee at 0.85, power law 1.5).
+    Builtin(TruthFamily),
+    /// Knee at 60 % of the draw.
+    KneeDeep,
+    /// A knee per group between 55 % and 95 %.
+    KneeVaried,
+    /// Throughput proportional to power below a roofline.
+    Roofline,
+    /// An exponentially saturating curve.
+    Saturating,
+    /// A non-concave noisy truth, with a noisy measured sweep known.
+    NoisySweep,
+    /// Mixed shapes with (nearly) equal tokens per joule.
+    EqualTpj,
+    /// Physical truth, predictions biased by ± 0.6.
+    Biased,
+    /// Physical truth, half the groups without a prediction.
+    Missing,
+    /// One of six shapes per group.
+    Mixed,
+}
+
+impl ZooFamily {
+    /// Every family, built-in ones first.
+    pub const ALL: [ZooFamily; 12] = [
+        ZooFamily::Builtin(TruthFamily::Physical),
+        ZooFamily::Builtin(TruthFamily::Knee),
+        ZooFamily::Builtin(TruthFamily::Powerlaw),
+        ZooFamily::KneeDeep,
+        ZooFamily::KneeVaried,
+        ZooFamily::Roofline,
+        ZooFamily::Saturating,
+        ZooFamily::NoisySweep,
+        ZooFamily::EqualTpj,
+        ZooFamily::Biased,
+        ZooFamily::Missing,
+        ZooFamily::Mixed,
+    ];
+
+    /// The name used on the command line and in tables.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Builtin(TruthFamily::Physical) => "physical",
+            Self::Builtin(TruthFamily::Knee) => "knee",
+            Self::Builtin(TruthFamily::Powerlaw) => "powerlaw",
+            Self::KneeDeep => "knee_deep",
+            Self::KneeVaried => "knee_varied",
+            Self::Roofline => "roofline",
+            Self::Saturating => "saturating",
+            Self::NoisySweep => "noisy_sweep",
+            Self::EqualTpj => "equal_tpj",
+            Self::Biased => "biased",
+            Self::Missing => "missing",
+            Self::Mixed => "mixed",
+        }
+    }
+
+    /// The family called `name`, if any.
+    #[must_use]
+    pub fn by_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|f| f.name() == name)
+    }
+
+    /// What the policies are told: a noisy measured sweep for `noisy_sweep`, a predicted PFI
+    /// (with the paper's error) everywhere else.
+    #[must_use]
+    pub fn knowledge(self) -> KnowledgeLevel {
+        match self {
+            Self::NoisySweep => KnowledgeLevel::AsGiven,
+            _ => KnowledgeLevel::Predicted,
+        }
+    }
+
+    /// One template per published group.
+    pub fn templates(self, groups: &[Group]) -> Result<Vec<JobTemplate>, TemplateError> {
+        if let Self::Builtin(family) = self {
+            return synthetic_templates(groups, family);
+        }
+        groups
+            .iter()
+            .enumerate()
+            .map(|(position, g)| {
+                self.template(g, position)
+                    .map_err(|source| TemplateError { group: g.id, source })
+            })
+            .collect()
+    }
+
+    fn template(self, g: &Group, position: usize) -> Result<JobTemplate, CalibrationError> {
+        let mut truth = match self {
+            Self::Builtin(family) => truth_curve(g, family)?,
+            Self::KneeDeep => knee(g, 0.6)?,
+            Self::KneeVaried => knee(g, 0.55 + 0.40 * golden(g.id))?,
+            Self::Roofline => roofline(g)?,
+            Self::Saturating => saturating(g)?,
+            Self::NoisySweep => noisy(&truth_curve(g, TruthFamily::Physical)?, g.id, 0, &truth_caps())?,
+            Self::EqualTpj | Self::Mixed => mixed_shape(g, position)?,
+            Self::Biased | Self::Missing => truth_curve(g, TruthFamily::Physical)?,
+        };
+        if self == Self::EqualTpj {
+            truth = equal_tokens_per_joule(&truth, g.id)?;
+        }
+        let true_pfi = grid_pfi(&truth, &g.grid)?;
+        let sweep = match self {
+            Self::NoisySweep => Some(noisy(&truth, g.id, 1, g.grid.caps())?),
+            _ => None,
+        };
+        let prediction_bias = match self {
+            Self::Biased if g.regime.is_fine_tuning() => BIAS,
+            Self::Biased => -BIAS,
+            _ => 0.0,
+        };
+        Ok(JobTemplate {
+            predicted: !(self == Self::Missing && position % 2 == 1),
+            prediction_bias,
+            ..group_template(
+                g,
+                truth,
+                true_pfi,
+                Known {
+                    pfi: Some(true_pfi),
+                    pfi_grid: Some(g.grid.clone()),
+                    sweep,
+                    ..Known::default()
+                },
+            )
+        })
+    }
+}
+
+/// The `biased` family's prediction error (2.5 × the paper's 0.241).
+const BIAS: f64 = 0.6;
+/// Relative noise of the `noisy_sweep` truth and of its measured sweep.
+const NOISE: f64 = 0.04;
+
+/// A number in [0, 1) that spreads group ids evenly (the golden-ratio sequence).
+fn golden(id: u32) -> f64 {
+    (f64::from(id) * 0.618_033_988_749_895).fract()
+}
+
+fn draw_and_tokens(g: &Group) -> (f64, TokensPerSec) {
+    (uncapped_draw(g.regime), TokensPerSec(estimated_tokens_max(g)))
+}
+
+/// A shape `τ(x; θ)` calibrated on θ ∈ [lo, hi] so that its PFI on the group's grid is the
+/// published one; a PFI the shape cannot reach gives the nearest end of the range.
+fn calibrated(g: &Group, lo: f64, hi: f64, tau: impl Fn(f64, f64) -> f64) -> Result<PowerCurve, CalibrationError> {
+    let (draw, t_max) = draw_and_tokens(g);
+    let caps = truth_caps();
+    let build = |theta: f64| shaped_curve(g.gpus, draw, t_max, &caps, |x| tau(theta, x));
+    let pfi_of = |theta: f64| grid_pfi(&build(theta)?, &g.grid);
+    // A gentle end of the range may lose too little on the grid for a PFI to exist at all
+    // (a deep knee below every grid cap but one): move it in until one does.
+    let mut lo = lo;
+    while pfi_of(lo).is_err() && lo * 1.25 < hi {
+        lo *= 1.25;
+    }
+    let theta = match calibrate_monotone(g.pfi, lo, hi, pfi_of) {
+        Ok(theta) => theta,
+        Err(CalibrationError::OutOfReach { target, lowest, .. }) => {
+            // The end of the range whose PFI is the nearest reachable one.
+            let lo_is_lowest = pfi_of(lo)? <= lowest + 1e-9;
+            if (target < lowest) == lo_is_lowest { lo } else { hi }
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(build(theta)?)
+}
+
+fn knee(g: &Group, at: f64) -> Result<PowerCurve, CalibrationError> {
+    calibrated(g, 0.05, 20.0, |slope, x| 1.0 - slope * (at - x).max(0.0))
+}
+
+fn roofline(g: &Group) -> Result<PowerCurve, CalibrationError> {
+    let draw = uncapped_draw(g.regime);
+    let lowest = g.grid.caps().first().map_or(0.3, |c| c.value() / draw);
+    calibrated(g, (lowest + 0.02).min(0.99), 1.0, |r, x| (x / r).min(1.0))
+}
+
+fn saturating(g: &Group) -> Result<PowerCurve, CalibrationError> {
+    calibrated(g, 0.03, 20.0, |s, x| (1.0 - (-x / s).exp()) / (1.0 - (-1.0 / s).exp()))
+}
+
+/// One of six shapes, in turn by the group's position.
+fn mixed_shape(g: &Group, position: usize) -> Result<PowerCurve, CalibrationError> {
+    match position % 6 {
+        0 => truth_curve(g, TruthFamily::Physical),
+        1 => truth_curve(g, TruthFamily::Knee),
+        2 => knee(g, 0.6),
+        3 => truth_curve(g, TruthFamily::Powerlaw),
+        4 => roofline(g),
+        _ => saturating(g),
+    }
+}
+
+/// `curve` with its throughput scaled so that its uncapped tokens per joule is the same for
+/// every group, ± 2 %.
+fn equal_tokens_per_joule(curve: &PowerCurve, id: u32) -> Result<PowerCurve, CalibrationError> {
+    let top = curve.uncapped();
+    let target = top.power.value() * TOKENS_PER_JOULE * (1.0 + 0.02 * (2.0 * golden(id + 7) - 1.0));
+    let factor = target / top.tokens.value();
+    let points = curve
+        .points()
+        .iter()
+        .map(|p| CurvePoint {
+            tokens: p.tokens * factor,
+            ..*p
+        })
+        .collect();
+    Ok(PowerCurve::new(curve.gpus(), points)?)
+}
+
+/// Tokens per joule of every `equal_tpj` job (the level does not matter, only that it is shared).
+const TOKENS_PER_JOULE: f64 = 2.0;
+
+/// `curve`'s points at `caps` (interpolated), each throughput off by `NOISE` relative noise,
+/// drawn from a stream of its own per group and `stream`; the uncapped point stays exact (it is
+/// what production always knows).
+fn noisy(curve: &PowerCurve, id: u32, stream: u64, caps: &[WattsPerGpu]) -> Result<PowerCurve, CalibrationError> {
+    let mut rng = SplitMix64::derive(0x5eed_0000 + u64::from(id), stream);
+    let top = caps.iter().map(|c| c.value()).fold(f64::NEG_INFINITY, f64::max);
+    let points = caps
+        .iter()
+        .map(|&cap| {
+            let noise = if cap.value() >= top { 0.0 } else { NOISE * rng.normal() };
+            CurvePoint {
+                cap,
+                power: curve.power_at_cap(cap),
+                tokens: curve.tokens_at_cap(cap) * (1.0 + noise).max(0.05),
+            }
+        })
+        .collect();
+    Ok(PowerCurve::new(curve.gpus(), points)?)
+}
+
+/// The zoo's table: every family, both objectives, the given cuts.
+#[derive(Debug, Clone, Serialize)]
+pub struct ZooReport {
+    /// Workloads per family and objective.
+    pub workloads: usize,
+    /// Jobs per workload.
+    pub jobs: usize,
+    /// Seed.
+    pub seed: u64,
+    /// Whether `flexgate` hedged (and the unhedged plan was run alongside).
+    pub hedging: bool,
+    /// One row per family, objective and cut.
+    pub rows: Vec<ZooRow>,
+}
+
+/// One family at one cut under one objective.
+#[derive(Debug, Clone, Serialize)]
+pub struct ZooRow {
+    /// Family name.
+    pub family: &'static str,
+    /// Objective.
+    pub objective: Objective,
+    /// Cut.
+    pub cut: f64,
+    /// Mean objective value per plan of the equal cut, the paper's rule, flexgate unhedged,
+    /// flexgate and the oracle (tokens/s per job, or GPU-weighted progress).
+    pub equal: f64,
+    /// The paper's rule.
+    pub pfi_paper: f64,
+    /// `flexgate` without the hedge (the expected-value plan).
+    pub unhedged: f64,
+    /// `flexgate` as configured (hedged when the zoo runs with the hedge on).
+    pub flexgate: f64,
+    /// The oracle.
+    pub oracle: f64,
+    /// `flexgate ≥ equal − 0.5 % of equal`.
+    pub never_worse_than_equal: bool,
+    /// Where the paper's rule beats equal: `flexgate ≥ pfi_paper`.
+    pub at_least_the_paper: bool,
+}
+
+impl ZooRow {
+    /// Gap closure `(x − equal) / (oracle − equal)`, `None` where there is no gap.
+    #[must_use]
+    pub fn closure(&self, value: f64) -> Option<f64> {
+        let gap = self.oracle - self.equal;
+        (gap.abs() > 1e-9 * self.oracle.abs().max(1e-12)).then(|| (value - self.equal) / gap)
+    }
+
+    /// Whether both acceptance conditions hold.
+    #[must_use]
+    pub fn passes(&self) -> bool {
+        self.never_worse_than_equal && self.at_least_the_paper
+    }
+}
+
+/// Run every family in `families` for both objectives at `cuts`, `workloads` × `jobs`, calling
+/// `progress(done, total)` after each experiment. With `base.hedging` the unhedged plan is run
+/// alongside, for comparison.
+pub fn run_zoo(
+    families: &[ZooFamily],
+    groups: &[Group],
+    base: &ExperimentConfig,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<ZooReport, ZooError> {
+    let objectives = [Objective::Tokens, Objective::Progress];
+    let total = families.len() * objectives.len();
+    let mut rows = Vec::new();
+    let mut done = 0;
+    for &family in families {
+        let templates = family.templates(groups)?;
+        for objective in objectives {
+            let config = ExperimentConfig {
+                knowledge: family.knowledge(),
+                objective,
+                hedging: base.hedging,
+                ..base.clone()
+            };
+            let hedged = run_experiment(&config, &templates, family.name(), &mut |_| {})?;
+            let unhedged = if config.hedging {
+                run_experiment(
+                    &ExperimentConfig {
+                        hedging: false,
+                        ..config.clone()
+                    },
+                    &templates,
+                    family.name(),
+                    &mut |_| {},
+                )?
+            } else {
+                hedged.clone()
+            };
+            rows.extend(zoo_rows(family, objective, &hedged, &unhedged));
+            done += 1;
+            progress(done, total);
+        }
+    }
+    Ok(ZooReport {
+        workloads: base.workloads,
+        jobs: base.jobs,
+        seed: base.seed,
+        hedging: base.hedging,
+        rows,
+    })
+}
+
+fn zoo_rows(
+    family: ZooFamily,
+    objective: Objective,
+    hedged: &ExperimentReport,
+    unhedged: &ExperimentReport,
+) -> Vec<ZooRow> {
+    let value = |r: &ExperimentReport, cut: f64, name: &str| {
+        r.at_cut(cut)
+            .and_then(|c| c.strategies.get(name))
+            .map_or(f64::NAN, |s| match objective {
+                Objective::Tokens => s.tokens_per_s_per_job,
+                Objective::Progress => s.progress,
+            })
+    };
+    hedged
+        .results
+        .iter()
+        .map(|c| {
+            let equal = value(hedged, c.cut, "equal");
+            let pfi_paper = value(hedged, c.cut, "pfi_paper");
+            let flexgate = value(hedged, c.cut, "flexgate");
+            // A relative margin of 1e-9 keeps ties (no cut at all) from failing on rounding.
+            let slack = 1e-9 * equal.abs();
+            ZooRow {
+                family: family.name(),
+                objective,
+                cut: c.cut,
+                equal,
+                pfi_paper,
+                unhedged: value(unhedged, c.cut, "flexgate"),
+                flexgate,
+                oracle: value(hedged, c.cut, "oracle"),
+                never_worse_than_equal: flexgate >= equal - 0.005 * equal.abs() - slack,
+                at_least_the_paper: pfi_paper <= equal + slack || flexgate >= pfi_paper - slack,
+            }
+        })
+        .collect()
+}
+
+/// Why the zoo could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ZooError {
+    /// A family's templates could not be built.
+    #[error(transparent)]
+    Template(#[from] TemplateError),
+    /// An experiment could not run.
+    #[error(transparent)]
+    Experiment(#[from] ExperimentError),
+}
+
+/// The default cuts of the zoo table: 10, 20, 30 and 40 %.
+#[must_use]
+pub fn zoo_cuts() -> Vec<Fraction> {
+    [0.1, 0.2, 0.3, 0.4]
+        .into_iter()
+        .filter_map(|c| Fraction::new(c).ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::groups::published_groups;
+
+    #[test]
+    fn every_family_builds_a_template_per_group_at_its_pfi_where_reachable() {
+        let groups = published_groups().expect("groups");
+        for family in ZooFamily::ALL {
+            let templates = family.templates(&groups).expect("templates");
+            assert_eq!(templates.len(), groups.len(), "{}", family.name());
+            let close = templates
+                .iter()
+                .zip(&groups)
+                .filter(|(t, g)| (t.true_pfi.unwrap_or(0.0) - g.pfi).abs() < 0.05)
+                .count();
+            // 4 % noise on points that lose little moves their PFI a lot (the truth's own PFI is
+            // what its predictions are centred on); the others hit it where reachable.
+            assert!(
+                templates
+                    .iter()
+                    .all(|t| t.true_pfi.is_some_and(|p| p.is_finite() && p > 0.0))
+            );
+            let want = if family == ZooFamily::NoisySweep { 0 } else { 20 };
+            assert!(close >= want, "{}: {close} of 25 groups near their PFI", family.name());
+            assert_eq!(ZooFamily::by_name(family.name()), Some(family));
+        }
+    }
+
+    #[test]
+    fn equal_tpj_jobs_share_their_tokens_per_joule_and_missing_drops_half_the_predictions() {
+        let groups = published_groups().expect("groups");
+        let t = ZooFamily::EqualTpj.templates(&groups).expect("templates");
+        let tpj: Vec<f64> = t
+            .iter()
+            .map(|t| t.truth.uncapped().tokens.value() / t.truth.uncapped().power.value())
+            .collect();
+        let (lo, hi) = tpj
+            .iter()
+            .fold((f64::INFINITY, 0.0f64), |(l, h), &v| (l.min(v), h.max(v)));
+        assert!(hi / lo < 1.05, "tokens per joule {lo}–{hi}");
+        let missing = ZooFamily::Missing.templates(&groups).expect("templates");
+        assert_eq!(missing.iter().filter(|t| !t.predicted).count(), 12);
+        let biased = ZooFamily::Biased.templates(&groups).expect("templates");
+        assert!(biased.iter().all(|t| t.prediction_bias.abs() == BIAS));
+        let noisy = ZooFamily::NoisySweep.templates(&groups).expect("templates");
+        assert!(noisy.iter().all(|t| t.known.sweep.is_some()));
+    }
+}
