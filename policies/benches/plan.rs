@@ -118,6 +118,17 @@ fn scaling(c: &mut Criterion) {
     }
     group.finish();
 
+    // The site's flexibility curve: 20 shed levels, each planned by the allocator.
+    let mut group = c.benchmark_group("flexibility_curve_20");
+    for (n, jobs, _) in fleets.iter().filter(|(n, _, _)| *n <= 10_000) {
+        configure(&mut group, *n);
+        let prepared = flexgate.prepare(jobs).expect("synthetic jobs are valid");
+        group.bench_function(BenchmarkId::from_parameter(n), |b| {
+            b.iter(|| black_box(prepared.flexibility_curve(black_box(20))));
+        });
+    }
+    group.finish();
+
     let mut group = c.benchmark_group("flexgate_plan_end_to_end");
     for (n, jobs, _) in &fleets {
         configure(&mut group, *n);

@@ -1223,3 +1223,44 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// The flexibility curve is the allocator's own plans at evenly spaced shed levels: nothing
+    /// lost at no shed, losses that never fall as the shed grows, every job at its floor (and
+    /// nothing short) at the most the jobs can shed, and a plausible range around the expected
+    /// loss when the preparation knows plausible shapes.
+    #[test]
+    fn the_flexibility_curve_rises_from_nothing_to_every_floor(cases in fleet(true), hedged in any::<bool>()) {
+        let jobs = policy_jobs(&cases);
+        let policy = CurveAware::flexgate(FAMILY.clone()).with_hedging(hedged);
+        let prepared = policy.prepare(&jobs).expect("valid jobs");
+        let curve = prepared.flexibility_curve(9);
+        prop_assert_eq!(curve.points.len(), 9);
+        let scale = curve.uncapped_power.value();
+        let first = &curve.points[0];
+        prop_assert!(first.shed.value() == 0.0 && first.jobs_capped == 0 && first.value_lost.abs() <= REL * scale.max(1.0));
+        for pair in curve.points.windows(2) {
+            prop_assert!(pair[1].shed.value() >= pair[0].shed.value());
+            let tolerance = REL * pair[1].value_lost.abs().max(1.0);
+            prop_assert!(
+                pair[1].value_lost >= pair[0].value_lost - tolerance,
+                "loss fell from {} to {} as the shed grew", pair[0].value_lost, pair[1].value_lost
+            );
+        }
+        let last = curve.points.last().expect("points");
+        prop_assert!((last.shed - curve.max_shed).value().abs() <= REL * scale);
+        prop_assert!(last.shortfall.value() <= REL * scale, "short at the maximum: {}", last.shortfall);
+        let plan = prepared.allocate(flexgate_policies::alloc::Budget::Absolute(curve.uncapped_power - curve.max_shed));
+        for e in &plan.entries {
+            prop_assert!(e.expected_power.value() <= e.floor.value() + REL * scale, "{} above its floor at the maximum", e.job);
+        }
+        for p in &curve.points {
+            prop_assert!(p.progress_lost >= -REL && p.progress_lost <= 1.0 + REL);
+            if let Some((lo, hi)) = p.value_lost_range {
+                prop_assert!(hedged && lo <= hi + REL * hi.abs().max(1.0));
+            }
+        }
+    }
+}

@@ -28,6 +28,7 @@
 //! estimates curves and floors once (when jobs start or knowledge changes), and
 //! [`Prepared::allocate`] plans any budget in expected O(n).
 
+mod flexibility;
 mod hedge;
 
 use super::AllocationPolicy;
@@ -39,6 +40,7 @@ use crate::curve::{ConcaveHull, PowerCurve};
 use crate::estimate::CurveFamily;
 use crate::pfi::CapGrid;
 use crate::units::{TokensPerSec, Watts};
+pub use flexibility::{FlexPoint, FlexibilityCurve, MAX_LEVELS};
 use hedge::PlausibleSet;
 pub use hedge::{Hedge, PLAUSIBLE_PFI_SDS, REGRET_TOLERANCE};
 use std::borrow::Cow;

@@ -1,0 +1,143 @@
+//! The site's flexibility (supply) curve: what shedding each amount of GPU power would cost,
+//! computed by the allocator that would carry it out.
+//!
+//! A flexible-compute contract should promise what the running jobs can shed, not what the
+//! installed megawatts suggest. For evenly spaced shed levels from 0 to the most the jobs can
+//! shed (every job at its floor) the curve plans the level with [`Prepared::allocate`] (the same
+//! plan an event of that depth would get) and records its expected cost to the objective, the
+//! tokens/s and GPU-weighted progress lost, how many jobs it caps and which QoS tiers it
+//! touches. When the preparation holds plausible shapes (hedging on) each point also gives the
+//! range of its cost over the plausible scenarios; without them the range is absent, not zero.
+//!
+//! The curve is in GPU-board watts; the gateway converts it to the meter with the facility
+//! model, as it does every budget.
+
+use super::Prepared;
+use crate::alloc::{Budget, Objective};
+use crate::estimate::{PLAUSIBLE_SHAPES, plausible_tau};
+use crate::units::{TokensPerSec, Watts};
+use serde::Serialize;
+
+/// The most levels one curve may have: more is a request for a plot, not a contract.
+pub const MAX_LEVELS: usize = 1000;
+
+/// One shed level of the curve.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FlexPoint {
+    /// GPU-board power shed from the jobs' uncapped draw.
+    pub shed: Watts,
+    /// Expected loss in the objective's units (tokens/s, or GPU-weighted progress × GPUs).
+    pub value_lost: f64,
+    /// The range of `value_lost` over the plausible scenarios (lowest, highest), when known.
+    pub value_lost_range: Option<(f64, f64)>,
+    /// Expected tokens/s lost, summed over the jobs.
+    pub tokens_lost: TokensPerSec,
+    /// Expected GPU-weighted progress lost (0 = none, 1 = every job stopped).
+    pub progress_lost: f64,
+    /// Jobs the plan caps.
+    pub jobs_capped: usize,
+    /// The distinct QoS tiers (maximum slowdowns) of the capped jobs, ascending.
+    pub tiers_touched: Vec<f64>,
+    /// What the plan could not shed at this level (0 below the maximum).
+    pub shortfall: Watts,
+}
+
+/// The whole curve.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FlexibilityCurve {
+    /// The objective the costs are in.
+    pub objective: Objective,
+    /// The jobs' total uncapped draw.
+    pub uncapped_power: Watts,
+    /// The most the jobs can shed (every job at its floor).
+    pub max_shed: Watts,
+    /// From no shed to `max_shed`, ascending.
+    pub points: Vec<FlexPoint>,
+}
+
+impl Prepared<'_> {
+    /// The flexibility curve at `levels` evenly spaced shed levels (at least 2: none and the
+    /// most; at most [`MAX_LEVELS`]).
+    #[must_use]
+    pub fn flexibility_curve(&self, levels: usize) -> FlexibilityCurve {
+        let levels = levels.clamp(2, MAX_LEVELS);
+        let uncapped: Watts = self.jobs.iter().map(|j| j.uncapped_power).sum();
+        let max_shed: f64 = self
+            .jobs
+            .iter()
+            .zip(&self.floors)
+            .map(|(j, f)| (j.uncapped_power - f.0).value().max(0.0))
+            .sum();
+        let total_weight: f64 = self.jobs.iter().map(|j| f64::from(j.gpus) * j.priority).sum();
+        let points = (0..levels)
+            .map(|k| {
+                let shed = max_shed * k as f64 / (levels - 1) as f64;
+                let plan = self.allocate(Budget::Absolute(uncapped - Watts(shed)));
+                let (mut value, mut tokens, mut progress, mut capped) = (0.0, 0.0, 0.0, 0usize);
+                let mut tiers: Vec<f64> = Vec::new();
+                for (i, (job, e)) in self.jobs.iter().zip(&plan.entries).enumerate() {
+                    let lost = (job.uncapped_tokens - e.expected_tokens).value().max(0.0);
+                    value += self.scale[i] * lost;
+                    tokens += lost;
+                    progress += f64::from(job.gpus) * job.priority * lost / job.uncapped_tokens.value();
+                    if e.expected_power.value() < job.uncapped_power.value() * (1.0 - 1e-9) {
+                        capped += 1;
+                        if let Some(tier) = job.max_slowdown {
+                            tiers.push(tier.value());
+                        }
+                    }
+                }
+                tiers.sort_by(f64::total_cmp);
+                tiers.dedup();
+                FlexPoint {
+                    shed: Watts(shed),
+                    value_lost: value,
+                    value_lost_range: self.scenario_loss_range(&plan.entries),
+                    tokens_lost: TokensPerSec(tokens),
+                    progress_lost: if total_weight > 0.0 {
+                        progress / total_weight
+                    } else {
+                        0.0
+                    },
+                    jobs_capped: capped,
+                    tiers_touched: tiers,
+                    shortfall: plan.shortfall,
+                }
+            })
+            .collect();
+        FlexibilityCurve {
+            objective: self.objective,
+            uncapped_power: uncapped,
+            max_shed: Watts(max_shed),
+            points,
+        }
+    }
+
+    /// The plan's loss under each plausible scenario (measured and unknown jobs at their
+    /// expected loss), lowest and highest; `None` when no job has plausible shapes.
+    fn scenario_loss_range(&self, entries: &[crate::alloc::PlanEntry]) -> Option<(f64, f64)> {
+        let mut losses = [0.0; PLAUSIBLE_SHAPES];
+        let mut any = false;
+        for (i, (job, e)) in self.jobs.iter().zip(entries).enumerate() {
+            let shapes = self.plausible.of(i);
+            if shapes.len() == PLAUSIBLE_SHAPES {
+                any = true;
+                let x = e.expected_power / job.uncapped_power;
+                let value = self.scale[i] * job.uncapped_tokens.value();
+                for (loss, shape) in losses.iter_mut().zip(shapes) {
+                    *loss += value * (1.0 - plausible_tau(shape, x)).max(0.0);
+                }
+            } else {
+                let lost = self.scale[i] * (job.uncapped_tokens - e.expected_tokens).value().max(0.0);
+                for loss in &mut losses {
+                    *loss += lost;
+                }
+            }
+        }
+        any.then(|| {
+            losses.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &l| {
+                (lo.min(l), hi.max(l))
+            })
+        })
+    }
+}
