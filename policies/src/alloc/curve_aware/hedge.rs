@@ -148,24 +148,10 @@ impl Prepared<'_> {
         gains
     }
 
-    /// The equal cut's expected value under the objective.
-    fn equal_value(&self, equal: &[f64]) -> f64 {
-        (0..self.jobs.len())
-            .map(|i| {
-                let job = &self.jobs[i];
-                let power = job.uncapped_power.value() - equal[i];
-                let tokens = self
-                    .hull_tokens(i, power)
-                    .unwrap_or(job.uncapped_tokens.value() * power / job.uncapped_power.value());
-                self.scale[i] * tokens
-            })
-            .sum()
-    }
-
     /// Hedge the plan `shed` against the equal cut `equal` (see the module docs). `base` holds
     /// the unknown jobs' equal shares and `need_known` the watts the other jobs must shed.
     pub(super) fn hedge(&self, equal: &[f64], base: &[f64], need_known: f64, shed: &mut Vec<f64>) -> Hedge {
-        let equal_value = self.equal_value(equal);
+        let equal_value = self.total_delivered(equal);
         let tolerance = self.hedge_tolerance * equal_value.abs();
         let worst = |shed: &[f64]| {
             let gains = self.scenario_gains(shed, equal);
