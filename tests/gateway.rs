@@ -257,6 +257,32 @@ async fn an_event_caps_jobs_holds_the_ceiling_and_restores_at_the_end() {
     }
     let baseline = gw.status().await.measured_meter_kw.expect("meter");
     let ceiling = (baseline * 0.85 * 10.0).round() / 10.0;
+    // Before the event: the site publishes what shedding would cost, at the meter.
+    let (code, body) = get(&gw, "/v1/flexibility").await;
+    assert_eq!(code, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    let curve: Value = serde_json::from_slice(&body).expect("json");
+    assert_eq!(curve["source"], "planner_estimate");
+    assert_eq!(curve["objective"], "tokens");
+    let points = curve["points"].as_array().expect("points");
+    assert_eq!(points.len(), 21);
+    assert_eq!(points[0]["meter_shed_kw"], 0.0);
+    let shed = |p: &Value| p["meter_shed_kw"].as_f64().expect("number");
+    let lost = |p: &Value| p["progress_lost"].as_f64().expect("number");
+    for w in points.windows(2) {
+        assert!(shed(&w[1]) > shed(&w[0]) && lost(&w[1]) >= lost(&w[0]) - 1e-12, "{w:?}");
+    }
+    let most = shed(&points[20]);
+    assert!(
+        most > baseline - ceiling,
+        "the site can shed {most} kW, the event asks {}",
+        baseline - ceiling
+    );
+    let promised = points
+        .iter()
+        .find(|p| shed(p) >= baseline - ceiling)
+        .map(lost)
+        .expect("a level covers the event");
+    assert!(promised > 0.0 && promised < 1.0, "{promised}");
     let (status, ack) = post(&gw, &event("ev-hold", 1, ceiling, 60, Some(3600)), Some(TOKEN)).await;
     assert_eq!(status, StatusCode::OK, "{ack}");
 
@@ -273,6 +299,25 @@ async fn an_event_caps_jobs_holds_the_ceiling_and_restores_at_the_end() {
     assert_eq!(status.meter_ceiling_kw, Some(ceiling));
     let plan = gw.plan().await.expect("plan in force");
     assert!(plan.entries.iter().any(|e| e.cap.value() < 700.0), "some job is capped");
+    // The plan says what it maximised, what it expects to keep on both objectives, and per
+    // job what was known of it and how much it weighed.
+    assert_eq!(plan.objective.as_deref(), Some("tokens"));
+    let expected = plan.expected.expect("expected outcome");
+    assert!(
+        expected.tokens_kept_share > 0.5 && expected.tokens_kept_share < 1.0,
+        "{expected:?}"
+    );
+    assert!(
+        expected.progress_kept_share > 0.3 && expected.progress_kept_share < 1.0,
+        "{expected:?}"
+    );
+    for e in &plan.entries {
+        assert!(e.knowledge.as_deref().is_some_and(|k| !k.is_empty()), "{e:?}");
+        assert!(
+            e.weight.is_some_and(|w| w >= 1.0) && e.expected_share.is_some(),
+            "{e:?}"
+        );
+    }
     let capped: Vec<_> = plan.entries.iter().filter(|e| e.cap.value() < 699.0).collect();
     for e in &capped {
         let applied = sim.cap_of(&e.job).expect("job");

@@ -1027,6 +1027,47 @@ proptest! {
 // Regressions: bugs these properties found, fixed in the library; the minimal examples stay.
 // ---------------------------------------------------------------------------------------------
 
+/// Under the progress objective a job's `priority` weighs its share of its own throughput: of
+/// two identical jobs, the one of priority 4 keeps more of its speed, and under the tokens
+/// objective (which has no weights) both are cut alike.
+#[test]
+fn a_higher_priority_job_is_cut_less_under_the_progress_objective() {
+    let job = |id: &str, priority: f64| JobSpec {
+        id: id.into(),
+        gpus: 8,
+        cap_range: CapRange::H200,
+        uncapped_power: Watts(8.0 * 680.0),
+        uncapped_tokens: TokensPerSec(20_000.0),
+        elasticity: Elasticity::PredictedPfi {
+            mean: 1.5,
+            sd: 0.241,
+            grid: None,
+        },
+        max_slowdown: None,
+        priority,
+    };
+    let jobs = vec![job("low", 1.0), job("high", 4.0)];
+    let budget = Budget::Cut(Fraction::new(0.3).expect("valid cut"));
+    let family = Arc::new(CurveFamily::h200_generic());
+    let cap = |plan: &CapPlan, id: &str| {
+        plan.entries
+            .iter()
+            .find(|e| &*e.job == id)
+            .map(|e| e.cap.value())
+            .expect("planned")
+    };
+    let progress = CurveAware::flexgate(family.clone())
+        .with_objective(flexgate_policies::alloc::Objective::Progress)
+        .plan(&jobs, budget)
+        .expect("plan");
+    assert!(cap(&progress, "high") > cap(&progress, "low") + 50.0, "{progress:?}");
+    let tokens = CurveAware::flexgate(family)
+        .with_objective(flexgate_policies::alloc::Objective::Tokens)
+        .plan(&jobs, budget)
+        .expect("plan");
+    assert!((cap(&tokens, "high") - cap(&tokens, "low")).abs() < 1.0, "{tokens:?}");
+}
+
 /// Two 1-GPU jobs, caps 100–1000 W, nothing known; `job-a` draws 1000 W at 5e-14 tok/s (weight
 /// P/T = 2e16), `job-b` 1000 W at 1000/3 tok/s (weight 3); budget: a 50 % cut, 1000 W.
 fn weight_spread_jobs() -> Vec<JobSpec> {

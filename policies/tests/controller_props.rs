@@ -115,7 +115,8 @@ impl ModelCluster {
                         }
                     },
                     max_slowdown: None,
-                    priority: 1.0,
+                    // Every other job counts double under the progress objective.
+                    priority: 1.0 + (i % 2) as f64,
                 },
                 nodes: vec![format!("node-{i}")],
                 applied_cap: WattsPerGpu(j.cap),
@@ -238,6 +239,7 @@ fn settings_probing(probing: bool) -> Settings {
         site: SiteConfig::default(),
         control: ControlConfig::default(),
         policy: PolicyKind::Flexgate,
+        objective: flexgate_policies::alloc::Objective::Progress,
         facility,
         probe: flexgate_policies::control::probe::ProbeConfig {
             enabled: probing,
@@ -593,6 +595,29 @@ fn check_plan(entry: &Entry) {
             a.shortfall
         );
         assert!(p.gpu_budget_w.is_finite() && p.gpu_budget_w >= 0.0);
+        // Every plan says what it maximised, what it expects to keep on both objectives, and
+        // per job what was known and how it was weighed; the expected progress is the
+        // weighted mean of the jobs' expected shares.
+        assert_eq!(a.objective.as_deref(), Some("progress"));
+        assert_eq!(a.notes.len(), a.rows.len());
+        let expected = a.expected.expect("expected outcome recorded");
+        for share in [expected.tokens_kept_share, expected.progress_kept_share] {
+            assert!((0.0..=1.0 + 1e-9).contains(&share), "share {share}");
+        }
+        let weight: f64 = a.notes.iter().map(|n| f64::from(n.0) * n.1).sum();
+        if weight > 0.0 {
+            let mean = a.notes.iter().map(|n| f64::from(n.0) * n.1 * n.3).sum::<f64>() / weight;
+            assert!(
+                (mean - expected.progress_kept_share).abs() < 1e-3,
+                "{mean} vs {expected:?}"
+            );
+        }
+        for note in &a.notes {
+            assert!(
+                !note.2.is_empty() && note.1 > 0.0 && (0.0..=1.0).contains(&note.3),
+                "{note:?}"
+            );
+        }
         for row in &a.rows {
             assert!(
                 (200.0 - 1e-6..=MAX_W + 1e-6).contains(&row.1),

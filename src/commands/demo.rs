@@ -323,21 +323,35 @@ fn print_before_after(
         .filter_map(|e| Some((e["job"].as_str()?.to_string(), e["cap"].as_f64()?)))
         .collect();
     let (mut ours, mut theirs, mut full) = (0.0, 0.0, 0.0);
-    for entry in &equal.entries {
+    // GPU-weighted progress: each job's share of its own uncapped throughput, per GPU.
+    let (mut our_progress, mut their_progress, mut gpus) = (0.0, 0.0, 0.0);
+    for (entry, spec) in equal.entries.iter().zip(specs) {
         let Some(truth) = sim.truth_of(&entry.job) else {
             continue;
         };
-        full += truth.uncapped().tokens.value();
-        theirs += truth.tokens_at_cap(entry.cap).value();
+        let top = truth.uncapped().tokens.value();
+        full += top;
+        let equal_tokens = truth.tokens_at_cap(entry.cap).value();
+        theirs += equal_tokens;
         let cap = caps
             .get(entry.job.as_ref())
             .copied()
             .map_or(truth.uncapped().cap, flexgate_policies::units::WattsPerGpu);
-        ours += truth.tokens_at_cap(cap).value();
+        let our_tokens = truth.tokens_at_cap(cap).value();
+        ours += our_tokens;
+        let n = f64::from(spec.gpus);
+        gpus += n;
+        our_progress += n * our_tokens / top.max(1e-9);
+        their_progress += n * equal_tokens / top.max(1e-9);
     }
-    if full > 0.0 {
+    if full > 0.0 && gpus > 0.0 {
         crate::outln!(
-            "  throughput kept: flexgate {:.1} % of uncapped, an equal cut of the same GPU budget {:.1} % (+{:.0} tokens/s fleet-wide)",
+            "  kept, on the simulated jobs' true curves (objective {}):\n    \
+             GPU-weighted progress: flexgate {:.1} %, an equal cut of the same GPU budget {:.1} %\n    \
+             tokens/s summed:       flexgate {:.1} %, the equal cut {:.1} % ({:+.0} tokens/s fleet-wide)",
+            plan["objective"].as_str().unwrap_or("tokens"),
+            our_progress / gpus * 100.0,
+            their_progress / gpus * 100.0,
             ours / full * 100.0,
             theirs / full * 100.0,
             ours - theirs

@@ -66,6 +66,11 @@ pub struct PlanSummary {
     pub shortfall_w: Option<f64>,
     /// Jobs below their uncapped cap.
     pub jobs_capped: usize,
+    /// What the plan maximised (`progress`, `tokens`; absent in older ledgers).
+    pub objective: Option<String>,
+    /// What it expected to keep, by the planner's curves (estimates; the measured figures are
+    /// in `throughput`).
+    pub expected: Option<flexgate_policies::control::entry::ExpectedOutcome>,
 }
 
 /// One dispatch (or restore).
@@ -156,6 +161,45 @@ pub struct ThroughputAudit {
     /// Jobs whose throughput was unknown at some time in the event (reported nothing, or
     /// their node did not answer): their slowdown is not measured.
     pub unmeasured: Vec<String>,
+    /// What the jobs measured both uncapped and capped kept, on both objectives; `None` when
+    /// no job was measured both ways. Only measured jobs count: nothing here is modelled.
+    pub measured_kept: Option<MeasuredKept>,
+}
+
+/// The share of their uncapped throughput the measured jobs kept during the event.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct MeasuredKept {
+    /// How many jobs the figures are over.
+    pub jobs: usize,
+    /// Σ capped tokens/s ÷ Σ uncapped tokens/s.
+    pub tokens_kept_share: f64,
+    /// Mean of each job's capped ÷ uncapped, weighted by GPUs × priority as the plan weighed it
+    /// (1 per job for plans recorded before notes).
+    pub progress_kept_share: f64,
+}
+
+/// [`MeasuredKept`] over the jobs measured both ways, each weighted by `weights` (default 1).
+fn measured_kept(jobs: &[JobAudit], weights: &std::collections::HashMap<String, f64>) -> Option<MeasuredKept> {
+    let (mut n, mut capped, mut uncapped, mut progress, mut weight) = (0, 0.0, 0.0, 0.0, 0.0);
+    for j in jobs {
+        let (Some(u), Some(c)) = (j.uncapped_tokens_per_s, j.capped_tokens_per_s) else {
+            continue;
+        };
+        if u <= 0.0 {
+            continue;
+        }
+        let w = weights.get(&j.job).copied().unwrap_or(1.0);
+        n += 1;
+        capped += c;
+        uncapped += u;
+        progress += w * (c / u);
+        weight += w;
+    }
+    (n > 0 && weight > 0.0).then(|| MeasuredKept {
+        jobs: n,
+        tokens_kept_share: capped / uncapped,
+        progress_kept_share: progress / weight,
+    })
 }
 
 /// What a curtailment cost one job, from its measured points (`throughput_point` records).
@@ -229,6 +273,8 @@ pub fn build(records: &[Record], event_id: &str, window_s: u64) -> Result<Option
     let mut throughput_known: Vec<(DateTime<Utc>, String, bool)> = Vec::new();
     let mut points: Vec<flexgate_policies::control::entry::ThroughputPoint> = Vec::new();
     let mut planned_jobs: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+    // Each job's objective weight (GPUs × priority) as the latest plan recorded it.
+    let mut weights: std::collections::HashMap<String, f64> = std::collections::HashMap::new();
     for record in records {
         let entry = record.entry()?;
         if let Entry::ThroughputPoint(p) = &entry {
@@ -270,6 +316,9 @@ pub fn build(records: &[Record], event_id: &str, window_s: u64) -> Result<Option
             Entry::OperatorOptOut(o) => opt_outs.push(o),
             Entry::Plan(p) => {
                 planned_jobs.extend(p.plan.rows.iter().map(|row| row.0.to_string()));
+                for (row, note) in p.plan.rows.iter().zip(&p.plan.notes) {
+                    weights.insert(row.0.to_string(), f64::from(note.0) * note.1);
+                }
                 for f in &p.plan.fallbacks {
                     if !fallbacks.iter().any(|x| **x == **f) {
                         fallbacks.push(f.to_string());
@@ -293,6 +342,8 @@ pub fn build(records: &[Record], event_id: &str, window_s: u64) -> Result<Option
                         .iter()
                         .filter(|row| !matches!(row.6.as_str(), "uncapped" | "inflexible_unknown"))
                         .count(),
+                    objective: p.plan.objective.clone(),
+                    expected: p.plan.expected,
                 });
             }
             Entry::CapsDispatched(d) => dispatches.push(DispatchSummary {
@@ -436,11 +487,12 @@ pub fn build(records: &[Record], event_id: &str, window_s: u64) -> Result<Option
         .filter(|(t, _, _)| series_from.is_none_or(|f| *t >= f) && series_to.is_none_or(|e| *t <= e))
         .copied()
         .collect();
-    let throughput = throughput_audit(&planned_jobs, &throughput_known, started, ended);
-    let jobs = planned_jobs
+    let mut throughput = throughput_audit(&planned_jobs, &throughput_known, started, ended);
+    let jobs: Vec<JobAudit> = planned_jobs
         .iter()
         .map(|job| job_audit(job, &points, started, ended))
         .collect();
+    throughput.measured_kept = measured_kept(&jobs, &weights);
     Ok(Some(AuditReport {
         throughput,
         jobs,
@@ -567,6 +619,10 @@ fn kw(v: Option<f64>) -> String {
     v.map_or_else(|| "—".to_string(), |x| format!("{x:.1}"))
 }
 
+fn share(v: Option<f64>) -> String {
+    v.map_or_else(|| "—".to_string(), |x| format!("{:.1} %", x * 100.0))
+}
+
 impl AuditReport {
     /// Markdown for people.
     #[must_use]
@@ -661,13 +717,17 @@ impl AuditReport {
         }
         let _ = writeln!(
             out,
-            "\n## Plans ({})\n\n| seq | reason | ceiling kW | GPU budget kW | trim kW | planned kW | shortfall kW | jobs capped |\n|---|---|---|---|---|---|---|---|",
+            "\n## Plans ({})\n\nExpected kept: the planner's estimate of the jobs' throughput kept under the plan, \
+             as Σ tokens/s and as GPU-weighted progress (each job's share of its own speed); a model's figures. \
+             Measured figures are under Throughput.\n\n\
+             | seq | reason | ceiling kW | GPU budget kW | trim kW | planned kW | shortfall kW | jobs capped | objective | expected kept: tokens | expected kept: progress |\n\
+             |---|---|---|---|---|---|---|---|---|---|---|",
             self.plans.len()
         );
         for p in &self.plans {
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 p.seq,
                 p.reason,
                 kw(p.ceiling_kw),
@@ -675,7 +735,10 @@ impl AuditReport {
                 kw(p.trim_w.map(|w| w / 1000.0)),
                 kw(p.planned_power_w.map(|w| w / 1000.0)),
                 kw(p.shortfall_w.map(|w| w / 1000.0)),
-                p.jobs_capped
+                p.jobs_capped,
+                p.objective.as_deref().unwrap_or("tokens (before objectives)"),
+                share(p.expected.map(|e| e.tokens_kept_share)),
+                share(p.expected.map(|e| e.progress_kept_share)),
             );
         }
         let _ = writeln!(
@@ -794,6 +857,16 @@ impl AuditReport {
                     figure(j.minutes_over_tier, &|m| format!("{m:.1}")),
                 );
             }
+        }
+        if let Some(k) = &t.measured_kept {
+            let _ = writeln!(
+                out,
+                "\nMeasured kept ({} jobs measured uncapped and capped): {:.1} % of their tokens/s, \
+                 {:.1} % GPU-weighted progress (each job's share of its own speed).",
+                k.jobs,
+                k.tokens_kept_share * 100.0,
+                k.progress_kept_share * 100.0
+            );
         }
         let _ = writeln!(
             out,

@@ -187,6 +187,7 @@ impl Gateway {
             site: config.site.clone(),
             control: config.control.clone(),
             policy: config.gateway.policy,
+            objective: config.gateway.objective,
             facility: config.facility.clone(),
             probe: config.probe.clone(),
         };
@@ -562,6 +563,12 @@ impl Gateway {
     /// The plan in force for `GET /v1/plan`.
     pub async fn plan(&self) -> Option<PlanView> {
         self.published().snapshot.plan.as_deref().map(PlanView::build)
+    }
+
+    /// The site's flexibility curve now (`GET /v1/flexibility`); `None` before the first
+    /// telemetry, or when the policy is a proportional rule (it has no curves to cost it on).
+    pub async fn flexibility(&self) -> Option<Arc<flexgate_policies::control::flexibility::SiteFlexibility>> {
+        self.published().snapshot.flexibility.clone()
     }
 
     /// Prometheus text for `GET /metrics`.

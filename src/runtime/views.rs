@@ -218,6 +218,13 @@ pub struct PlanEntryView {
     pub floor_kind: String,
     /// Why this cap.
     pub reason: String,
+    /// What the planner knew of the job, hence the curve it planned on (`measured curve (4
+    /// points)`, `predicted pfi 1.52±0.24`, `unknown`); `null` in plans recorded before notes.
+    pub knowledge: Option<String>,
+    /// The weight the objective gave it: GPUs × its `priority=` tag (1 without one).
+    pub weight: Option<f64>,
+    /// Its expected share of its own uncapped throughput under the cap (planner's estimate).
+    pub expected_share: Option<f64>,
 }
 
 /// `GET /v1/plan`.
@@ -243,6 +250,12 @@ pub struct PlanView {
     pub shortfall_w: f64,
     /// Jobs capped through the unknown-elasticity fallback.
     pub fallbacks: Vec<String>,
+    /// What the plan maximised: `progress` (GPU-weighted share of each job's own throughput)
+    /// or `tokens` (Σ tokens/s).
+    pub objective: Option<String>,
+    /// What the plan expects to keep on both objectives, by the planner's curves (estimates,
+    /// not measurements: measured throughput is in `/v1/jobs`).
+    pub expected: Option<flexgate_policies::control::entry::ExpectedOutcome>,
     /// Per-job caps.
     pub entries: Vec<PlanEntryView>,
 }
@@ -261,10 +274,13 @@ impl PlanView {
             planned_power_w: a.planned_power,
             shortfall_w: a.shortfall,
             fallbacks: a.fallbacks.iter().map(ToString::to_string).collect(),
+            objective: a.objective.clone(),
+            expected: a.expected,
             entries: a
                 .rows
                 .iter()
-                .map(|r| PlanEntryView {
+                .enumerate()
+                .map(|(i, r)| PlanEntryView {
                     job: r.0.clone(),
                     cap: WattsPerGpu(r.1),
                     expected_power_w: r.2,
@@ -272,6 +288,9 @@ impl PlanView {
                     floor_w: r.4,
                     floor_kind: r.5.clone(),
                     reason: r.6.clone(),
+                    knowledge: a.notes.get(i).map(|n| n.2.clone()),
+                    weight: a.notes.get(i).map(|n| f64::from(n.0) * n.1),
+                    expected_share: a.notes.get(i).map(|n| n.3),
                 })
                 .collect(),
         }

@@ -17,6 +17,11 @@
 //!   - `pfi`: the job's Power Flexibility Index, a finite number ≥ 0.
 //!   - `max_slowdown`: the largest throughput loss the job accepts, a fraction in `[0, 1]`
 //!     (`0.25` = 25 %).
+//!   - `priority`: a weight in `(0, 1000]` on the job's progress under the gateway's
+//!     `progress` objective (default 1): a job of priority 2 counts twice per GPU, so it is cut
+//!     later. **Honoured only in the admin comment**: a user who raised their own job's weight
+//!     would move the cut onto everyone else's, so a `priority=` in the user's comment is
+//!     dropped with a warning.
 //!   - `profile`: 1–64 characters of `[A-Za-z0-9_-]`, stored lowercase: the training
 //!     configuration the job runs, so that the gateway keys what it measured of the job by its
 //!     Slurm job name, its GPU count and this tag, and a re-run starts from it.
@@ -49,12 +54,23 @@ pub struct FlexTags {
     /// The training configuration it runs (lowercase), part of its profile's key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<String>,
+    /// Weight of the job's progress (`(0, MAX_PRIORITY]`), from the admin comment only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<f64>,
 }
+
+/// The largest `priority=` weight: one job may count at most a thousand times another per GPU,
+/// so that a typo (`priority=1e9`) cannot make every other job absorb the whole cut.
+pub const MAX_PRIORITY: f64 = 1000.0;
 
 impl FlexTags {
     /// True when no key is set.
     pub fn is_empty(&self) -> bool {
-        self.tier.is_none() && self.pfi.is_none() && self.max_slowdown.is_none() && self.profile.is_none()
+        self.tier.is_none()
+            && self.pfi.is_none()
+            && self.max_slowdown.is_none()
+            && self.profile.is_none()
+            && self.priority.is_none()
     }
 
     /// `self` with every key that `over` sets replaced by `over`'s value.
@@ -64,6 +80,7 @@ impl FlexTags {
             pfi: over.pfi.or(self.pfi),
             max_slowdown: over.max_slowdown.or(self.max_slowdown),
             profile: over.profile.or(self.profile),
+            priority: over.priority.or(self.priority),
         }
     }
 }
@@ -115,6 +132,13 @@ pub fn parse_flex_tags(text: &str) -> ParsedTags {
                     )),
                     Err(why) => out.warnings.push(why),
                 },
+                "priority" => match parse_number(value, "priority") {
+                    Ok(v) if v > 0.0 && v <= MAX_PRIORITY => set(&mut out.tags.priority, v, "priority", &mut out.warnings),
+                    Ok(v) => out.warnings.push(format!(
+                        "priority={v} is outside (0, {MAX_PRIORITY}] (a weight: 2 counts a job's progress twice); ignored"
+                    )),
+                    Err(why) => out.warnings.push(why),
+                },
                 _ => out.warnings.push(format!("unknown flex tag key {key:?}; ignored")),
             }
         }
@@ -125,8 +149,13 @@ pub fn parse_flex_tags(text: &str) -> ParsedTags {
 /// Reads a job's flex tags from its comment and admin comment; the admin comment's keys win.
 /// Warnings are prefixed with the field they come from.
 pub fn job_flex_tags(comment: &str, admin_comment: &str) -> ParsedTags {
-    let user = parse_flex_tags(comment);
+    let mut user = parse_flex_tags(comment);
     let admin = parse_flex_tags(admin_comment);
+    if let Some(claimed) = user.tags.priority.take() {
+        user.warnings.push(format!(
+            "priority={claimed} is honoured only in the admin comment (an operator's); ignored"
+        ));
+    }
     let mut warnings: Vec<String> = user.warnings.into_iter().map(|w| format!("comment: {w}")).collect();
     warnings.extend(admin.warnings.into_iter().map(|w| format!("admin_comment: {w}")));
     ParsedTags {
@@ -297,6 +326,31 @@ mod tests {
         assert_eq!(p.warnings.len(), 2);
         assert!(p.warnings[0].starts_with("comment: "));
         assert!(p.warnings[1].starts_with("admin_comment: "));
+    }
+
+    #[test]
+    fn priority_is_a_bounded_weight_taken_from_the_admin_comment_only() {
+        let t = job_flex_tags("flexgate:tier=batch,priority=5", "flexgate:priority=2.5");
+        assert_eq!(t.tags.priority, Some(2.5));
+        assert_eq!(t.tags.tier.as_deref(), Some("batch"));
+        assert!(
+            t.warnings
+                .iter()
+                .any(|w| w.starts_with("comment: priority=5 is honoured only")),
+            "{:?}",
+            t.warnings
+        );
+        let user_only = job_flex_tags("flexgate:priority=5", "");
+        assert_eq!(user_only.tags.priority, None);
+        for bad in ["0", "-1", "1001", "NaN", "inf", "high"] {
+            let t = job_flex_tags("", &format!("flexgate:priority={bad}"));
+            assert_eq!(t.tags.priority, None, "{bad}");
+            assert_eq!(t.warnings.len(), 1, "{bad}: {:?}", t.warnings);
+        }
+        assert_eq!(
+            job_flex_tags("", "flexgate:priority=1000").tags.priority,
+            Some(MAX_PRIORITY)
+        );
     }
 
     #[test]

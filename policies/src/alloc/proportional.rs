@@ -67,6 +67,12 @@ impl Proportional {
         self.objective = objective;
         self
     }
+
+    /// What the rule's curtailment weights are in.
+    #[must_use]
+    pub fn objective(&self) -> Objective {
+        self.objective
+    }
 }
 
 /// Best known PFI point value for a job (used by the paper's rule and for expected throughput).

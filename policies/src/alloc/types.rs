@@ -87,10 +87,10 @@ pub struct JobSpec {
 #[serde(rename_all = "snake_case")]
 pub enum Objective {
     /// Σ tokens/s: the paper's objective (the default of `flexgate simulate`, so the paper's
-    /// table reproduces).
+    /// table reproduces, and for now of the gateway).
     Tokens,
     /// Σ gpus × priority × (tokens/s ÷ uncapped tokens/s): GPU-weighted progress (the
-    /// gateway's default).
+    /// gateway's `objective = "progress"`).
     #[default]
     Progress,
 }

@@ -291,7 +291,46 @@ pub struct RecordedAllocation {
     pub columns: Vec<String>,
     /// One row per job.
     pub rows: Vec<PlanRow>,
+    /// What the plan maximised (`progress`, `tokens`); absent in plans recorded before the
+    /// gateway had objectives (they maximised tokens/s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub objective: Option<String>,
+    /// What the plan expects to keep, on both objectives, by the planner's own curves: a
+    /// model's figures, never a measurement (the audit sets the measured ones beside them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected: Option<ExpectedOutcome>,
+    /// Column names of `notes`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub note_columns: Vec<String>,
+    /// Per job, in the order of `rows`: why it was weighed and cut as it was (see [`PlanNote`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<PlanNote>,
 }
+
+/// What a plan expects to keep of the jobs' uncapped throughput (planner's estimates).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ExpectedOutcome {
+    /// Σ expected tokens/s ÷ Σ uncapped tokens/s.
+    pub tokens_kept_share: f64,
+    /// GPU- and priority-weighted mean of each job's expected share of its own uncapped
+    /// throughput.
+    pub progress_kept_share: f64,
+}
+
+/// One job's explanation in a recorded plan: `[gpus, priority, knowledge, expected_share]`.
+///
+/// `knowledge` is what the planner knew and therefore which curve it planned on:
+/// `measured curve (N points)` (the job's own hull), `pfi V on grid` or
+/// `predicted pfi M±S` (the estimator's curve for that PFI: the physical family mixed with
+/// knee and power-law shapes of the same PFI), or `unknown` (planned as proportional, cut
+/// no deeper than the equal cut's share). With the row's `reason` and `floor_kind`, and the
+/// weight `gpus × priority` the objective gives it, that is why it was cut as deep as it was:
+/// the planner sheds the watts its curves say cost the objective least, down to each floor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanNote(pub u32, pub f64, pub String, pub f64);
+
+/// The column names of [`PlanNote`].
+pub const PLAN_NOTE_COLUMNS: [&str; 4] = ["gpus", "priority", "knowledge", "expected_share"];
 
 /// A plan: the ceiling it serves, the budget chain, and the caps.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -535,6 +535,7 @@ mod tests {
             site: crate::control::config::SiteConfig::default(),
             control: crate::control::config::ControlConfig::default(),
             policy: crate::control::config::PolicyKind::Flexgate,
+            objective: crate::alloc::Objective::Progress,
             facility: FacilityParams::for_nodes(8),
             probe: crate::control::probe::ProbeConfig::default(),
         };

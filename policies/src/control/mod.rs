@@ -32,6 +32,7 @@ pub mod cluster;
 pub mod config;
 pub mod entry;
 pub mod evidence;
+pub mod flexibility;
 mod intake;
 mod planner;
 pub mod probe;
@@ -41,7 +42,7 @@ pub mod trim;
 pub use intake::{Intake, IntakeDecision, OperatorError};
 
 use crate::alloc::bounds::FloorModel;
-use crate::alloc::{CapPlan, JobSpec};
+use crate::alloc::{CapPlan, JobSpec, Objective};
 use crate::estimate::CurveFamily;
 use crate::event::{EffectiveCeiling, EventBook, Transition};
 use crate::facility::{CoolingState, FacilityModel, FacilityParams};
@@ -51,8 +52,9 @@ use chrono::{DateTime, Utc};
 use cluster::{CapCommand, CapResult, JobState, Telemetry};
 use config::{ControlConfig, PolicyKind, SiteConfig};
 use entry::{
-    CapsDispatched, CurtailmentEnded, DISPATCH_COLUMNS, DispatchPurpose, DispatchRow, Entry, MeterSample, PLAN_COLUMNS,
-    PlanReason, PlanRecorded, PlanRow, Recorded, RecordedAllocation, Started, SuspendOutcome, Trimmed,
+    CapsDispatched, CurtailmentEnded, DISPATCH_COLUMNS, DispatchPurpose, DispatchRow, Entry, ExpectedOutcome,
+    MeterSample, PLAN_COLUMNS, PLAN_NOTE_COLUMNS, PlanNote, PlanReason, PlanRecorded, PlanRow, Recorded,
+    RecordedAllocation, Started, SuspendOutcome, Trimmed,
 };
 use planner::Planner;
 use serde::Serialize;
@@ -83,6 +85,8 @@ pub struct Settings {
     pub control: ControlConfig,
     /// The allocation policy.
     pub policy: PolicyKind,
+    /// What the policy maximises: GPU-weighted progress (the gateway's default) or Σ tokens/s.
+    pub objective: Objective,
     /// The facility model's parameters.
     pub facility: FacilityParams,
     /// Probing outside events (off by default).
@@ -273,6 +277,8 @@ pub struct Snapshot {
     pub suspended: usize,
     /// How far the site could lower its meter power now (every job at its floor), kW.
     pub flex_available_kw: Option<f64>,
+    /// What shedding each amount would cost now (the curve-aware planner only).
+    pub flexibility: Option<Arc<flexibility::SiteFlexibility>>,
     /// Counters.
     pub counters: Counters,
     /// Probe steps in flight.
@@ -323,6 +329,7 @@ pub struct Controller {
     pending: Option<PlanReason>,
     // Recomputed when jobs or telemetry change, not at every publish.
     flex_available_kw: Option<f64>,
+    flexibility: Option<Arc<flexibility::SiteFlexibility>>,
     counters: Counters,
 }
 
@@ -334,7 +341,7 @@ impl Controller {
         let family = Arc::new(CurveFamily::h200_generic());
         Ok(Controller {
             floors: FloorModel::new(family.clone()),
-            planner: Planner::new(settings.policy, family),
+            planner: Planner::new(settings.policy, settings.objective, family),
             settings,
             facility,
             book: Arc::default(),
@@ -360,6 +367,7 @@ impl Controller {
             telemetry: None,
             pending: None,
             flex_available_kw: None,
+            flexibility: None,
             counters: Counters::default(),
         })
     }
@@ -789,6 +797,36 @@ impl Controller {
         self.learn_from(&t, now, effects);
         self.telemetry = Some(Arc::new(t));
         self.flex_available_kw = self.flex_available_kw();
+        self.flexibility = self.site_flexibility(now, effects);
+    }
+
+    /// The flexibility curve for the jobs as now reported, at the meter; the planner keeps it
+    /// until the jobs or what is known of them change, so most ticks cost a comparison.
+    fn site_flexibility(
+        &mut self,
+        now: DateTime<Utc>,
+        effects: &mut Vec<Effect>,
+    ) -> Option<Arc<flexibility::SiteFlexibility>> {
+        let (plannable, _) = self.plannable();
+        match self.planner.flexibility(&plannable, flexibility::FLEXIBILITY_LEVELS) {
+            Ok(Some(curve)) => {
+                let at = self
+                    .flexibility
+                    .as_ref()
+                    .filter(|f| f.points.len() == curve.points.len());
+                // Same curve as before: keep its time (when it was computed), not this tick's.
+                let site = flexibility::at_the_meter(&curve, &self.facility, now);
+                match at {
+                    Some(previous) if previous.points == site.points => Some(previous.clone()),
+                    _ => Some(Arc::new(site)),
+                }
+            }
+            Ok(None) => None,
+            Err(e) => {
+                effects.push(Effect::Warn(format!("flexibility curve not computed: {e}")));
+                None
+            }
+        }
     }
 
     /// Closed loop: once the last dispatch has settled, move the trim on the measured meter.
@@ -955,7 +993,7 @@ impl Controller {
             unconfirmed_fixed_w: fixed_w,
             suspended: self.suspended.clone(),
             gpu_budget_w: gpu_budget,
-            plan: recorded_allocation(&plan),
+            plan: recorded_allocation(&plan, &plannable, self.planner.objective()),
             curtailment_started: start,
             until,
         };
@@ -1183,6 +1221,7 @@ impl Controller {
             trim_w: self.trim_w,
             suspended: self.suspended.len(),
             flex_available_kw: self.flex_available_kw,
+            flexibility: self.flexibility.clone(),
             counters: self.counters,
             probes: Arc::new(self.probes.clone()),
             knowledge: self.knowledge_notes.clone(),
@@ -1191,8 +1230,36 @@ impl Controller {
 }
 
 /// A plan as recorded: the totals, and one row per job.
-fn recorded_allocation(plan: &CapPlan) -> RecordedAllocation {
+fn recorded_allocation(plan: &CapPlan, jobs: &[JobSpec], objective: Objective) -> RecordedAllocation {
+    let (mut tokens, mut tokens_max, mut progress, mut weight) = (0.0, 0.0, 0.0, 0.0);
+    let mut notes = Vec::with_capacity(plan.entries.len());
+    for (e, job) in plan.entries.iter().zip(jobs) {
+        let share = if job.uncapped_tokens.value() > 0.0 {
+            (e.expected_tokens / job.uncapped_tokens).clamp(0.0, 1.0)
+        } else {
+            1.0
+        };
+        tokens += e.expected_tokens.value();
+        tokens_max += job.uncapped_tokens.value();
+        let w = f64::from(job.gpus) * job.priority;
+        progress += w * share;
+        weight += w;
+        notes.push(PlanNote(
+            job.gpus,
+            job.priority,
+            knowledge_note(&job.elasticity),
+            (share * 1e4).round() / 1e4,
+        ));
+    }
+    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 1.0 };
     RecordedAllocation {
+        objective: Some(objective.as_str().to_string()),
+        expected: Some(ExpectedOutcome {
+            tokens_kept_share: ratio(tokens, tokens_max),
+            progress_kept_share: ratio(progress, weight),
+        }),
+        note_columns: PLAN_NOTE_COLUMNS.iter().map(ToString::to_string).collect(),
+        notes,
         policy: plan.policy.to_string(),
         budget: plan.budget.value(),
         uncapped_power: plan.uncapped_power.value(),
@@ -1215,6 +1282,17 @@ fn recorded_allocation(plan: &CapPlan) -> RecordedAllocation {
                 )
             })
             .collect(),
+    }
+}
+
+/// What the planner knew of a job, hence the curve it planned on (see [`PlanNote`]).
+fn knowledge_note(elasticity: &crate::alloc::Elasticity) -> String {
+    use crate::alloc::Elasticity;
+    match elasticity {
+        Elasticity::Measured { curve } => format!("measured curve ({} points)", curve.points().len()),
+        Elasticity::Pfi { value, .. } => format!("pfi {value:.2} on grid"),
+        Elasticity::PredictedPfi { mean, sd, .. } => format!("predicted pfi {mean:.2}±{sd:.2}"),
+        Elasticity::Unknown => "unknown".to_string(),
     }
 }
 

@@ -5,8 +5,9 @@
 //! knowledge changed since the last plan, and every plan in between only allocates.
 
 use super::config::PolicyKind;
+use crate::alloc::curve_aware::FlexibilityCurve;
 use crate::alloc::{
-    AllocationPolicy, Budget, CapPlan, CurveAware, JobSpec, PlanError, Prepared, Proportional, Weighting,
+    AllocationPolicy, Budget, CapPlan, CurveAware, JobSpec, Objective, PlanError, Prepared, Proportional, Weighting,
 };
 use crate::estimate::CurveFamily;
 use crate::units::Watts;
@@ -19,43 +20,93 @@ pub(crate) enum Planner {
         /// Estimated curves for the current job set (re-estimated only when jobs change); boxed
         /// because a preparation is several vectors wide and the proportional policies are one.
         cache: Option<Box<Prepared<'static>>>,
+        /// The site's flexibility curve for the cached preparation (cleared when it is
+        /// re-estimated), so that a telemetry tick with no change in jobs or knowledge costs
+        /// one comparison, not a curve.
+        flexibility: Option<Arc<FlexibilityCurve>>,
     },
     Proportional(Proportional),
 }
 
 impl Planner {
-    pub(crate) fn new(kind: PolicyKind, family: Arc<CurveFamily>) -> Self {
+    pub(crate) fn new(kind: PolicyKind, objective: Objective, family: Arc<CurveFamily>) -> Self {
+        let proportional = |w| Planner::Proportional(Proportional::new(w, family.clone()).with_objective(objective));
         match kind {
-            PolicyKind::Equal => Planner::Proportional(Proportional::new(Weighting::Equal, family)),
-            PolicyKind::PfiPaper => Planner::Proportional(Proportional::new(Weighting::PfiPaper, family)),
-            PolicyKind::Efficiency => Planner::Proportional(Proportional::new(Weighting::Efficiency, family)),
+            PolicyKind::Equal => proportional(Weighting::Equal),
+            PolicyKind::PfiPaper => proportional(Weighting::PfiPaper),
+            PolicyKind::Efficiency => proportional(Weighting::Efficiency),
             PolicyKind::Flexgate => Planner::Curve {
-                policy: CurveAware::flexgate(family),
+                policy: CurveAware::flexgate(family).with_objective(objective),
                 cache: None,
+                flexibility: None,
             },
+        }
+    }
+
+    /// What the policy maximises.
+    pub(crate) fn objective(&self) -> Objective {
+        match self {
+            Planner::Curve { policy, .. } => policy.objective(),
+            Planner::Proportional(p) => p.objective(),
         }
     }
 
     pub(crate) fn plan(&mut self, jobs: &[JobSpec], budget: Watts) -> Result<CapPlan, PlanError> {
         match self {
             Planner::Proportional(p) => p.plan(jobs, Budget::Absolute(budget)),
-            Planner::Curve { policy, cache } => {
-                let fresh = cache
-                    .as_ref()
-                    .is_none_or(|c| c.jobs().len() != jobs.len() || c.jobs().iter().zip(jobs).any(|(a, b)| a != b));
-                if fresh {
-                    let prepared = match cache.as_ref() {
-                        // Only the jobs that changed are estimated again.
-                        Some(previous) => policy.prepare_updating(jobs.to_vec(), previous)?,
-                        None => policy.prepare_owned(jobs.to_vec())?,
-                    };
-                    *cache = Some(Box::new(prepared));
-                }
-                match cache {
-                    Some(prepared) => Ok(prepared.allocate(Budget::Absolute(budget))),
-                    None => policy.plan(jobs, Budget::Absolute(budget)),
-                }
-            }
+            Planner::Curve {
+                policy,
+                cache,
+                flexibility,
+            } => Ok(refreshed(policy, cache, flexibility, jobs)?.allocate(Budget::Absolute(budget))),
         }
     }
+
+    /// The site's flexibility curve for `jobs` at `levels` shed levels, by the policy that
+    /// would carry it out; `None` for the proportional rules (they have no curves to cost it
+    /// on). Computed again only when the jobs or what is known of them changed.
+    pub(crate) fn flexibility(
+        &mut self,
+        jobs: &[JobSpec],
+        levels: usize,
+    ) -> Result<Option<Arc<FlexibilityCurve>>, PlanError> {
+        let Planner::Curve {
+            policy,
+            cache,
+            flexibility,
+        } = self
+        else {
+            return Ok(None);
+        };
+        let prepared = refreshed(policy, cache, flexibility, jobs)?;
+        if flexibility.as_ref().is_none_or(|c| c.points.len() != levels) {
+            *flexibility = Some(Arc::new(prepared.flexibility_curve(levels)));
+        }
+        Ok(flexibility.clone())
+    }
+}
+
+/// The preparation for `jobs`, re-estimating only the jobs that changed since the cached one
+/// (and dropping the flexibility curve computed on it).
+fn refreshed<'c>(
+    policy: &CurveAware,
+    cache: &'c mut Option<Box<Prepared<'static>>>,
+    flexibility: &mut Option<Arc<FlexibilityCurve>>,
+    jobs: &[JobSpec],
+) -> Result<&'c Prepared<'static>, PlanError> {
+    let stale = cache
+        .as_ref()
+        .is_none_or(|c| c.jobs().len() != jobs.len() || c.jobs().iter().zip(jobs).any(|(a, b)| a != b));
+    let prepared = match cache.take() {
+        Some(current) if !stale => current,
+        previous => {
+            *flexibility = None;
+            Box::new(match previous {
+                // Only the jobs that changed are estimated again.
+                Some(previous) => policy.prepare_updating(jobs.to_vec(), &previous)?,
+                None => policy.prepare_owned(jobs.to_vec())?,
+            })
+        }
+    };
+    Ok(cache.insert(prepared))
 }

@@ -108,6 +108,7 @@ impl AgentsBackend {
                             gpus: g.iter().map(|s| (i, s.uuid.clone())).collect(),
                             pfi: None,
                             max_slowdown: None,
+                            priority: 1.0,
                             signature: None,
                             tier: None,
                         }),
@@ -157,6 +158,7 @@ impl AgentsBackend {
                 gpus: mapped,
                 pfi: job.flex.pfi.filter(|p| p.is_finite() && *p > 0.0),
                 max_slowdown: job.flex.max_slowdown,
+                priority: job.flex.priority.unwrap_or(1.0),
                 signature: Some(profile),
                 tier: job.flex.tier.as_deref().map(Arc::from),
             });
@@ -243,7 +245,7 @@ impl AgentsBackend {
                 uncapped_tokens: TokensPerSec(n as f64),
                 elasticity,
                 max_slowdown: job.max_slowdown.and_then(|f| Fraction::new(f).ok()),
-                priority: 1.0,
+                priority: job.priority,
             },
             nodes: {
                 let mut nodes: Vec<String> = job.gpus.iter().map(|(i, _)| self.agents[*i].node.clone()).collect();

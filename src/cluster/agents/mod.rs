@@ -61,6 +61,8 @@ struct MappedJob {
     gpus: Vec<(usize, String)>,
     pfi: Option<f64>,
     max_slowdown: Option<f64>,
+    /// Weight of its progress (the admin comment's `priority=` tag; 1 without one).
+    priority: f64,
     /// Profile key: Slurm job name, GPU count and `profile=` tag.
     signature: Option<Arc<str>>,
     /// Its flex tier (`tier=` tag).

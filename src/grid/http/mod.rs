@@ -47,6 +47,7 @@ pub fn router(gateway: Arc<Gateway>, token: &str) -> Router {
         .route("/v1/status", get(status))
         .route("/v1/jobs", get(jobs))
         .route("/v1/plan", get(plan))
+        .route("/v1/flexibility", get(flexibility))
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route(
@@ -167,6 +168,17 @@ async fn plan(State(api): State<Api>) -> Response {
             StatusCode::NOT_FOUND,
             None,
             "no plan in force: no event constrains the site",
+        ),
+    }
+}
+
+async fn flexibility(State(api): State<Api>) -> Response {
+    match api.gateway.flexibility().await {
+        Some(curve) => axum::Json(&*curve).into_response(),
+        None => error(
+            StatusCode::NOT_FOUND,
+            None,
+            "no flexibility curve: no telemetry yet, or the policy is a proportional rule (only `flexgate` costs a curve)",
         ),
     }
 }
