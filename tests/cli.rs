@@ -521,6 +521,9 @@ fn demo_then_audit_verify_export_and_a_tampered_ledger_is_caught() {
         "POST /v1/events",
         "completed",
         "throughput kept",
+        "GPU-weighted progress: flexgate",
+        "tokens/s summed:",
+        "(objective tokens)",
         "hash chain verified",
         "interval 0",
     ] {

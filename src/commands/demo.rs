@@ -346,7 +346,7 @@ fn print_before_after(
     }
     if full > 0.0 && gpus > 0.0 {
         crate::outln!(
-            "  kept, on the simulated jobs' true curves (objective {}):\n    \
+            "  throughput kept, on the simulated jobs' true curves (objective {}):\n    \
              GPU-weighted progress: flexgate {:.1} %, an equal cut of the same GPU budget {:.1} %\n    \
              tokens/s summed:       flexgate {:.1} %, the equal cut {:.1} % ({:+.0} tokens/s fleet-wide)",
             plan["objective"].as_str().unwrap_or("tokens"),
