@@ -42,6 +42,7 @@ pub mod trim;
 pub use intake::{Intake, IntakeDecision, OperatorError};
 
 use crate::alloc::bounds::FloorModel;
+use crate::alloc::curve_aware::FlexibilityCurve;
 use crate::alloc::{CapPlan, JobSpec, Objective};
 use crate::estimate::CurveFamily;
 use crate::event::{EffectiveCeiling, EventBook, Transition};
@@ -85,7 +86,8 @@ pub struct Settings {
     pub control: ControlConfig,
     /// The allocation policy.
     pub policy: PolicyKind,
-    /// What the policy maximises: GPU-weighted progress (the gateway's default) or Σ tokens/s.
+    /// What the policy maximises: Σ tokens/s (the gateway's default for now) or GPU-weighted
+    /// progress.
     pub objective: Objective,
     /// The facility model's parameters.
     pub facility: FacilityParams,
@@ -330,6 +332,8 @@ pub struct Controller {
     // Recomputed when jobs or telemetry change, not at every publish.
     flex_available_kw: Option<f64>,
     flexibility: Option<Arc<flexibility::SiteFlexibility>>,
+    // The planner's curve `flexibility` was converted from: the same `Arc` means the same curve.
+    flexibility_source: Option<Arc<FlexibilityCurve>>,
     counters: Counters,
 }
 
@@ -368,6 +372,7 @@ impl Controller {
             pending: None,
             flex_available_kw: None,
             flexibility: None,
+            flexibility_source: None,
             counters: Counters::default(),
         })
     }
@@ -797,34 +802,26 @@ impl Controller {
         self.learn_from(&t, now, effects);
         self.telemetry = Some(Arc::new(t));
         self.flex_available_kw = self.flex_available_kw();
-        self.flexibility = self.site_flexibility(now, effects);
+        self.refresh_flexibility(now, effects);
     }
 
-    /// The flexibility curve for the jobs as now reported, at the meter; the planner keeps it
-    /// until the jobs or what is known of them change, so most ticks cost a comparison.
-    fn site_flexibility(
-        &mut self,
-        now: DateTime<Utc>,
-        effects: &mut Vec<Effect>,
-    ) -> Option<Arc<flexibility::SiteFlexibility>> {
+    /// The flexibility curve for the jobs as now reported, at the meter. The planner keeps its
+    /// curve until the jobs or what is known of them change, and the meter conversion is redone
+    /// only for a new curve, so most ticks cost one comparison; an unchanged curve keeps the
+    /// time it was computed at.
+    fn refresh_flexibility(&mut self, now: DateTime<Utc>, effects: &mut Vec<Effect>) {
         let (plannable, _) = self.plannable();
         match self.planner.flexibility(&plannable, flexibility::FLEXIBILITY_LEVELS) {
             Ok(Some(curve)) => {
-                let at = self
-                    .flexibility
-                    .as_ref()
-                    .filter(|f| f.points.len() == curve.points.len());
-                // Same curve as before: keep its time (when it was computed), not this tick's.
-                let site = flexibility::at_the_meter(&curve, &self.facility, now);
-                match at {
-                    Some(previous) if previous.points == site.points => Some(previous.clone()),
-                    _ => Some(Arc::new(site)),
+                if !self.flexibility_source.as_ref().is_some_and(|c| Arc::ptr_eq(c, &curve)) {
+                    self.flexibility = Some(Arc::new(flexibility::at_the_meter(&curve, &self.facility, now)));
+                    self.flexibility_source = Some(curve);
                 }
             }
-            Ok(None) => None,
+            Ok(None) => (self.flexibility, self.flexibility_source) = (None, None),
             Err(e) => {
                 effects.push(Effect::Warn(format!("flexibility curve not computed: {e}")));
-                None
+                (self.flexibility, self.flexibility_source) = (None, None);
             }
         }
     }
