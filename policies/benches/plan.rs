@@ -28,7 +28,7 @@ use flexgate_policies::fleet::rng::SplitMix64;
 use flexgate_policies::fleet::{
     ExperimentConfig, JobTemplate, TruthFamily, published_groups, run_experiment, synthetic_templates,
 };
-use flexgate_policies::units::{Fraction, WattsPerGpu};
+use flexgate_policies::units::{Fraction, Watts, WattsPerGpu};
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Duration;
@@ -125,6 +125,24 @@ fn scaling(c: &mut Criterion) {
         let prepared = flexgate.prepare(jobs).expect("synthetic jobs are valid");
         group.bench_function(BenchmarkId::from_parameter(n), |b| {
             b.iter(|| black_box(prepared.flexibility_curve(black_box(20))));
+        });
+    }
+    group.finish();
+    // Baseline: the same 20 levels as 20 full plans (what the curve did before it shared the
+    // allocator's shedding without writing entries).
+    let mut group = c.benchmark_group("flexibility_curve_20_by_allocate");
+    for (n, jobs, _) in fleets.iter().filter(|(n, _, _)| *n <= 10_000) {
+        configure(&mut group, *n);
+        let prepared = flexgate.prepare(jobs).expect("synthetic jobs are valid");
+        let uncapped: Watts = jobs.iter().map(|j| j.uncapped_power).sum();
+        let most = prepared.flexibility_curve(2).max_shed;
+        group.bench_function(BenchmarkId::from_parameter(n), |b| {
+            b.iter(|| {
+                for k in 0..20 {
+                    let shed = Watts(most.value() * f64::from(k) / 19.0);
+                    black_box(prepared.allocate(Budget::Absolute(uncapped - shed)));
+                }
+            });
         });
     }
     group.finish();

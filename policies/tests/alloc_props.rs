@@ -1299,6 +1299,26 @@ proptest! {
         }
         for p in &curve.points {
             prop_assert!(p.progress_lost >= -REL && p.progress_lost <= 1.0 + REL);
+            // Each point is exactly the plan an event of that depth would get.
+            let plan = prepared.allocate(flexgate_policies::alloc::Budget::Absolute(curve.uncapped_power - p.shed));
+            let tokens_lost: f64 = plan
+                .entries
+                .iter()
+                .zip(&jobs)
+                .map(|(e, j)| (j.uncapped_tokens - e.expected_tokens).value().max(0.0))
+                .sum();
+            let capped = plan
+                .entries
+                .iter()
+                .zip(&jobs)
+                .filter(|(e, j)| e.expected_power.value() < j.uncapped_power.value() * (1.0 - 1e-9))
+                .count();
+            prop_assert!(
+                (tokens_lost - p.tokens_lost.value()).abs() <= REL * tokens_lost.max(1.0),
+                "curve {} tokens/s lost, plan {tokens_lost}", p.tokens_lost.value()
+            );
+            prop_assert_eq!(capped, p.jobs_capped);
+            prop_assert!((plan.shortfall - p.shortfall).value().abs() <= REL * scale);
             if let Some((lo, hi)) = p.value_lost_range {
                 prop_assert!(hedged && lo <= hi + REL * hi.abs().max(1.0));
             }

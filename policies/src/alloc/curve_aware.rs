@@ -33,7 +33,7 @@ mod hedge;
 
 use super::AllocationPolicy;
 use super::bounds::FloorModel;
-use super::proportional::proportional_cuts;
+use super::proportional::{ProportionalSplit, proportional_cuts};
 use super::select::{Segment, shed_cheapest};
 use super::types::{Budget, CapPlan, Elasticity, FloorKind, JobSpec, Objective, PlanEntry, PlanError, Reason};
 use crate::curve::{ConcaveHull, PowerCurve};
@@ -138,6 +138,7 @@ impl CurveAware {
             segments: Vec::with_capacity(segments),
             unknown: Vec::new(),
             plausible: PlausibleSet::with_capacity(jobs),
+            equal_split: ProportionalSplit::default(),
         }
     }
 
@@ -241,7 +242,7 @@ impl CurveAware {
             }
         }
         prepared.jobs = Cow::Owned(jobs);
-        Ok(prepared)
+        Ok(prepared.with_equal_split())
     }
 
     fn prepare_cow<'a>(&self, jobs: Cow<'a, [JobSpec]>) -> Result<Prepared<'a>, PlanError> {
@@ -250,7 +251,7 @@ impl CurveAware {
             self.prepare_job(&mut prepared, index, job)?;
         }
         prepared.jobs = jobs;
-        Ok(prepared)
+        Ok(prepared.with_equal_split())
     }
 
     fn hull_for(&self, job: &JobSpec, floor: Watts) -> Option<ConcaveHull> {
@@ -308,6 +309,9 @@ pub struct Prepared<'a> {
     unknown: Vec<usize>,
     /// Each job's plausible shapes, for the hedge (empty when hedging is off).
     plausible: PlausibleSet,
+    /// The equal rule's split over these jobs and floors, sorted once: every plan needs the
+    /// equal cut's shares (unknown jobs take them, the hedge measures against them).
+    equal_split: ProportionalSplit,
 }
 
 impl Prepared<'_> {
@@ -459,6 +463,90 @@ impl Prepared<'_> {
         let uncapped: Watts = jobs.iter().map(|j| j.uncapped_power).sum();
         let budget_w = budget.resolve(uncapped);
         let need = (uncapped - budget_w).value().max(0.0);
+        let Shed {
+            shed,
+            fallback,
+            unmet,
+            hedge,
+        } = self.shed_for(need);
+
+        let mut entries = Vec::with_capacity(jobs.len());
+        let mut planned = Watts::ZERO;
+        let mut fallbacks = Vec::new();
+        for (i, job) in jobs.iter().enumerate() {
+            let (floor, floor_kind) = self.floors[i];
+            let power = self.planned_power(i, shed[i]);
+            planned += power;
+            let at_floor = power.value() <= floor.value() + 1e-6;
+            let hull_tokens = self.hull_tokens(i, power.value());
+            let reason = match (hull_tokens, shed[i] > 1e-9) {
+                (None, false) => Reason::InflexibleUnknown,
+                (None, true) => Reason::FallbackUniform,
+                (Some(_), false) => Reason::Uncapped,
+                (Some(_), true) if at_floor && floor_kind == FloorKind::Tier => Reason::AtTierFloor,
+                (Some(_), true) if at_floor => Reason::AtCapFloor,
+                (Some(_), true) => Reason::Curtailed,
+            };
+            if fallback[i] {
+                fallbacks.push(job.id.clone());
+            }
+            let cap = if shed[i] <= 1e-9 {
+                job.cap_range.max
+            } else {
+                match &job.elasticity {
+                    Elasticity::Measured { curve } => cap_on_curve(curve, power),
+                    _ => power.per_gpu(job.gpus),
+                }
+                .clamp_to(job.cap_range.min, job.cap_range.max)
+            };
+            entries.push(PlanEntry {
+                job: job.id.clone(),
+                cap,
+                expected_power: power,
+                expected_tokens: TokensPerSec(self.expected_tokens(i, power, hull_tokens)),
+                floor,
+                floor_kind,
+                reason,
+            });
+        }
+        let plan = CapPlan {
+            policy: self.policy,
+            budget: budget_w,
+            uncapped_power: uncapped,
+            planned_power: planned,
+            shortfall: Watts(unmet),
+            entries,
+            fallbacks,
+        };
+        (plan, hedge)
+    }
+
+    /// The power job `i` is planned at when `shed` watts are taken from it (never below its
+    /// floor).
+    fn planned_power(&self, i: usize, shed: f64) -> Watts {
+        let p_max = self.jobs[i].uncapped_power.value();
+        Watts((p_max - shed).max(self.floors[i].0.value().min(p_max)))
+    }
+
+    /// What job `i` is expected to deliver at `power` (`hull_tokens`: its hull there, `None`
+    /// for a job of unknown elasticity): on its measured curve when it has one, on its hull
+    /// otherwise, and in proportion to power when nothing is known.
+    fn expected_tokens(&self, i: usize, power: Watts, hull_tokens: Option<f64>) -> f64 {
+        let job = &self.jobs[i];
+        match (&job.elasticity, hull_tokens) {
+            (Elasticity::Measured { .. }, Some(_)) => self.delivered_tokens(i, power.value()),
+            (_, Some(hull)) => hull,
+            (_, None) => job.uncapped_tokens.value() * (power / job.uncapped_power),
+        }
+    }
+
+    /// The watts to shed from each job for `need` in all: unknown jobs take the equal rule's
+    /// cut, the others shed the cheapest watts on their hulls (repaired where a hull bridges a
+    /// non-concave measured stretch), the result is hedged against the equal cut, and only if
+    /// `need` is still not met are unknown jobs cut further. Everything a plan is, but its
+    /// entries: the flexibility curve runs this at every level and needs no caps or ids.
+    fn shed_for(&self, need: f64) -> Shed {
+        let jobs = &self.jobs[..];
         let equal = self.equal_shed(need);
         let mut base = vec![0.0; jobs.len()];
         for &i in &self.unknown {
@@ -494,66 +582,21 @@ impl Prepared<'_> {
             }
             unmet = still_unmet;
         }
-
-        let mut entries = Vec::with_capacity(jobs.len());
-        let mut planned = Watts::ZERO;
-        let mut fallbacks = Vec::new();
-        for (i, job) in jobs.iter().enumerate() {
-            let (floor, floor_kind) = self.floors[i];
-            let power =
-                Watts((job.uncapped_power.value() - shed[i]).max(floor.value().min(job.uncapped_power.value())));
-            planned += power;
-            let at_floor = power.value() <= floor.value() + 1e-6;
-            let hull_tokens = self.hull_tokens(i, power.value());
-            let reason = match (hull_tokens, shed[i] > 1e-9) {
-                (None, false) => Reason::InflexibleUnknown,
-                (None, true) => Reason::FallbackUniform,
-                (Some(_), false) => Reason::Uncapped,
-                (Some(_), true) if at_floor && floor_kind == FloorKind::Tier => Reason::AtTierFloor,
-                (Some(_), true) if at_floor => Reason::AtCapFloor,
-                (Some(_), true) => Reason::Curtailed,
-            };
-            if fallback[i] {
-                fallbacks.push(job.id.clone());
-            }
-            let cap = if shed[i] <= 1e-9 {
-                job.cap_range.max
-            } else {
-                match &job.elasticity {
-                    Elasticity::Measured { curve } => cap_on_curve(curve, power),
-                    _ => power.per_gpu(job.gpus),
-                }
-                .clamp_to(job.cap_range.min, job.cap_range.max)
-            };
-            let expected_tokens = match (&job.elasticity, hull_tokens) {
-                (Elasticity::Measured { .. }, Some(_)) => self.delivered_tokens(i, power.value()),
-                (_, Some(hull)) => hull,
-                (_, None) => job.uncapped_tokens.value() * (power / job.uncapped_power),
-            };
-            entries.push(PlanEntry {
-                job: job.id.clone(),
-                cap,
-                expected_power: power,
-                expected_tokens: TokensPerSec(expected_tokens),
-                floor,
-                floor_kind,
-                reason,
-            });
+        Shed {
+            shed,
+            fallback,
+            unmet,
+            hedge,
         }
-        let plan = CapPlan {
-            policy: self.policy,
-            budget: budget_w,
-            uncapped_power: uncapped,
-            planned_power: planned,
-            shortfall: Watts(unmet),
-            entries,
-            fallbacks,
-        };
-        (plan, hedge)
     }
 
     /// What the equal rule sheds from each job for `need` watts (same floors).
     fn equal_shed(&self, need: f64) -> Vec<f64> {
+        self.equal_split.cuts(need).0
+    }
+
+    /// `self` with the equal rule's split prepared for its jobs and floors.
+    fn with_equal_split(mut self) -> Self {
         let weights: Vec<f64> = self.jobs.iter().map(|j| j.uncapped_power.value()).collect();
         let room: Vec<f64> = self
             .jobs
@@ -561,8 +604,22 @@ impl Prepared<'_> {
             .zip(&self.floors)
             .map(|(j, f)| (j.uncapped_power - f.0).value().max(0.0))
             .collect();
-        proportional_cuts(&weights, &room, need).0
+        self.equal_split = ProportionalSplit::new(weights, room);
+        self
     }
+}
+
+/// What [`Prepared::shed_for`] decided.
+struct Shed {
+    /// Watts shed from each job (a job's planned power is its draw less this, never below its
+    /// floor).
+    shed: Vec<f64>,
+    /// Jobs of unknown elasticity that were cut.
+    fallback: Vec<bool>,
+    /// What could not be shed.
+    unmet: f64,
+    /// What the hedge found.
+    hedge: Hedge,
 }
 
 fn cap_on_curve(curve: &PowerCurve, power: Watts) -> crate::units::WattsPerGpu {

@@ -179,60 +179,101 @@ impl Proportional {
 /// (λ·∞ clips at once), and a zero, negative or NaN weight is cut only after every job with a
 /// usable weight sits at its floor, in input order, just enough to meet the cut.
 pub(crate) fn proportional_cuts(weights: &[f64], headroom: &[f64], need: f64) -> (Vec<f64>, f64) {
-    let n = weights.len();
-    let mut cuts = vec![0.0; n];
-    if need <= 0.0 {
-        return (cuts, 0.0);
-    }
-    let total_room: f64 = headroom.iter().sum();
-    if total_room <= need {
-        cuts.copy_from_slice(headroom);
-        return (cuts, need - total_room);
-    }
-    let has_room = |i: usize| headroom[i] > 0.0;
-    let mut clipped_room = 0.0;
-    for i in (0..n).filter(|&i| has_room(i) && weights[i] == f64::INFINITY) {
-        let take = headroom[i].min(need - clipped_room);
-        cuts[i] = take;
-        clipped_room += take;
-        if clipped_room >= need {
-            return (cuts, 0.0);
+    ProportionalSplit::new(weights.to_vec(), headroom.to_vec()).cuts(need)
+}
+
+/// [`proportional_cuts`] for one set of weights and headrooms and any number of needs: the
+/// order in which jobs clip (the sort) and the weight pools do not depend on the need, so a
+/// caller that splits many needs over the same jobs (every plan of a preparation, every level
+/// of a flexibility curve) sorts once.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ProportionalSplit {
+    weights: Vec<f64>,
+    headroom: Vec<f64>,
+    total_room: f64,
+    /// Jobs with room and an infinite weight, in input order (cut first).
+    infinite: Vec<usize>,
+    /// Jobs with room and a usable weight, by `h_i/w_i`.
+    order: Vec<usize>,
+    /// `pool_from[pos]`: weight of `order[pos..]`, as suffix sums (subtracting clipped weights
+    /// from a running total loses every digit of the small weights when weights span many
+    /// decades: a stalled job reporting almost no throughput has a huge P/T weight).
+    pool_from: Vec<f64>,
+    /// Jobs with room and a zero, negative or NaN weight, in input order (cut last).
+    unusable: Vec<usize>,
+}
+
+impl ProportionalSplit {
+    pub(crate) fn new(weights: Vec<f64>, headroom: Vec<f64>) -> Self {
+        let n = weights.len();
+        let has_room = |i: usize| headroom[i] > 0.0;
+        let usable = |i: usize| has_room(i) && weights[i].is_finite() && weights[i] > 0.0;
+        let infinite = (0..n).filter(|&i| has_room(i) && weights[i] == f64::INFINITY).collect();
+        let mut order: Vec<usize> = (0..n).filter(|&i| usable(i)).collect();
+        order.sort_by(|&a, &b| (headroom[a] / weights[a]).total_cmp(&(headroom[b] / weights[b])));
+        let mut pool_from = vec![0.0; order.len() + 1];
+        for pos in (0..order.len()).rev() {
+            pool_from[pos] = pool_from[pos + 1] + weights[order[pos]];
+        }
+        let unusable = (0..n)
+            .filter(|&i| has_room(i) && !usable(i) && weights[i] != f64::INFINITY)
+            .collect();
+        Self {
+            total_room: headroom.iter().sum(),
+            weights,
+            headroom,
+            infinite,
+            order,
+            pool_from,
+            unusable,
         }
     }
-    let usable = |i: usize| has_room(i) && weights[i].is_finite() && weights[i] > 0.0;
-    let mut order: Vec<usize> = (0..n).filter(|&i| usable(i)).collect();
-    order.sort_by(|&a, &b| (headroom[a] / weights[a]).total_cmp(&(headroom[b] / weights[b])));
-    // Weight still in the pool after the first `pos` jobs clipped, as suffix sums: subtracting
-    // clipped weights from a running total loses every digit of the small weights when weights
-    // span many decades (a stalled job reporting almost no throughput has a huge P/T weight).
-    let mut pool_from = vec![0.0; order.len() + 1];
-    for pos in (0..order.len()).rev() {
-        pool_from[pos] = pool_from[pos + 1] + weights[order[pos]];
-    }
-    for (pos, &i) in order.iter().enumerate() {
-        let remaining = need - clipped_room;
-        let pool = pool_from[pos];
-        if headroom[i] / weights[i] * pool >= remaining {
-            let lambda = remaining / pool;
-            for &j in &order[pos..] {
-                cuts[j] = (lambda * weights[j]).min(headroom[j]);
+
+    /// The cuts for `need`, and what no job had room for.
+    pub(crate) fn cuts(&self, need: f64) -> (Vec<f64>, f64) {
+        let (weights, headroom) = (&self.weights, &self.headroom);
+        let mut cuts = vec![0.0; weights.len()];
+        if need <= 0.0 {
+            return (cuts, 0.0);
+        }
+        if self.total_room <= need {
+            cuts.copy_from_slice(headroom);
+            return (cuts, need - self.total_room);
+        }
+        let mut clipped_room = 0.0;
+        for &i in &self.infinite {
+            let take = headroom[i].min(need - clipped_room);
+            cuts[i] = take;
+            clipped_room += take;
+            if clipped_room >= need {
+                return (cuts, 0.0);
             }
-            return (cuts, 0.0);
         }
-        cuts[i] = headroom[i];
-        clipped_room += headroom[i];
-    }
-    // Every usable job is at its floor: the cut continues on the jobs without a usable weight.
-    for i in (0..n).filter(|&i| has_room(i) && !usable(i) && weights[i] != f64::INFINITY) {
-        let take = headroom[i].min(need - clipped_room);
-        cuts[i] = take;
-        clipped_room += take;
-        if clipped_room >= need {
-            return (cuts, 0.0);
+        for (pos, &i) in self.order.iter().enumerate() {
+            let remaining = need - clipped_room;
+            let pool = self.pool_from[pos];
+            if headroom[i] / weights[i] * pool >= remaining {
+                let lambda = remaining / pool;
+                for &j in &self.order[pos..] {
+                    cuts[j] = (lambda * weights[j]).min(headroom[j]);
+                }
+                return (cuts, 0.0);
+            }
+            cuts[i] = headroom[i];
+            clipped_room += headroom[i];
         }
+        // Every usable job is at its floor: the cut continues on the jobs without a usable weight.
+        for &i in &self.unusable {
+            let take = headroom[i].min(need - clipped_room);
+            cuts[i] = take;
+            clipped_room += take;
+            if clipped_room >= need {
+                return (cuts, 0.0);
+            }
+        }
+        // Only reachable through rounding: every job clipped.
+        (cuts, (need - clipped_room).max(0.0))
     }
-    // Only reachable through rounding: every job clipped.
-    (cuts, (need - clipped_room).max(0.0))
 }
 
 #[cfg(test)]

@@ -3,8 +3,10 @@
 //!
 //! A flexible-compute contract should promise what the running jobs can shed, not what the
 //! installed megawatts suggest. For evenly spaced shed levels from 0 to the most the jobs can
-//! shed (every job at its floor) the curve plans the level with [`Prepared::allocate`] (the same
-//! plan an event of that depth would get) and records its expected cost to the objective, the
+//! shed (every job at its floor) the curve plans the level with the allocator's own shedding
+//! (`Prepared::shed_for`, what [`Prepared::allocate`] runs before it writes a plan's entries:
+//! the same plan an event of that depth would get, without the caps and ids no curve needs) and
+//! records its expected cost to the objective, the
 //! tokens/s and GPU-weighted progress lost, how many jobs it caps and which QoS tiers it
 //! touches. When the preparation holds plausible shapes (hedging on) each point also gives the
 //! range of its cost over the plausible scenarios; without them the range is absent, not zero.
@@ -13,7 +15,7 @@
 //! model, as it does every budget.
 
 use super::Prepared;
-use crate::alloc::{Budget, Objective};
+use crate::alloc::Objective;
 use crate::estimate::{PLAUSIBLE_SHAPES, plausible_tau};
 use crate::units::{TokensPerSec, Watts};
 use serde::Serialize;
@@ -69,30 +71,35 @@ impl Prepared<'_> {
             .map(|(j, f)| (j.uncapped_power - f.0).value().max(0.0))
             .sum();
         let total_weight: f64 = self.jobs.iter().map(|j| f64::from(j.gpus) * j.priority).sum();
+        let mut powers = vec![Watts::ZERO; self.jobs.len()];
         let points = (0..levels)
             .map(|k| {
-                let shed = max_shed * k as f64 / (levels - 1) as f64;
-                let plan = self.allocate(Budget::Absolute(uncapped - Watts(shed)));
+                let level = max_shed * k as f64 / (levels - 1) as f64;
+                let plan = self.shed_for(level);
                 let (mut value, mut tokens, mut progress, mut capped) = (0.0, 0.0, 0.0, 0usize);
                 let mut tiers: Vec<f64> = Vec::new();
-                for (i, (job, e)) in self.jobs.iter().zip(&plan.entries).enumerate() {
-                    let lost = (job.uncapped_tokens - e.expected_tokens).value().max(0.0);
+                for (i, job) in self.jobs.iter().enumerate() {
+                    let power = self.planned_power(i, plan.shed[i]);
+                    powers[i] = power;
+                    if power.value() >= job.uncapped_power.value() * (1.0 - 1e-9) {
+                        continue;
+                    }
+                    let expected = self.expected_tokens(i, power, self.hull_tokens(i, power.value()));
+                    let lost = (job.uncapped_tokens.value() - expected).max(0.0);
                     value += self.scale[i] * lost;
                     tokens += lost;
                     progress += f64::from(job.gpus) * job.priority * lost / job.uncapped_tokens.value();
-                    if e.expected_power.value() < job.uncapped_power.value() * (1.0 - 1e-9) {
-                        capped += 1;
-                        if let Some(tier) = job.max_slowdown {
-                            tiers.push(tier.value());
-                        }
+                    capped += 1;
+                    if let Some(tier) = job.max_slowdown {
+                        tiers.push(tier.value());
                     }
                 }
                 tiers.sort_by(f64::total_cmp);
                 tiers.dedup();
                 FlexPoint {
-                    shed: Watts(shed),
+                    shed: Watts(level),
                     value_lost: value,
-                    value_lost_range: self.scenario_loss_range(&plan.entries),
+                    value_lost_range: self.scenario_loss_range(&powers),
                     tokens_lost: TokensPerSec(tokens),
                     progress_lost: if total_weight > 0.0 {
                         progress / total_weight
@@ -101,7 +108,7 @@ impl Prepared<'_> {
                     },
                     jobs_capped: capped,
                     tiers_touched: tiers,
-                    shortfall: plan.shortfall,
+                    shortfall: Watts(plan.unmet),
                 }
             })
             .collect();
@@ -115,20 +122,25 @@ impl Prepared<'_> {
 
     /// The plan's loss under each plausible scenario (measured and unknown jobs at their
     /// expected loss), lowest and highest; `None` when no job has plausible shapes.
-    fn scenario_loss_range(&self, entries: &[crate::alloc::PlanEntry]) -> Option<(f64, f64)> {
+    fn scenario_loss_range(&self, powers: &[Watts]) -> Option<(f64, f64)> {
+        if !self.hedging {
+            // Plausible shapes are prepared only for the hedge.
+            return None;
+        }
         let mut losses = [0.0; PLAUSIBLE_SHAPES];
         let mut any = false;
-        for (i, (job, e)) in self.jobs.iter().zip(entries).enumerate() {
+        for (i, (job, &power)) in self.jobs.iter().zip(powers).enumerate() {
             let shapes = self.plausible.of(i);
             if shapes.len() == PLAUSIBLE_SHAPES {
                 any = true;
-                let x = e.expected_power / job.uncapped_power;
+                let x = power / job.uncapped_power;
                 let value = self.scale[i] * job.uncapped_tokens.value();
                 for (loss, shape) in losses.iter_mut().zip(shapes) {
                     *loss += value * (1.0 - plausible_tau(shape, x)).max(0.0);
                 }
             } else {
-                let lost = self.scale[i] * (job.uncapped_tokens - e.expected_tokens).value().max(0.0);
+                let expected = self.expected_tokens(i, power, self.hull_tokens(i, power.value()));
+                let lost = self.scale[i] * (job.uncapped_tokens.value() - expected).max(0.0);
                 for loss in &mut losses {
                     *loss += lost;
                 }
