@@ -552,6 +552,22 @@ fn demo_then_audit_verify_export_and_a_tampered_ledger_is_caught() {
         "the ceiling held: {interval}"
     );
     assert!(audit["baseline"]["before_kw"].as_f64().is_some() && audit["baseline"]["after_kw"].as_f64().is_some());
+    // What the flexibility curve promised for the ask before the first plan, and what the
+    // jobs measured both ways kept, on both objectives.
+    let promised = &audit["promised"];
+    let asked = promised["meter_shed_kw"].as_f64().expect("a promise was recorded");
+    assert!(asked > 0.0, "{promised}");
+    let promised_loss = promised["progress_lost"].as_f64().expect("number");
+    assert!(promised_loss > 0.0 && promised_loss < 1.0, "{promised}");
+    let kept = &audit["throughput"]["measured_kept"];
+    assert!(kept["jobs"].as_u64().unwrap_or(0) > 0, "{kept}");
+    for share in ["tokens_kept_share", "progress_kept_share"] {
+        let v = kept[share].as_f64().expect("number");
+        assert!(v > 0.0 && v < 1.0, "{share}: {kept}");
+    }
+    let plan = &audit["plans"][0];
+    assert_eq!(plan["objective"], "tokens");
+    assert!(plan["expected"]["progress_kept_share"].as_f64().is_some(), "{plan}");
     assert!(
         std::fs::read_to_string(&svg)
             .expect("chart")

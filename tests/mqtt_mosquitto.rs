@@ -191,6 +191,18 @@ async fn an_event_is_planned_capped_and_acknowledged() {
     // (the figure is conservative); it is never negative.
     let flex = telemetry["flex_available_kw"].as_f64().expect("flexibility advertised");
     assert!(flex >= 0.0, "{telemetry}");
+    // The flexibility curve rides along: 21 levels, from no shed to the most, costs rising.
+    let curve = telemetry["flexibility"]
+        .as_array()
+        .expect("flexibility curve published");
+    assert_eq!(curve.len(), 21, "{telemetry}");
+    assert_eq!(curve[0]["meter_shed_kw"], 0.0);
+    for w in curve.windows(2) {
+        let (a, b) = (&w[0], &w[1]);
+        assert!(b["meter_shed_kw"].as_f64() > a["meter_shed_kw"].as_f64(), "{telemetry}");
+        let lost = |p: &Value| p["progress_lost"].as_f64().expect("number");
+        assert!(lost(b) >= lost(a) - 1e-9, "{telemetry}");
+    }
     server.shutdown().await;
 }
 

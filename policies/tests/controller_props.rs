@@ -600,7 +600,7 @@ fn check_plan(entry: &Entry) {
         // weighted mean of the jobs' expected shares.
         assert_eq!(a.objective.as_deref(), Some("progress"));
         assert_eq!(a.notes.len(), a.rows.len());
-        let expected = a.expected.expect("expected outcome recorded");
+        let expected = *a.expected.as_deref().expect("expected outcome recorded");
         for share in [expected.tokens_kept_share, expected.progress_kept_share] {
             assert!((0.0..=1.0 + 1e-9).contains(&share), "share {share}");
         }

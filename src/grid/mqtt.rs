@@ -320,6 +320,18 @@ impl MqttBridge {
             status.flex_available_kw,
         );
         sample.meter_quality = status.meter_quality.map(|q| q.as_str().to_string());
+        sample.flexibility = self.intake.gateway.flexibility().await.map(|curve| {
+            curve
+                .points
+                .iter()
+                .map(|p| flexgate_mqtt::FlexOffer {
+                    meter_shed_kw: p.meter_shed_kw,
+                    progress_lost: p.progress_lost,
+                    tokens_lost_per_s: p.tokens_lost_per_s,
+                    jobs_capped: p.jobs_capped as u64,
+                })
+                .collect()
+        });
         if let Err(e) = self.link.publish_telemetry(&sample) {
             tracing::debug!("MQTT telemetry skipped: {e}");
         }

@@ -41,6 +41,10 @@ pub struct AuditReport {
     /// Per job in the plans: tier, measured throughput uncapped and capped, slowdown, minutes
     /// beyond the tier (see [`JobAudit`]).
     pub jobs: Vec<JobAudit>,
+    /// What the site's flexibility curve promised for the event's ask before its first plan
+    /// (planner's estimates; `None` without a curve then, and in older ledgers). Set it against
+    /// `throughput.measured_kept`.
+    pub promised: Option<flexgate_policies::control::flexibility::FlexPromise>,
     /// Meter samples `(time, meter kW, ceiling kW in force)` from baseline window to the end.
     pub series: Vec<(DateTime<Utc>, f64, Option<f64>)>,
 }
@@ -275,6 +279,7 @@ pub fn build(records: &[Record], event_id: &str, window_s: u64) -> Result<Option
     let mut planned_jobs: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     // Each job's objective weight (GPUs × priority) as the latest plan recorded it.
     let mut weights: std::collections::HashMap<String, f64> = std::collections::HashMap::new();
+    let mut promised = None;
     for record in records {
         let entry = record.entry()?;
         if let Entry::ThroughputPoint(p) = &entry {
@@ -316,6 +321,7 @@ pub fn build(records: &[Record], event_id: &str, window_s: u64) -> Result<Option
             Entry::OperatorOptOut(o) => opt_outs.push(o),
             Entry::Plan(p) => {
                 planned_jobs.extend(p.plan.rows.iter().map(|row| row.0.to_string()));
+                promised = promised.or(p.promised.as_deref().copied());
                 for (row, note) in p.plan.rows.iter().zip(&p.plan.notes) {
                     weights.insert(row.0.to_string(), f64::from(note.0) * note.1);
                 }
@@ -343,7 +349,7 @@ pub fn build(records: &[Record], event_id: &str, window_s: u64) -> Result<Option
                         .filter(|row| !matches!(row.6.as_str(), "uncapped" | "inflexible_unknown"))
                         .count(),
                     objective: p.plan.objective.clone(),
-                    expected: p.plan.expected,
+                    expected: p.plan.expected.as_deref().copied(),
                 });
             }
             Entry::CapsDispatched(d) => dispatches.push(DispatchSummary {
@@ -508,6 +514,7 @@ pub fn build(records: &[Record], event_id: &str, window_s: u64) -> Result<Option
         baseline,
         intervals,
         fallbacks,
+        promised,
         series,
     }))
 }
@@ -858,14 +865,26 @@ impl AuditReport {
                 );
             }
         }
+        if let Some(p) = &self.promised {
+            let _ = writeln!(
+                out,
+                "\nPromised before the first plan (the site's flexibility curve of {}, planner's estimates): \
+                 shedding {:.1} kW at the meter (from the meter before the event to the deepest ceiling) would cost {:.1} % of GPU-weighted progress ({:.0} tokens/s).",
+                p.curve_at.to_rfc3339(),
+                p.meter_shed_kw,
+                p.progress_lost * 100.0,
+                p.tokens_lost_per_s
+            );
+        }
         if let Some(k) = &t.measured_kept {
             let _ = writeln!(
                 out,
                 "\nMeasured kept ({} jobs measured uncapped and capped): {:.1} % of their tokens/s, \
-                 {:.1} % GPU-weighted progress (each job's share of its own speed).",
+                 {:.1} % GPU-weighted progress (each job's share of its own speed), i.e. {:.1} % of progress lost.",
                 k.jobs,
                 k.tokens_kept_share * 100.0,
-                k.progress_kept_share * 100.0
+                k.progress_kept_share * 100.0,
+                (1.0 - k.progress_kept_share) * 100.0
             );
         }
         let _ = writeln!(

@@ -275,7 +275,7 @@ impl PlanView {
             shortfall_w: a.shortfall,
             fallbacks: a.fallbacks.iter().map(ToString::to_string).collect(),
             objective: a.objective.clone(),
-            expected: a.expected,
+            expected: a.expected.as_deref().copied(),
             entries: a
                 .rows
                 .iter()

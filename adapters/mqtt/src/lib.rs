@@ -105,7 +105,8 @@ pub use flexgate_dr::payloads;
 
 pub use link::{AckHandle, AckOutcome, ConnectionState, Incoming, IncomingEvent, LinkError, LinkStats, MqttLink};
 pub use payloads::{
-    AckPayload, GatewayState, KwRange, Opt, Phase, ReportInterval, ReportPayload, StatusPayload, TelemetryPayload,
+    AckPayload, FlexOffer, GatewayState, KwRange, Opt, Phase, ReportInterval, ReportPayload, StatusPayload,
+    TelemetryPayload,
 };
 pub use screen::{EventHeader, Refusal, Rejection, Screen, ScreenConfig};
 pub use settings::{Backoff, BrokerAddr, MqttSettings, Secret, SettingsError};

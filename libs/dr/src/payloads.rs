@@ -250,6 +250,29 @@ pub struct TelemetryPayload {
     /// How far the site could lower its meter power now, kW.
     #[serde(serialize_with = "finite_opt")]
     pub flex_available_kw: Option<f64>,
+    /// The site's flexibility curve now: what shedding each amount at the meter is expected to
+    /// cost the running jobs, ascending from no shed to every job at its floor (the planner's
+    /// estimates, not measurements); `null` when the gateway has none (no telemetry yet, or a
+    /// proportional policy). Absent in samples of older gateways.
+    #[serde(default)]
+    pub flexibility: Option<Vec<FlexOffer>>,
+}
+
+/// One level of the flexibility curve in `dr.telemetry/1`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FlexOffer {
+    /// The meter reduction this level gives at least (the facility model's lower bound), kW.
+    #[serde(serialize_with = "finite")]
+    pub meter_shed_kw: f64,
+    /// Expected GPU-weighted progress lost (0 = none, 1 = every job stopped).
+    #[serde(serialize_with = "finite")]
+    pub progress_lost: f64,
+    /// Expected tokens/s lost, summed over the jobs.
+    #[serde(serialize_with = "finite")]
+    pub tokens_lost_per_s: f64,
+    /// Jobs the plan for this level would cap.
+    pub jobs_capped: u64,
 }
 
 impl TelemetryPayload {
@@ -270,6 +293,7 @@ impl TelemetryPayload {
             meter_quality: None,
             gpu_board_kw,
             flex_available_kw,
+            flexibility: None,
         }
     }
 }
@@ -451,7 +475,7 @@ pub const DR_TELEMETRY_JSON_SCHEMA: &str = r##"{
   "description": "A periodic power sample of a flexgate site, published with QoS 1 on {prefix}/{site}/telemetry. Every field is present; unknown values are null.",
   "type": "object",
   "additionalProperties": false,
-  "required": ["schema", "site", "ts", "meter_kw", "meter_quality", "gpu_board_kw", "flex_available_kw"],
+  "required": ["schema", "site", "ts", "meter_kw", "meter_quality", "gpu_board_kw", "flex_available_kw", "flexibility"],
   "properties": {
     "schema": { "const": "dr.telemetry/1" },
     "site": { "type": "string", "minLength": 1, "maxLength": 128 },
@@ -459,7 +483,22 @@ pub const DR_TELEMETRY_JSON_SCHEMA: &str = r##"{
     "meter_kw": { "type": ["number", "null"], "description": "Meter power, kW; null when the meter is not reading (meter_quality is not measured)." },
     "meter_quality": { "enum": ["measured", "stale", "missing", "model", null], "description": "Where the gateway's meter figure comes from: measured, stale, missing or model (see dr.status/1); meter_kw is given only when measured." },
     "gpu_board_kw": { "type": ["number", "null"], "description": "Sum of GPU board power, kW; null when no backend reports." },
-    "flex_available_kw": { "type": ["number", "null"], "description": "How far the site could lower its meter power now, kW." }
+    "flex_available_kw": { "type": ["number", "null"], "description": "How far the site could lower its meter power now, kW." },
+    "flexibility": {
+      "type": ["array", "null"],
+      "description": "The site's flexibility curve now, ascending from no shed to every job at its floor: the planner's estimates of what each meter reduction would cost the running jobs; null when the gateway has none.",
+      "items": {
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["meter_shed_kw", "progress_lost", "tokens_lost_per_s", "jobs_capped"],
+        "properties": {
+          "meter_shed_kw": { "type": "number", "minimum": 0, "description": "The meter reduction this level gives at least (facility model's lower bound), kW." },
+          "progress_lost": { "type": "number", "minimum": 0, "description": "Expected GPU-weighted progress lost (0 = none, 1 = every job stopped)." },
+          "tokens_lost_per_s": { "type": "number", "minimum": 0, "description": "Expected tokens/s lost, summed over the jobs." },
+          "jobs_capped": { "type": "integer", "minimum": 0, "description": "Jobs the plan for this level would cap." }
+        }
+      }
+    }
   }
 }
 "##;
@@ -657,8 +696,30 @@ mod tests {
             &StatusPayload::offline("dc-east", t("2026-07-14T19:05:00Z")),
         )
         .unwrap();
-        let tele = TelemetryPayload::new("dc-east", t("2026-07-14T19:05:00Z"), Some(7930.5), None, Some(2400.0));
+        let mut tele = TelemetryPayload::new("dc-east", t("2026-07-14T19:05:00Z"), Some(7930.5), None, Some(2400.0));
         validate(DR_TELEMETRY_JSON_SCHEMA, &tele).unwrap();
+        tele.flexibility = Some(vec![
+            FlexOffer {
+                meter_shed_kw: 0.0,
+                progress_lost: 0.0,
+                tokens_lost_per_s: 0.0,
+                jobs_capped: 0,
+            },
+            FlexOffer {
+                meter_shed_kw: 1200.0,
+                progress_lost: 0.08,
+                tokens_lost_per_s: 51_000.0,
+                jobs_capped: 140,
+            },
+        ]);
+        validate(DR_TELEMETRY_JSON_SCHEMA, &tele).unwrap();
+        let mut doc = serde_json::to_value(&tele).unwrap();
+        doc["flexibility"][1]["jobs_capped"] = (-1).into();
+        let schema: Value = serde_json::from_str(DR_TELEMETRY_JSON_SCHEMA).unwrap();
+        assert!(
+            check(&schema, &schema, &doc, "$").is_err(),
+            "a negative count is refused"
+        );
         validate(DR_REPORT_JSON_SCHEMA, &sample_report()).unwrap();
     }
 

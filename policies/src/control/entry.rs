@@ -298,7 +298,7 @@ pub struct RecordedAllocation {
     /// What the plan expects to keep, on both objectives, by the planner's own curves: a
     /// model's figures, never a measurement (the audit sets the measured ones beside them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub expected: Option<ExpectedOutcome>,
+    pub expected: Option<Box<ExpectedOutcome>>,
     /// Column names of `notes`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub note_columns: Vec<String>,
@@ -363,6 +363,12 @@ pub struct PlanRecorded {
     pub curtailment_started: super::budget::OperatingPoint,
     /// When the caps must end at the latest (`None`: open-ended).
     pub until: Option<DateTime<Utc>>,
+    /// What the flexibility curve in force promised for this ask (the meter figure the
+    /// curtailment started from, `curtailment_started.meter_kw`, less the binding event's
+    /// deepest ceiling), on the curtailment's first plan only; absent
+    /// when there was no curve or no measured meter, and in older ledgers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub promised: Option<Box<super::flexibility::FlexPromise>>,
 }
 
 /// Why commands were sent.

@@ -87,18 +87,51 @@ impl SiteFlexibility {
     /// between levels; `None` beyond the curve's end (more than the site can shed).
     #[must_use]
     pub fn progress_lost_for(&self, meter_kw: f64) -> Option<f64> {
+        self.promise_for(meter_kw).map(|p| p.progress_lost)
+    }
+
+    /// What the curve promises for shedding `meter_kw` at the meter (interpolated between
+    /// levels); `None` beyond the curve's end or for a shed that is not a finite amount.
+    #[must_use]
+    pub fn promise_for(&self, meter_kw: f64) -> Option<FlexPromise> {
+        if !meter_kw.is_finite() {
+            return None;
+        }
         let first = self.points.first()?;
+        let promise = |progress_lost, tokens_lost_per_s| FlexPromise {
+            curve_at: self.at,
+            meter_shed_kw: meter_kw.max(0.0),
+            progress_lost,
+            tokens_lost_per_s,
+        };
         if meter_kw <= first.meter_shed_kw {
-            return Some(first.progress_lost);
+            return Some(promise(first.progress_lost, first.tokens_lost_per_s));
         }
         self.points.windows(2).find_map(|w| {
             let (a, b) = (&w[0], &w[1]);
             (meter_kw <= b.meter_shed_kw && b.meter_shed_kw > a.meter_shed_kw).then(|| {
                 let t = (meter_kw - a.meter_shed_kw) / (b.meter_shed_kw - a.meter_shed_kw);
-                a.progress_lost + t * (b.progress_lost - a.progress_lost)
+                promise(
+                    a.progress_lost + t * (b.progress_lost - a.progress_lost),
+                    a.tokens_lost_per_s + t * (b.tokens_lost_per_s - a.tokens_lost_per_s),
+                )
             })
         })
     }
+}
+
+/// What the flexibility curve in force promised for an event's ask, recorded with the event's
+/// first plan so that the audit can set it against what the jobs measured.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
+pub struct FlexPromise {
+    /// When the curve was computed.
+    pub curve_at: DateTime<Utc>,
+    /// The meter reduction asked: the metered power before the curtailment less the ceiling, kW.
+    pub meter_shed_kw: f64,
+    /// Expected GPU-weighted progress lost (planner's estimate).
+    pub progress_lost: f64,
+    /// Expected tokens/s lost (planner's estimate).
+    pub tokens_lost_per_s: f64,
 }
 
 #[cfg(test)]

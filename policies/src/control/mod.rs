@@ -991,6 +991,25 @@ impl Controller {
             suspended: self.suspended.clone(),
             gpu_budget_w: gpu_budget,
             plan: recorded_allocation(&plan, &plannable, self.planner.objective()),
+            promised: self
+                .curtailment
+                .is_none()
+                .then(|| {
+                    // The ask is the binding event's deepest ceiling, not the first ramp step.
+                    let deepest = self
+                        .book
+                        .get(&ceiling.binding_event)?
+                        .ceilings
+                        .iter()
+                        .flatten()
+                        .map(|c| c.ceiling_kw)
+                        .reduce(f64::min)?;
+                    self.flexibility
+                        .as_ref()?
+                        .promise_for(start.meter_kw? - deepest)
+                        .map(Box::new)
+                })
+                .flatten(),
             curtailment_started: start,
             until,
         };
@@ -1251,10 +1270,10 @@ fn recorded_allocation(plan: &CapPlan, jobs: &[JobSpec], objective: Objective) -
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 1.0 };
     RecordedAllocation {
         objective: Some(objective.as_str().to_string()),
-        expected: Some(ExpectedOutcome {
+        expected: Some(Box::new(ExpectedOutcome {
             tokens_kept_share: ratio(tokens, tokens_max),
             progress_kept_share: ratio(progress, weight),
-        }),
+        })),
         note_columns: PLAN_NOTE_COLUMNS.iter().map(ToString::to_string).collect(),
         notes,
         policy: plan.policy.to_string(),
