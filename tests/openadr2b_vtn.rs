@@ -521,6 +521,24 @@ async fn usage_reports_keep_flowing_when_the_stock_vtn_refuses_status_reports() 
     })
     .await;
     assert_eq!(refused.body["answer"]["status"], 500, "{}", refused.body);
+    // The status point carried the most the site's flexibility curve can shed at the meter,
+    // 2.0b's one place for it (oadrLoadControlState/oadrCapacity).
+    let content = refused.body["content"].to_string();
+    let capacity = content
+        .split("<oadr:oadrCapacity><oadr:oadrCurrent>")
+        .nth(1)
+        .and_then(|rest| rest.split('<').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no oadrCapacity in the status update: {content}"));
+    let most = gw
+        .flexibility()
+        .await
+        .map(|c| c.points.iter().map(|p| p.meter_shed_kw).fold(0.0, f64::max))
+        .expect("a flexibility curve");
+    assert!(
+        capacity > 0.0 && (capacity - most).abs() <= 0.01 * most,
+        "{capacity} kW vs the curve's {most} kW"
+    );
     // And the usage data was taken by the VTN (an accepted answer), not refused along with the
     // status: sent together, every update would have been refused.
     let accepted_usage = eventually("an accepted TELEMETRY_USAGE update in the ledger", 20, async || {

@@ -252,9 +252,51 @@ async fn the_gateway_follows_a_real_openadr3_vtn() {
         .iter()
         .filter_map(|p| p["type"].as_str())
         .collect();
-    assert_eq!(types, ["DEMAND", "USAGE"], "{payloads}");
+    assert_eq!(
+        types,
+        [
+            "DEMAND",
+            "USAGE",
+            "LOAD_SHED_DELTA_AVAILABLE",
+            "X_FLEXGATE_SHED_LEVELS",
+            "X_FLEXGATE_SHED_PROGRESS_LOST"
+        ],
+        "{payloads}"
+    );
     let demand = payloads[0]["values"][0].as_f64().expect("demand kW");
     assert!(demand > 0.0 && demand < 10.0 * meter, "demand {demand} kW");
+    // What the flexibility curve offered for the interval: its levels rise from no shed to the
+    // most the site can shed, which is the LOAD_SHED_DELTA_AVAILABLE figure, and each costs
+    // more progress than the one before; the VTN stored them as sent.
+    let numbers = |i: usize| -> Vec<f64> {
+        payloads[i]["values"]
+            .as_array()
+            .expect("values")
+            .iter()
+            .map(|v| v.as_f64().expect("a number"))
+            .collect()
+    };
+    let (available, levels, cost) = (numbers(2), numbers(3), numbers(4));
+    assert_eq!((levels.len(), cost.len()), (21, 21), "{payloads}");
+    assert_eq!(levels[0], 0.0, "{levels:?}");
+    assert!(levels.windows(2).all(|w| w[1] >= w[0]), "{levels:?}");
+    assert!(cost.windows(2).all(|w| w[1] >= w[0]) && cost[20] <= 100.0, "{cost:?}");
+    assert!(
+        available[0] > 0.0 && available[0] < meter,
+        "{available:?} of {meter} kW"
+    );
+    assert!((available[0] - levels[20]).abs() < 1e-9, "{available:?} {levels:?}");
+    let described: Vec<(&str, &str)> = reports[0]["payloadDescriptors"]
+        .as_array()
+        .expect("payload descriptors")
+        .iter()
+        .filter_map(|d| Some((d["payloadType"].as_str()?, d["readingType"].as_str()?)))
+        .collect();
+    assert!(
+        described.contains(&("LOAD_SHED_DELTA_AVAILABLE", "ESTIMATED"))
+            && described.contains(&("DEMAND", "DIRECT_READ")),
+        "modelled figures are marked ESTIMATED, measured ones DIRECT_READ: {described:?}"
+    );
 
     // 4. Cancellation by deletion: the event disappears from the VTN's list.
     let (status, created) = vtn

@@ -216,15 +216,26 @@ impl Ven2b {
     }
 
     /// The latest measurements, for TELEMETRY_USAGE / TELEMETRY_STATUS reports.
+    ///
+    /// 2.0b has one place for flexibility, the status point's `oadrLoadControlState/oadrCapacity`
+    /// (a single figure, no costs): it carries the most the site's flexibility curve says it can
+    /// shed at the meter now (the facility model's lower bound), left out while there is no
+    /// curve. The whole curve with its costs goes where a protocol has room for it (OpenADR 3
+    /// reports, `dr.telemetry/1`).
     async fn sample(&mut self) {
         let status = self.gateway.status().await;
         let Some(meter_kw) = status.measured_meter_kw else {
             return;
         };
+        let flexible_kw = self
+            .gateway
+            .flexibility()
+            .await
+            .map(|c| c.points.iter().map(|p| p.meter_shed_kw).fold(0.0, f64::max));
         let sample = TelemetrySample {
             meter_kw,
             gpu_board_kw: status.measured_gpu_w.map(|w| w / 1000.0),
-            flexible_kw: None,
+            flexible_kw,
             online: true,
             manual_override: false,
         };

@@ -3,8 +3,14 @@
 //! Every `poll_s` it fetches the events for its program and targets (ETag/304 aware), lets the
 //! tracker say what changed (new, modified by modificationDateTime, cancelled by a zero window
 //! or by deletion), records each change in the ledger, and submits it to the event book. When
-//! an event it acted on ends or is cancelled, it POSTs a report (DEMAND in kW and USAGE in kWh
-//! per event interval, from the meter readings taken while the event ran).
+//! an event it acted on ends or is cancelled, it POSTs a report: per event interval DEMAND in kW
+//! and USAGE in kWh from the meter readings taken while the event ran (reading type
+//! `DIRECT_READ`), and what the site's flexibility curve offered when the interval began
+//! (reading type `ESTIMATED`, planner figures, never measured): `LOAD_SHED_DELTA_AVAILABLE`, the
+//! most the site could shed at the meter, and the curve itself in two private payload types
+//! (OpenADR 3 Definitions, private strings): [`SHED_LEVELS_TYPE`], the meter reductions of its
+//! levels (kW, the facility model's lower bound), and [`SHED_COST_TYPE`], the expected
+//! GPU-weighted progress each level would cost (percent).
 
 use super::map::{Labels, MapPolicy, Timing, cancellation, grid_event};
 use crate::config::{Config, OpenAdr3Config};
@@ -18,6 +24,7 @@ use flexgate_openadr::oadr3::{
 };
 use flexgate_openadr::oadr3::{IsoDuration, PayloadValue};
 use flexgate_policies::control::entry::{PeerAnswer, WireContent, WireProtocol, WireReceived, WireSent};
+use flexgate_policies::control::flexibility::SiteFlexibility;
 use flexgate_policies::event::{EventSource, Participation};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -43,12 +50,21 @@ pub enum Ven3StartError {
     },
 }
 
+/// Private report payload type: the meter reductions (kW) of the flexibility curve's levels.
+pub const SHED_LEVELS_TYPE: &str = "X_FLEXGATE_SHED_LEVELS";
+/// Private report payload type: the expected GPU-weighted progress (percent) each level of
+/// [`SHED_LEVELS_TYPE`] would cost, in the same order.
+pub const SHED_COST_TYPE: &str = "X_FLEXGATE_SHED_PROGRESS_LOST";
+
 /// One interval of an event we acted on, for the report.
 #[derive(Debug, Clone)]
 struct ReportSpan {
     interval_id: i64,
     start: DateTime<Utc>,
     end: Option<DateTime<Utc>>,
+    /// The flexibility curve in force at the first poll after the interval began (what the
+    /// site offered for it); `None` until then, or when the gateway has no curve.
+    offered: Option<Arc<SiteFlexibility>>,
 }
 
 /// An event the gateway is acting on.
@@ -152,6 +168,18 @@ impl Ven3 {
         if let Some(kw) = self.gateway.status().await.measured_meter_kw {
             self.meter.push((now, kw));
         }
+        let begun = |s: &ReportSpan| s.start <= now && s.offered.is_none();
+        if self.acting.values().flat_map(|t| &t.spans).any(begun) {
+            let curve = self.gateway.flexibility().await;
+            for span in self
+                .acting
+                .values_mut()
+                .flat_map(|t| t.spans.iter_mut())
+                .filter(|s| begun(s))
+            {
+                span.offered.clone_from(&curve);
+            }
+        }
     }
 
     /// Records what the VTN said about one event (the client decoded it; the JSON is the
@@ -243,6 +271,7 @@ impl Ven3 {
                             .span
                             .duration_s
                             .map(|d| t.span.start + chrono::Duration::seconds(d as i64)),
+                        offered: None,
                     })
                     .collect();
                 self.acting.insert(
@@ -359,7 +388,8 @@ fn answer_of(e: &ClientError) -> PeerAnswer {
     }
 }
 
-/// DEMAND (mean kW) and USAGE (kWh) per event interval, from the meter readings inside it.
+/// DEMAND (mean kW) and USAGE (kWh) per event interval, from the meter readings inside it, and
+/// the flexibility the site offered for it (see the module docs).
 fn build_report(
     id: &str,
     ven_name: &str,
@@ -392,7 +422,7 @@ fn build_report(
                     .and_then(IsoDuration::from_time_delta),
                 randomize_start: None,
             }),
-            payloads: vec![
+            payloads: [
                 ValuesMap {
                     kind: "DEMAND".into(),
                     values: vec![number(mean_kw)],
@@ -401,24 +431,42 @@ fn build_report(
                     kind: "USAGE".into(),
                     values: vec![number(mean_kw * hours)],
                 },
-            ],
+            ]
+            .into_iter()
+            .chain(
+                span.offered
+                    .as_deref()
+                    .map_or_else(Vec::new, |c| offered_payloads(c, number)),
+            )
+            .collect(),
         });
     }
     if intervals.is_empty() {
         return None;
     }
-    let descriptor = |kind: &str, units: &str| ReportPayloadDescriptor {
+    let descriptor = |kind: &str, units: &str, reading: &str| ReportPayloadDescriptor {
         object_type: Some("REPORT_PAYLOAD_DESCRIPTOR".into()),
         payload_type: kind.into(),
-        reading_type: Some("DIRECT_READ".into()),
+        reading_type: Some(reading.into()),
         units: Some(units.into()),
         extra: Default::default(),
     };
+    let mut descriptors = vec![
+        descriptor("DEMAND", "KW", "DIRECT_READ"),
+        descriptor("USAGE", "KWH", "DIRECT_READ"),
+    ];
+    if tracked.spans.iter().any(|s| s.offered.is_some()) {
+        descriptors.extend([
+            descriptor("LOAD_SHED_DELTA_AVAILABLE", "KW", "ESTIMATED"),
+            descriptor(SHED_LEVELS_TYPE, "KW", "ESTIMATED"),
+            descriptor(SHED_COST_TYPE, "PERCENT", "ESTIMATED"),
+        ]);
+    }
     Some(Report {
         event_id: id.to_string(),
         client_name: ven_name.to_string(),
         report_name: Some(format!("flexgate {id}")),
-        payload_descriptors: Some(vec![descriptor("DEMAND", "KW"), descriptor("USAGE", "KWH")]),
+        payload_descriptors: Some(descriptors),
         resources: vec![ReportResource {
             resource_name: "AGGREGATED_REPORT".into(),
             interval_period: None,
@@ -426,4 +474,24 @@ fn build_report(
         }],
         ..Report::default()
     })
+}
+
+/// What a flexibility curve offered, as report payloads: the most the site could shed at the
+/// meter, and the curve's levels with their expected cost.
+fn offered_payloads(curve: &SiteFlexibility, number: impl Fn(f64) -> PayloadValue) -> Vec<ValuesMap> {
+    let most = curve.points.iter().map(|p| p.meter_shed_kw).fold(0.0, f64::max);
+    vec![
+        ValuesMap {
+            kind: "LOAD_SHED_DELTA_AVAILABLE".into(),
+            values: vec![number(most)],
+        },
+        ValuesMap {
+            kind: SHED_LEVELS_TYPE.into(),
+            values: curve.points.iter().map(|p| number(p.meter_shed_kw)).collect(),
+        },
+        ValuesMap {
+            kind: SHED_COST_TYPE.into(),
+            values: curve.points.iter().map(|p| number(100.0 * p.progress_lost)).collect(),
+        },
+    ]
 }
