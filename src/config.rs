@@ -84,14 +84,20 @@ pub struct GatewayConfig {
     pub site: String,
     /// Allocation policy: `flexgate` (curve-aware, default), `equal`, `pfi_paper`, `efficiency`.
     pub policy: PolicyKind,
-    /// What the policy maximises: `tokens` (Σ tokens/s, the paper's objective and for now the
-    /// default) or `progress` (each job's share of its own uncapped throughput, weighted by its
-    /// GPUs and its operator-set `priority=` tag). `tokens` favours the models that make the
-    /// most tokens per watt and can leave a 70B job with a quarter of its speed; `progress` is
-    /// what sites usually mean, but the curve-aware plan does not yet beat the equal cut on it
-    /// when most jobs' curves are estimated (ARCHITECTURE.md, "Objectives"), so it is not the
-    /// default until it does.
+    /// What the policy maximises: `progress` (the default: each job's share of its own uncapped
+    /// throughput, weighted by its GPUs and its operator-set `priority=` tag) or `tokens` (Σ
+    /// tokens/s, the paper's objective). `tokens` favours the models that make the most tokens
+    /// per watt and can leave a 70B job with a quarter of its speed; `progress` is what sites
+    /// usually mean (ARCHITECTURE.md, "Objectives").
     pub objective: Objective,
+    /// Hedge every curve-aware plan against the equal cut (default on): where what is known of
+    /// the jobs is consistent with curves on which the plan would lose more than
+    /// `hedge_tolerance` against cutting every job alike, the plan moves toward the equal cut
+    /// until it does not (ARCHITECTURE.md, "Hedging"). Off bets on the estimated curves alone.
+    pub hedge: bool,
+    /// How much the hedged plan may lose against the equal cut in its worst plausible case, as
+    /// a share of the equal cut's value (0–0.5; 0.02 = 2 %). Smaller hedges more.
+    pub hedge_tolerance: f64,
     /// Seconds between telemetry readings (and measurement records in the ledger).
     pub telemetry_interval_s: u64,
     /// Seconds a connection may take to send a request's headers, and may stay open idle
@@ -117,7 +123,9 @@ impl Default for GatewayConfig {
             api_token: String::new(),
             site: "site-1".to_string(),
             policy: PolicyKind::Flexgate,
-            objective: Objective::Tokens,
+            objective: Objective::Progress,
+            hedge: true,
+            hedge_tolerance: flexgate_policies::alloc::curve_aware::REGRET_TOLERANCE,
             telemetry_interval_s: 5,
             http_header_timeout_s: 10,
             http_body_timeout_s: 10,
@@ -200,6 +208,9 @@ impl Config {
     /// Range checks the types cannot express.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |field, message: String| Err(ConfigError::Invalid { field, message });
+        if !(0.0..=0.5).contains(&self.gateway.hedge_tolerance) {
+            return invalid("gateway.hedge_tolerance", "must be a share in [0, 0.5]".into());
+        }
         if self.gateway.telemetry_interval_s == 0 || self.gateway.telemetry_interval_s > 3600 {
             return invalid("gateway.telemetry_interval_s", "must be 1–3600".into());
         }
@@ -531,11 +542,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_objective_is_tokens_unless_the_site_asks_for_progress_and_a_typo_is_refused() {
-        assert_eq!(Config::default().gateway.objective, Objective::Tokens);
-        let progress = Config::parse("[gateway]\nobjective = \"progress\"\n").expect("parses");
-        assert_eq!(progress.gateway.objective, Objective::Progress);
+    fn the_objective_is_progress_unless_the_site_asks_for_tokens_and_a_typo_is_refused() {
+        assert_eq!(Config::default().gateway.objective, Objective::Progress);
+        let tokens = Config::parse("[gateway]\nobjective = \"tokens\"\n").expect("parses");
+        assert_eq!(tokens.gateway.objective, Objective::Tokens);
         let typo = Config::parse("[gateway]\nobjective = \"speed\"\n").expect_err("refused");
         assert!(typo.contains("progress") && typo.contains("tokens"), "{typo}");
+    }
+
+    #[test]
+    fn the_hedge_is_on_by_default_and_its_tolerance_must_be_a_sane_share() {
+        let defaults = Config::default();
+        assert!(defaults.gateway.hedge);
+        assert!((defaults.gateway.hedge_tolerance - 0.02).abs() < 1e-12);
+        let off = Config::parse("[gateway]\nhedge = false\n").expect("parses");
+        assert!(!off.gateway.hedge);
+        for bad in ["-0.1", "0.9", "nan", "inf"] {
+            let parsed = Config::parse(&format!("[gateway]\nhedge_tolerance = {bad}\n")).expect("parses");
+            let err = parsed.validate().expect_err(bad).to_string();
+            assert!(err.contains("hedge_tolerance"), "{bad}: {err}");
+        }
     }
 }

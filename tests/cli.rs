@@ -130,7 +130,6 @@ fn simulate_zoo_judges_every_family_and_exits_by_its_verdict() {
         "20",
         "--cut",
         "0.3",
-        "--hedge",
         "-q",
         "--json",
     ]);
@@ -523,7 +522,7 @@ fn demo_then_audit_verify_export_and_a_tampered_ledger_is_caught() {
         "throughput kept",
         "GPU-weighted progress: flexgate",
         "tokens/s summed:",
-        "(objective tokens)",
+        "(objective progress)",
         "hash chain verified",
         "interval 0",
     ] {
@@ -566,7 +565,7 @@ fn demo_then_audit_verify_export_and_a_tampered_ledger_is_caught() {
         assert!(v > 0.0 && v < 1.0, "{share}: {kept}");
     }
     let plan = &audit["plans"][0];
-    assert_eq!(plan["objective"], "tokens");
+    assert_eq!(plan["objective"], "progress");
     assert!(plan["expected"]["progress_kept_share"].as_f64().is_some(), "{plan}");
     assert!(
         std::fs::read_to_string(&svg)

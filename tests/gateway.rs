@@ -262,7 +262,7 @@ async fn an_event_caps_jobs_holds_the_ceiling_and_restores_at_the_end() {
     assert_eq!(code, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
     let curve: Value = serde_json::from_slice(&body).expect("json");
     assert_eq!(curve["source"], "planner_estimate");
-    assert_eq!(curve["objective"], "tokens");
+    assert_eq!(curve["objective"], "progress");
     let points = curve["points"].as_array().expect("points");
     assert_eq!(points.len(), 21);
     assert_eq!(points[0]["meter_shed_kw"], 0.0);
@@ -301,7 +301,7 @@ async fn an_event_caps_jobs_holds_the_ceiling_and_restores_at_the_end() {
     assert!(plan.entries.iter().any(|e| e.cap.value() < 700.0), "some job is capped");
     // The plan says what it maximised, what it expects to keep on both objectives, and per
     // job what was known of it and how much it weighed.
-    assert_eq!(plan.objective.as_deref(), Some("tokens"));
+    assert_eq!(plan.objective.as_deref(), Some("progress"));
     let expected = plan.expected.expect("expected outcome");
     assert!(
         expected.tokens_kept_share > 0.5 && expected.tokens_kept_share < 1.0,

@@ -13,12 +13,18 @@
 //! to 0.15 at α = 2.3 (memory-bound jobs, PFI up to ≈ 4), θ ∈ [−1, 0) lowers α from 2.3 to 1.5
 //! at φ = 1 (compute-bound jobs with little voltage headroom, PFI down to ≈ 0.95).
 //!
-//! A single family is a bet on one shape, so the estimate is a 50/50 mixture of the physical
-//! family and an ensemble of knee and power-law shapes calibrated to the same PFI
-//! ([`SHAPE_MIX`]): on the fleet experiment this costs 4 points of gap closure when the truth
-//! *is* physical (99 → 95 %) and gains up to 100 points when it is not (a knee family at a 15 %
-//! cut went from −92 % to −6 %; every family now stays ≥ 92 % at 20–40 % cuts). The weights are
-//! the uninformed 50/50, not tuned.
+//! The estimate is the physical family alone: on a physical truth it is within 0.01 of relative
+//! throughput at every depth, and it is concave, so the allocator's hull *is* the estimate. A
+//! PFI does not pin a shape, though, and the bet that the shape is physical is guarded
+//! elsewhere, explicitly: the planner's hedge (`alloc::curve_aware::hedge`) checks every plan
+//! against the equal cut on hinges at every depth consistent with the PFI
+//! ([`CurveFamily::plausible_shapes`]) and moves toward the equal cut where one would lose.
+//! Until issue 14 the estimate itself was a 50/50 mixture of this family with knee and
+//! power-law shapes of the same PFI; the mixture is not concave (its steep members are clamped
+//! at zero), its hull is nearly straight, and under the `progress` objective the plan on it
+//! was all-or-nothing and lost to the equal cut on physical truths (BENCHMARKS.md, the curve
+//! zoo, has both). Guarding with the hedge instead of blurring the estimate keeps the estimate
+//! right where the physics holds and the guard visible in every plan.
 //!
 //! The family is tabulated once ([`CurveFamily::h200_generic`]) in normalised power
 //! `x = P/P_max`, so estimating a job costs a few table look-ups (about a microsecond) instead
@@ -63,8 +69,6 @@ const GH_WEIGHTS: [f64; 5] = [
 pub struct CurveFamily {
     /// `tau[member][knot]`: relative throughput at knot power for family member `member`.
     tau: Vec<[f64; KNOTS]>,
-    /// `(1 − x)^γ` at every knot for the power-law shapes of the ensemble.
-    power_law_table: [[f64; KNOTS]; ENSEMBLE_EXPONENTS.len()],
 }
 
 impl CurveFamily {
@@ -94,10 +98,7 @@ impl CurveFamily {
                 row
             })
             .collect();
-        Self {
-            tau,
-            power_law_table: power_law_table(),
-        }
+        Self { tau }
     }
 
     /// Relative throughput of member `m` (fractional index) at relative power `x`.
@@ -167,8 +168,8 @@ impl CurveFamily {
     }
 
     /// Expected relative throughput over a normal PFI distribution (mean, sd), by 5-point
-    /// Gauss–Hermite quadrature; PFI draws are clamped to the family's range. Each draw's shape
-    /// is the shape mixture of [`SHAPE_MIX`].
+    /// Gauss–Hermite quadrature; PFI draws are clamped to the family's range. An average of
+    /// concave members, so concave.
     #[must_use]
     pub fn expected_shape(&self, mean: f64, sd: f64, grid: &CapGrid, uncapped: WattsPerGpu) -> NormalisedCurve {
         let xs = relative_caps(grid, uncapped);
@@ -181,21 +182,16 @@ impl CurveFamily {
                 .map(|(z, w)| (mean + z * sd, w))
                 .collect()
         };
-        let ensemble = ShapeEnsemble::for_grid(&xs);
-        let members: Vec<(f64, f64, f64)> = draws
+        let members: Vec<(f64, f64)> = draws
             .iter()
-            .map(|&(pfi, w)| (self.member_for_pfi(pfi, &xs), w, pfi.max(0.5)))
+            .map(|&(pfi, w)| (self.member_for_pfi(pfi, &xs), w))
             .collect();
-        let [w_physical, w_others] = SHAPE_MIX;
         let mut tau = [0.0; KNOTS];
         for (k, slot) in tau.iter_mut().enumerate() {
             let x = knot_x(k);
             *slot = members
                 .iter()
-                .map(|&(m, w, pfi)| {
-                    w * (w_physical * self.tau_at(m, x)
-                        + w_others * ensemble.tau_at_knot(k, pfi, &self.power_law_table))
-                })
+                .map(|&(m, w)| w * self.tau_at(m, x))
                 .sum::<f64>()
                 .clamp(0.0, 1.0);
         }
@@ -321,94 +317,6 @@ fn roofline_for_pfi(pfi: f64, xs: &[f64]) -> f64 {
         }
     }
     0.5 * (deep + shallow)
-}
-
-/// Weights of the estimator's shape prior: the physical family, and the ensemble of knee and
-/// power-law shapes (`ShapeEnsemble`), all calibrated to the same PFI on the same grid.
-pub const SHAPE_MIX: [f64; 2] = [0.5, 0.5];
-
-/// Knee positions of the shape ensemble (relative power where throughput starts to fall).
-const ENSEMBLE_KNEES: [f64; 5] = [0.95, 0.9, 0.85, 0.8, 0.75];
-/// Exponents of the power-law shapes of the ensemble (throughput loss ∝ power-cut^γ).
-const ENSEMBLE_EXPONENTS: [f64; 4] = [1.25, 1.5, 2.0, 3.0];
-
-/// Shapes other than the physical family that share one PFI on one grid: knees (no loss until
-/// the clock limit bites, then a linear fall) and power laws (smoothly growing loss).
-///
-/// A PFI pins the mean ratio of power cut to throughput loss on a grid, not the curve. An
-/// allocator that trusts a single shape concentrates cuts where that shape says they are cheap
-/// and loses when the real shape differs; averaging over plausible shapes hedges that bet.
-///
-/// Each member is calibrated in closed form: a knee `τ(x) = 1 − k·max(0, knee − x)` has PFI
-/// `mean((1 − x)/(knee − x))/k` over the caps below the knee, a power law
-/// `τ(x) = 1 − c·(1 − x)^γ` has PFI `mean((1 − x)^(1 − γ))/c`. The means depend only on the grid,
-/// so they are computed once per job and every PFI draw just divides by its PFI.
-#[derive(Debug, Clone)]
-struct ShapeEnsemble {
-    /// `(knee, mean ratio)`: slope `k = ratio / PFI`.
-    knees: Vec<(f64, f64)>,
-    /// `(index into ENSEMBLE_EXPONENTS, mean ratio)`: `c = ratio / PFI`.
-    power_laws: Vec<(usize, f64)>,
-}
-
-impl ShapeEnsemble {
-    fn for_grid(xs: &[f64]) -> Self {
-        let mean = |v: Vec<f64>| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
-        let knees = ENSEMBLE_KNEES
-            .iter()
-            .filter_map(|&knee| {
-                let ratio = mean(
-                    xs.iter()
-                        .filter(|&&x| x < knee)
-                        .map(|&x| (1.0 - x) / (knee - x))
-                        .collect(),
-                )?;
-                Some((knee, ratio))
-            })
-            .collect();
-        let power_laws = ENSEMBLE_EXPONENTS
-            .iter()
-            .enumerate()
-            .filter_map(|(i, &gamma)| {
-                let ratio = mean(
-                    xs.iter()
-                        .map(|&x| (1.0 - x).powf(1.0 - gamma))
-                        .filter(|t| t.is_finite())
-                        .collect(),
-                )?;
-                Some((i, ratio))
-            })
-            .collect();
-        Self { knees, power_laws }
-    }
-
-    /// Mean relative throughput of the members at table knot `k` for a job of PFI `pfi`.
-    fn tau_at_knot(&self, k: usize, pfi: f64, powers: &[[f64; KNOTS]; ENSEMBLE_EXPONENTS.len()]) -> f64 {
-        let x = knot_x(k);
-        let knees = self
-            .knees
-            .iter()
-            .map(|&(knee, ratio)| 1.0 - ratio / pfi * (knee - x).max(0.0));
-        let laws = self
-            .power_laws
-            .iter()
-            .map(|&(i, ratio)| 1.0 - ratio / pfi * powers[i][k]);
-        let (sum, n) = knees
-            .chain(laws)
-            .fold((0.0, 0usize), |(s, n), t| (s + t.clamp(0.0, 1.0), n + 1));
-        if n == 0 { 1.0 } else { sum / n as f64 }
-    }
-}
-
-/// `(1 − x)^γ` at every table knot for every ensemble exponent.
-fn power_law_table() -> [[f64; KNOTS]; ENSEMBLE_EXPONENTS.len()] {
-    let mut table = [[0.0; KNOTS]; ENSEMBLE_EXPONENTS.len()];
-    for (row, gamma) in table.iter_mut().zip(ENSEMBLE_EXPONENTS) {
-        for (k, slot) in row.iter_mut().enumerate() {
-            *slot = (1.0 - knot_x(k)).max(0.0).powf(gamma);
-        }
-    }
-    table
 }
 
 fn member_model(normalised: PhysicalModel, theta: f64) -> PhysicalModel {
@@ -588,33 +496,18 @@ mod tests {
         }
         let x = uncertain.power_for_tau(0.9);
         assert!((uncertain.tau_at(x) - 0.9).abs() < 1e-9);
+        // The expected curve is concave where a cap can reach, so the allocator's hull is the
+        // estimate itself and never bridges a stretch the estimate says is worse.
+        for curve in [&low, &uncertain, &high] {
+            let slopes: Vec<f64> = curve.tau[4..].windows(2).map(|w| w[1] - w[0]).collect();
+            assert!(
+                slopes.windows(2).all(|s| s[1] <= s[0] + 1e-9),
+                "not concave: {slopes:?}"
+            );
+        }
         // Absurd inputs clamp rather than panic.
         let _ = family.shape(f64::NAN, &grid, draw);
         let _ = family.expected_shape(50.0, 10.0, &grid, WattsPerGpu(0.0));
         let _ = family.expected_shape(f64::NAN, f64::NAN, &grid, draw);
-    }
-
-    #[test]
-    fn every_ensemble_shape_has_the_requested_pfi() {
-        let xs = relative_caps(&CapGrid::fine_h200(), WattsPerGpu(650.0));
-        let ensemble = ShapeEnsemble::for_grid(&xs);
-        assert_eq!((ensemble.knees.len(), ensemble.power_laws.len()), (5, 4));
-        for pfi in [1.1, 1.6, 2.6] {
-            for &(knee, ratio) in &ensemble.knees {
-                let k = ratio / pfi;
-                let ratios: Vec<f64> = xs
-                    .iter()
-                    .filter(|&&x| x < knee)
-                    .map(|&x| (1.0 - x) / (k * (knee - x)))
-                    .collect();
-                let got = ratios.iter().sum::<f64>() / ratios.len() as f64;
-                assert!((got - pfi).abs() < 1e-9, "knee {knee}: {got}");
-            }
-            for &(i, ratio) in &ensemble.power_laws {
-                let (gamma, c) = (ENSEMBLE_EXPONENTS[i], ratio / pfi);
-                let got = xs.iter().map(|&x| (1.0 - x) / (c * (1.0 - x).powf(gamma))).sum::<f64>() / xs.len() as f64;
-                assert!((got - pfi).abs() < 1e-9, "gamma {gamma}: {got}");
-            }
-        }
     }
 }

@@ -240,6 +240,7 @@ fn settings_probing(probing: bool) -> Settings {
         control: ControlConfig::default(),
         policy: PolicyKind::Flexgate,
         objective: flexgate_policies::alloc::Objective::Progress,
+        hedge_tolerance: Some(flexgate_policies::alloc::curve_aware::REGRET_TOLERANCE),
         facility,
         probe: flexgate_policies::control::probe::ProbeConfig {
             enabled: probing,

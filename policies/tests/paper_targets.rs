@@ -88,9 +88,15 @@ fn flexgate_degrades_gracefully_on_curve_families_it_was_not_built_on() {
         assert_sound(&report);
         // (At 10 % the knee family loses nothing under any policy: every job stays above its
         // knee, the gap is zero and gap closure is undefined.)
+        // The estimate is physical and the hedge guards it: on these families the plan stays
+        // ahead of the equal cut and closes most of the gap (the hedge gives up about a quarter
+        // of it at a 40 % knee cut, where some of its scenarios lose against equal; at a 20 %
+        // knee cut the paper's rule is 1 % ahead: BENCHMARKS.md, the curve zoo).
         for cut in [0.2, 0.3, 0.4] {
             let ours = closure(&report, cut, "flexgate");
-            assert!(ours >= 0.9, "{family:?} at {cut}: flexgate closes {ours}");
+            let (equal, flexgate) = (tokens(&report, cut, "equal"), tokens(&report, cut, "flexgate"));
+            assert!(ours >= 0.7, "{family:?} at {cut}: flexgate closes {ours}");
+            assert!(flexgate >= equal, "{family:?} at {cut}: {flexgate} vs equal {equal}");
         }
     }
 }

@@ -40,16 +40,16 @@ use std::path::PathBuf;
 ///
 /// Objectives: `tokens` (the paper's: Σ tokens/s) or `progress` (each job's share of its own
 /// uncapped throughput, weighted by its GPUs). Gap closure is computed on the one chosen; the
-/// table reports both. --hedge makes `flexgate` hedge against the equal cut in every scenario
-/// its knowledge cannot rule out (experimental: it does not yet meet its aim on the zoo).
+/// table reports both. `flexgate` hedges against the equal cut in every scenario its knowledge
+/// cannot rule out, as the gateway does by default; --no-hedge shows the bare estimate's plan.
 ///
 /// With --zoo: every curve family (the three built-in ones and nine that are hard for the
 /// estimator: deep and varied knees, rooflines, saturating curves, noisy sweeps, equal tokens
 /// per joule, biased and missing predictions, a mixed fleet) at 10/20/30/40 % cuts, under both
 /// objectives, 100 workloads unless --workloads says otherwise; each row says whether flexgate
 /// stayed within 0.5 % of the equal cut and at or above the paper's rule where that rule beats
-/// equal (with --hedge, the unhedged plan is shown next to it). It exits with status 1 when a
-/// row misses.
+/// equal (the unhedged plan is shown next to it unless --no-hedge). It exits with status 1
+/// when a row misses.
 ///
 /// With --season N: one fleet of JOBS jobs lives through N events (cuts cycling 20, 30, 40,
 /// 25, 35 %, or the --cut values in order); half the jobs start unknown, the rest with a
@@ -89,13 +89,13 @@ pub struct SimulateArgs {
     /// share of the job's own uncapped throughput).
     #[arg(long, value_enum, default_value_t = ObjectiveArg::Tokens)]
     objective: ObjectiveArg,
-    /// Hedge flexgate's plan against the equal cut in every scenario its knowledge allows
-    /// (experimental, off by default: see BENCHMARKS.md, the curve zoo).
+    /// Do not hedge flexgate's plan against the equal cut: plan on the estimated curves alone
+    /// (the gateway's `hedge = false`). By default it is hedged, as the gateway's is.
     #[arg(long)]
-    hedge: bool,
-    /// With --hedge: how far below the equal cut the plan may fall in its worst scenario, as a
-    /// share of the equal cut's throughput (0.02 = 2 %); smaller hedges more.
-    #[arg(long, default_value_t = REGRET_TOLERANCE, value_name = "SHARE", value_parser = parse_tolerance, requires = "hedge")]
+    no_hedge: bool,
+    /// How far below the equal cut the hedged plan may fall in its worst scenario, as a share
+    /// of the equal cut's throughput (0.02 = 2 %); smaller hedges more.
+    #[arg(long, default_value_t = REGRET_TOLERANCE, value_name = "SHARE", value_parser = parse_tolerance, conflicts_with = "no_hedge")]
     hedge_tolerance: f64,
     /// Run the curve zoo: every family, both objectives, cuts 10–40 % (see above).
     #[arg(long, conflicts_with_all = ["fleet", "season"])]
@@ -370,7 +370,7 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
         knowledge,
         predictor_sd: args.predictor_sd,
         objective: args.objective.objective(),
-        hedging: args.hedge,
+        hedging: !args.no_hedge,
         hedge_tolerance: args.hedge_tolerance,
     };
 
@@ -428,7 +428,7 @@ fn run_zoo_table(args: &SimulateArgs) -> Result<()> {
             TiersArg::Field => TierMix::Field,
         },
         predictor_sd: args.predictor_sd,
-        hedging: args.hedge,
+        hedging: !args.no_hedge,
         hedge_tolerance: args.hedge_tolerance,
         ..ExperimentConfig::default()
     };
@@ -479,7 +479,7 @@ fn render_zoo(report: &ZooReport) -> String {
         if report.hedging {
             "hedged (the unhedged plan next to it)"
         } else {
-            "unhedged (the default; --hedge adds the hedged plan)"
+            "unhedged (--no-hedge)"
         }
     );
     let _ = writeln!(

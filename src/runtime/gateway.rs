@@ -188,6 +188,7 @@ impl Gateway {
             control: config.control.clone(),
             policy: config.gateway.policy,
             objective: config.gateway.objective,
+            hedge_tolerance: config.gateway.hedge.then_some(config.gateway.hedge_tolerance),
             facility: config.facility.clone(),
             probe: config.probe.clone(),
         };

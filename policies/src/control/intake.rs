@@ -536,6 +536,7 @@ mod tests {
             control: crate::control::config::ControlConfig::default(),
             policy: crate::control::config::PolicyKind::Flexgate,
             objective: crate::alloc::Objective::Progress,
+            hedge_tolerance: Some(crate::alloc::curve_aware::REGRET_TOLERANCE),
             facility: FacilityParams::for_nodes(8),
             probe: crate::control::probe::ProbeConfig::default(),
         };

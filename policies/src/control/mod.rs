@@ -86,9 +86,11 @@ pub struct Settings {
     pub control: ControlConfig,
     /// The allocation policy.
     pub policy: PolicyKind,
-    /// What the policy maximises: Σ tokens/s (the gateway's default for now) or GPU-weighted
-    /// progress.
+    /// What the policy maximises: GPU-weighted progress (the gateway's default) or Σ tokens/s.
     pub objective: Objective,
+    /// Hedge curve-aware plans against the equal cut, and how much they may lose against it in
+    /// their worst plausible case (a share of its value); `None`: no hedge.
+    pub hedge_tolerance: Option<f64>,
     /// The facility model's parameters.
     pub facility: FacilityParams,
     /// Probing outside events (off by default).
@@ -345,7 +347,7 @@ impl Controller {
         let family = Arc::new(CurveFamily::h200_generic());
         Ok(Controller {
             floors: FloorModel::new(family.clone()),
-            planner: Planner::new(settings.policy, settings.objective, family),
+            planner: Planner::new(settings.policy, settings.objective, settings.hedge_tolerance, family),
             settings,
             facility,
             book: Arc::default(),

@@ -29,14 +29,24 @@ pub(crate) enum Planner {
 }
 
 impl Planner {
-    pub(crate) fn new(kind: PolicyKind, objective: Objective, family: Arc<CurveFamily>) -> Self {
+    /// `hedge_tolerance`: hedge the curve-aware plan against the equal cut with this tolerance
+    /// (`None`: no hedge; the proportional rules have nothing to hedge).
+    pub(crate) fn new(
+        kind: PolicyKind,
+        objective: Objective,
+        hedge_tolerance: Option<f64>,
+        family: Arc<CurveFamily>,
+    ) -> Self {
         let proportional = |w| Planner::Proportional(Proportional::new(w, family.clone()).with_objective(objective));
         match kind {
             PolicyKind::Equal => proportional(Weighting::Equal),
             PolicyKind::PfiPaper => proportional(Weighting::PfiPaper),
             PolicyKind::Efficiency => proportional(Weighting::Efficiency),
             PolicyKind::Flexgate => Planner::Curve {
-                policy: CurveAware::flexgate(family).with_objective(objective),
+                policy: CurveAware::flexgate(family)
+                    .with_objective(objective)
+                    .with_hedging(hedge_tolerance.is_some())
+                    .with_hedge_tolerance(hedge_tolerance.unwrap_or(0.0)),
                 cache: None,
                 flexibility: None,
             },

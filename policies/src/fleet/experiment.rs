@@ -122,7 +122,7 @@ impl Default for ExperimentConfig {
             knowledge: KnowledgeLevel::Predicted,
             predictor_sd: PAPER_PREDICTOR_RMSE,
             objective: Objective::Tokens,
-            hedging: false,
+            hedging: true,
             hedge_tolerance: crate::alloc::curve_aware::REGRET_TOLERANCE,
         }
     }
