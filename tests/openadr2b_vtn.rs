@@ -533,7 +533,7 @@ async fn usage_reports_keep_flowing_when_the_stock_vtn_refuses_status_reports() 
     let most = gw
         .flexibility()
         .await
-        .map(|c| c.points.iter().map(|p| p.meter_shed_kw).fold(0.0, f64::max))
+        .map(|c| c.most_meter_shed_kw())
         .expect("a flexibility curve");
     assert!(
         capacity > 0.0 && (capacity - most).abs() <= 0.01 * most,

@@ -31,6 +31,15 @@ pub struct SiteFlexibility {
     pub points: Vec<SiteFlexPoint>,
 }
 
+impl SiteFlexibility {
+    /// The most the curve says the site can shed at the meter (its deepest level's lower
+    /// bound), kW: the single figure a protocol without room for the curve carries.
+    #[must_use]
+    pub fn most_meter_shed_kw(&self) -> f64 {
+        self.points.iter().map(|p| p.meter_shed_kw).fold(0.0, f64::max)
+    }
+}
+
 /// One shed level.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SiteFlexPoint {

@@ -227,11 +227,7 @@ impl Ven2b {
         let Some(meter_kw) = status.measured_meter_kw else {
             return;
         };
-        let flexible_kw = self
-            .gateway
-            .flexibility()
-            .await
-            .map(|c| c.points.iter().map(|p| p.meter_shed_kw).fold(0.0, f64::max));
+        let flexible_kw = self.gateway.flexibility().await.map(|c| c.most_meter_shed_kw());
         let sample = TelemetrySample {
             meter_kw,
             gpu_board_kw: status.measured_gpu_w.map(|w| w / 1000.0),

@@ -479,11 +479,10 @@ fn build_report(
 /// What a flexibility curve offered, as report payloads: the most the site could shed at the
 /// meter, and the curve's levels with their expected cost.
 fn offered_payloads(curve: &SiteFlexibility, number: impl Fn(f64) -> PayloadValue) -> Vec<ValuesMap> {
-    let most = curve.points.iter().map(|p| p.meter_shed_kw).fold(0.0, f64::max);
     vec![
         ValuesMap {
             kind: "LOAD_SHED_DELTA_AVAILABLE".into(),
-            values: vec![number(most)],
+            values: vec![number(curve.most_meter_shed_kw())],
         },
         ValuesMap {
             kind: SHED_LEVELS_TYPE.into(),
