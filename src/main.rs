@@ -19,6 +19,9 @@ use std::process::ExitCode;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+
+    #[command(flatten)]
+    log: flexgate_logging::LogArgs,
 }
 
 /// The commands; each one's help text lives on its argument struct.
@@ -39,7 +42,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run(args) => commands::run::run(&args),
+        Command::Run(args) => commands::run::run(&args, cli.log.log_format),
         Command::Demo(args) => commands::demo::run(&args),
         Command::Audit(args) => commands::audit::run(&args),
         Command::Log(args) => commands::log::run(&args),

@@ -78,7 +78,7 @@ pub fn effective_config(args: &RunArgs) -> Result<Config> {
 }
 
 /// Run the command until SIGINT or SIGTERM.
-pub fn run(args: &RunArgs) -> Result<()> {
+pub fn run(args: &RunArgs, log_format: flexgate_logging::LogFormat) -> Result<()> {
     let config = effective_config(args)?;
     if args.print_config {
         let mut shown = config.clone();
@@ -97,7 +97,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         crate::out!("{}", toml::to_string_pretty(&shown)?);
         return Ok(());
     }
-    init_logging();
+    flexgate_logging::init(log_format);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(config.gateway.listen)
@@ -106,16 +106,6 @@ pub fn run(args: &RunArgs) -> Result<()> {
         crate::serve::run(config, listener, shutdown_signal()).await?;
         Ok(())
     })
-}
-
-/// Log to stderr; `RUST_LOG` sets the level (default `info`).
-pub fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
 }
 
 async fn shutdown_signal() {

@@ -10,7 +10,7 @@ use flexgate_agent::gpu::nvml::NvmlGpus;
 use flexgate_agent::gpu::sim::SimGpus;
 use flexgate_agent::tls::{self, TlsFiles};
 use flexgate_agent::{Agent, AgentConfig, api, clock};
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -98,6 +98,9 @@ struct Cli {
     /// Without a command, the agent serves.
     #[command(subcommand)]
     command: Option<Command>,
+
+    #[command(flatten)]
+    log: flexgate_logging::LogArgs,
 
     /// TOML configuration file (see adapters/agent/agent.example.toml); flags override it.
     #[arg(long, value_name = "FILE", global = true)]
@@ -293,15 +296,8 @@ fn main() -> ExitCode {
 }
 
 async fn run() -> Result<()> {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
     let cli = Cli::parse();
+    flexgate_logging::init(cli.log.log_format);
     let file = match &cli.config {
         Some(p) => ConfigFile::load(p)?,
         None => ConfigFile::default(),
