@@ -328,6 +328,11 @@ impl Agent {
             .collect()
     }
 
+    /// Whether the start-up self-test passed, else why not: what `GET /readyz` says.
+    pub fn readiness(&self) -> Result<(), String> {
+        self.inner.ready.clone()
+    }
+
     /// `GET /v1/health`.
     #[must_use]
     pub fn health(&self) -> Health {

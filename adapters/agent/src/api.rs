@@ -14,6 +14,8 @@
 //! | `POST /v1/jobs/{job_id}/throughput` | [`ThroughputReport`] (the job's own token, see [`crate::auth`]) | [`ThroughputAccepted`] |
 //! | `GET /v1/jobs/throughput` | – | `[`[`JobThroughput`]`]` |
 //! | `GET /metrics` | – | Prometheus text (see [`crate::metrics`]) |
+//! | `GET /healthz` (no token) | – | `ok`: liveness |
+//! | `GET /readyz` (no token) | – | `{"ready": true}`, or 503 with `not_ready_reason` |
 //!
 //! Every error is an [`ErrorBody`] with a 4xx/5xx status. Power is in watts (`f64`) on the wire;
 //! the agent works in NVML's milliwatts inside.
@@ -510,6 +512,12 @@ pub fn lease_path(id: &str) -> String {
 pub fn renew_path(id: &str) -> String {
     format!("{API_PREFIX}/leases/{id}/renew")
 }
+
+/// Liveness probe, answered without a token.
+pub const LIVENESS_PATH: &str = "/healthz";
+
+/// Readiness probe (the start-up self-test), answered without a token.
+pub const READINESS_PATH: &str = "/readyz";
 
 /// Path of `GET /v1/health`.
 #[must_use]

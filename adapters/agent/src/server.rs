@@ -135,6 +135,26 @@ async fn health(State(agent): State<Agent>) -> Result<Response, ApiError> {
     Ok(Json(blocking(move || agent.health()).await?).into_response())
 }
 
+/// `GET /healthz`: liveness, without a token (systemd, Kubernetes and load balancers probe
+/// without credentials). It says only that the agent answers, nothing about leases or GPUs.
+async fn liveness() -> &'static str {
+    "ok\n"
+}
+
+/// `GET /readyz`: readiness, without a token: 200 when the start-up self-test passed (caps
+/// work), 503 with the reason otherwise. Leases, host name and GPUs stay behind the token in
+/// `GET /v1/health`.
+async fn readiness(State(agent): State<Agent>) -> Response {
+    match &agent.readiness() {
+        Ok(()) => (StatusCode::OK, Json(serde_json::json!({"ready": true}))).into_response(),
+        Err(reason) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(serde_json::json!({"ready": false, "not_ready_reason": reason})),
+        )
+            .into_response(),
+    }
+}
+
 async fn metrics(State(agent): State<Agent>) -> Result<Response, ApiError> {
     let text = blocking(move || agent.metrics_text()).await?;
     Ok((
@@ -251,7 +271,7 @@ async fn not_found() -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
         ErrorKind::NotFound,
-        "no such endpoint; see GET /v1/health, /v1/gpus, /v1/jobs/throughput, /metrics",
+        "no such endpoint; see GET /v1/health, /v1/gpus, /v1/jobs/throughput, /metrics, /healthz, /readyz",
     )
 }
 
@@ -293,8 +313,11 @@ pub fn router(agent: &Agent) -> Router {
         .route(api::JOB_THROUGHPUT_PATH, get(job_throughput))
         .route(api::METRICS_PATH, get(metrics))
         .route_layer(middleware::from_fn_with_state(agent.clone(), authorize))
-        // After the layer: a job's report is authorised by its own job token, in the handler.
+        // After the layer: a job's report is authorised by its own job token, in the handler;
+        // the probes need none.
         .route("/v1/jobs/{job_id}/throughput", post(job_throughput_report))
+        .route(api::LIVENESS_PATH, get(liveness))
+        .route(api::READINESS_PATH, get(readiness))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(agent.clone())

@@ -324,3 +324,51 @@ fn job_token_prints_the_token_the_agent_accepts_for_that_job_only() {
     let out = child.wait_with_output().expect("waits");
     assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"), "{out:?}");
 }
+
+/// The agent logs like the gateway (the same `flexgate-logging`): `--log-format json` gives one
+/// JSON object per line, and text logs into a pipe carry no colour codes.
+#[test]
+fn logs_are_text_without_colour_into_a_pipe_or_json_lines() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token = write_token(dir.path());
+    for format in ["text", "json"] {
+        let state = dir.path().join(format!("state-{format}"));
+        let agent = Running::start(&[
+            "--simulate",
+            "--gpus",
+            "2",
+            "--listen",
+            "127.0.0.1:0",
+            "--token-file",
+            &token,
+            "--state-dir",
+            state.to_str().expect("utf-8"),
+            "--log-format",
+            format,
+        ]);
+        // Starting is logged at info ("simulated GPUs").
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let logs = loop {
+            let logs = agent.stderr.lock().expect("lock").clone();
+            if logs.contains("simulated GPUs") || Instant::now() > deadline {
+                break logs;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(
+            !logs.contains('\u{1b}'),
+            "{format}: ANSI escapes in a piped log: {logs:?}"
+        );
+        let lines: Vec<&str> = logs.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert!(!lines.is_empty(), "{format}: no log lines");
+        if format == "json" {
+            for line in &lines {
+                let v: serde_json::Value =
+                    serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+                assert!(v["level"].is_string() && v["message"].is_string(), "{line}");
+            }
+        } else {
+            assert!(lines.iter().all(|l| !l.starts_with('{')), "{logs}");
+        }
+    }
+}

@@ -357,6 +357,30 @@ fn a_failed_permission_self_test_reports_not_ready() {
     assert!(!health.ready);
     let reason = health.not_ready_reason.expect("reason given");
     assert!(reason.contains("GPU 1") && reason.contains("CAP_SYS_ADMIN"), "{reason}");
+    // The probes need no token: alive, but not ready, and why.
+    assert_eq!(server.get("/healthz", None).status, 200);
+    let ready = server.get("/readyz", None);
+    assert_eq!(ready.status, 503, "{}", ready.body);
+    assert_eq!(ready.json()["ready"], false);
+    assert!(
+        ready.json()["not_ready_reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("GPU 1"))
+    );
+}
+
+/// Liveness and readiness answer without a token (systemd, Kubernetes and load balancers
+/// probe without credentials) and tell nothing of leases or GPUs; `/v1/health` still needs one.
+#[test]
+fn the_probes_answer_without_a_token_and_disclose_nothing() {
+    let (agent, _sim, _clock) = agent(2, false, |_| {});
+    let server = TestServer::start(agent);
+    let live = server.get("/healthz", None);
+    assert_eq!((live.status, live.body.as_str()), (200, "ok\n"));
+    let ready = server.get("/readyz", None);
+    assert_eq!(ready.status, 200, "{}", ready.body);
+    assert_eq!(ready.json(), json!({"ready": true}));
+    assert_error(&server.get("/v1/health", None), 401, "unauthorized");
 }
 
 /// The gateway's benchmark runs 1,000 agents in one process: an agent must cost no OS thread.
