@@ -67,7 +67,8 @@ impl Server {
         listener: TcpListener,
     ) -> Result<Self, ServeError> {
         let data = config.gateway.data_dir.clone();
-        std::fs::create_dir_all(&data).map_err(|source| ServeError::DataDir {
+        // Owner-only: it holds the API token and the ledger.
+        crate::ledger::private::create_private_dir(&data).map_err(|source| ServeError::DataDir {
             path: data.clone(),
             source,
         })?;

@@ -592,6 +592,16 @@ fn demo_then_audit_verify_export_and_a_tampered_ledger_is_caught() {
     let jsonl = flexgate(&["log", "export", "--data", data_s]);
     let lines = String::from_utf8_lossy(&jsonl.stdout).lines().count();
     assert!(lines > 20);
+    // `log export | head`: the reader going away ends the export quietly.
+    for format in ["jsonl", "csv"] {
+        let piped = with_closed_stdout(&["log", "export", "--format", format, "--data", data_s]);
+        let stderr = String::from_utf8_lossy(&piped.stderr);
+        assert!(
+            piped.status.success() && !stderr.contains("error") && !stderr.contains("panicked"),
+            "{format}: {:?} {stderr}",
+            piped.status
+        );
+    }
 
     // Alter one record's body in place: verify must fail and name it.
     {
@@ -835,4 +845,130 @@ fn profiles_measured_in_the_demo_are_listed_exported_read_by_pfi_and_imported() 
         imported[0]["points"],
         "nothing was added"
     );
+}
+
+/// A `flexgate run` on a free loopback port, its stderr in a file, stopped (SIGKILL) on drop.
+struct RunningGateway {
+    child: std::process::Child,
+    addr: std::net::SocketAddr,
+    stderr: std::path::PathBuf,
+}
+
+impl RunningGateway {
+    fn start(data: &std::path::Path, extra: &[&str]) -> RunningGateway {
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port");
+        let stderr = data.with_extension("stderr");
+        let child = Command::new(env!("CARGO_BIN_EXE_flexgate"))
+            .args([
+                "run",
+                "--data",
+                data.to_str().expect("utf-8"),
+                "--listen",
+                &addr.to_string(),
+            ])
+            .args(extra)
+            .env("FLEXGATE_API_TOKEN", "t0ken")
+            .env("RUST_LOG", "info")
+            .env_remove("FLEXGATE_LOG_FORMAT")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&stderr).expect("stderr file"))
+            .spawn()
+            .expect("flexgate run starts");
+        let gateway = RunningGateway { child, addr, stderr };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while std::net::TcpStream::connect(addr).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the gateway did not listen on {addr}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        gateway
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+}
+
+impl Drop for RunningGateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_running_gateways_ledger_is_verified_through_its_api_and_a_lock_is_not_called_tampering() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().join("data");
+    let gateway = RunningGateway::start(&data, &[]);
+    let data_s = data.to_str().expect("utf-8");
+
+    let locked = flexgate(&["log", "verify", "--data", data_s]);
+    let stderr = String::from_utf8_lossy(&locked.stderr);
+    assert_eq!(locked.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("held by a running gateway") && stderr.contains("--gateway") && !stderr.contains("FAILED"),
+        "{stderr}"
+    );
+
+    let live = flexgate(&["log", "verify", "--gateway", &gateway.addr.to_string()]);
+    let stdout = String::from_utf8_lossy(&live.stdout);
+    assert!(
+        live.status.success() && stdout.contains("chain intact") && stdout.contains("verified by the gateway"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&live.stderr)
+    );
+
+    // The ledger and the data directory are the gateway user's alone.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        for (path, wanted) in [
+            (data.clone(), 0o700),
+            (data.join("ledger"), 0o700),
+            (data.join("ledger/db"), 0o600),
+        ] {
+            let mode = std::fs::metadata(&path).expect("exists").permissions().mode() & 0o777;
+            assert_eq!(mode, wanted, "{} is {mode:o}", path.display());
+        }
+    }
+
+    // Redirected text logs carry no colour codes.
+    let logs = gateway.stderr();
+    assert!(logs.contains("ledger opened"), "{logs}");
+    assert!(!logs.contains('\u{1b}'), "ANSI escapes in a redirected log: {logs:?}");
+}
+
+#[test]
+fn json_logs_are_one_object_per_line() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().join("data");
+    let gateway = RunningGateway::start(&data, &["--log-format", "json"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !gateway.stderr().contains("ledger opened") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no log line: {}",
+            gateway.stderr()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let logs = gateway.stderr();
+    let lines: Vec<&str> = logs.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(!lines.is_empty());
+    for line in &lines {
+        let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        assert!(v["level"].is_string() && v["timestamp"].is_string(), "{line}");
+    }
+    assert!(
+        lines.iter().any(|l| l.contains("\"message\":\"ledger opened\"")),
+        "{logs}"
+    );
+    let bad = flexgate(&["--log-format", "yaml", "run", "--print-config"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("possible values: text, json"));
 }

@@ -190,10 +190,17 @@ async fn demo(args: &DemoArgs) -> Result<()> {
     let verified = crate::ledger::verify(&data.join("ledger"));
     let report =
         crate::reports::audit::build(&records, "demo-001", 600)?.context("the demo event is not in the ledger")?;
-    crate::outln!(
-        "\nAudit summary (flexgate audit --event demo-001 --data {}):",
-        data.display()
-    );
+    // The command to read the audit again only where the ledger outlives the demo.
+    match &args.data {
+        Some(kept) => crate::outln!(
+            "\nAudit summary (the whole audit: flexgate audit --event demo-001 --data {}):",
+            kept.display()
+        ),
+        None => crate::outln!(
+            "\nAudit summary (the demo's ledger is removed on exit; to keep it and read the whole audit: \
+             flexgate demo --data ./demo-data, then flexgate audit --event demo-001 --data ./demo-data):"
+        ),
+    }
     crate::outln!(
         "  baseline (meter before/after) {} kW; {} plans, {} dispatches, {} closed-loop trims, fallbacks: {}",
         fmt_kw(report.baseline.kw),
@@ -203,7 +210,7 @@ async fn demo(args: &DemoArgs) -> Result<()> {
         if report.fallbacks.is_empty() {
             "none".to_string()
         } else {
-            format!("{} jobs (unknown elasticity)", report.fallbacks.len())
+            format!("{} (unknown elasticity)", jobs_count(report.fallbacks.len()))
         }
     );
     for i in &report.intervals {
@@ -266,15 +273,7 @@ fn print_before_after(
         plan["generation"],
         plan["policy"].as_str().unwrap_or("")
     );
-    crate::outln!(
-        "  {:<34} {:>6} {:>22} {:>10} {:>12} {:>14}",
-        "job",
-        "GPUs",
-        "knowledge",
-        "cap W/GPU",
-        "power kW",
-        "tokens/s kept"
-    );
+    crate::outln!("{}", job_table_header());
     let mut rows: Vec<&Value> = jobs_during.as_array().map(|a| a.iter().collect()).unwrap_or_default();
     rows.sort_by(|a, b| {
         a["cap_w"]
@@ -292,14 +291,16 @@ fn print_before_after(
         let kept = j["measured_tokens_per_s"].as_f64().unwrap_or(0.0)
             / j["uncapped_tokens_per_s"].as_f64().unwrap_or(1.0).max(1e-9);
         crate::outln!(
-            "  {:<34} {:>6} {:>22} {:>10.0} {:>5.1} → {:>4.1} {:>13.0} %",
-            id,
-            j["gpus"],
-            j["elasticity"].as_str().unwrap_or(""),
-            j["cap_w"].as_f64().unwrap_or(0.0),
-            before_power / 1000.0,
-            j["measured_power_w"].as_f64().unwrap_or(0.0) / 1000.0,
-            kept * 100.0
+            "{}",
+            job_table_row(&JobRow {
+                id,
+                gpus: j["gpus"].as_u64().unwrap_or(0),
+                knowledge: j["elasticity"].as_str().unwrap_or(""),
+                cap_w: j["cap_w"].as_f64().unwrap_or(0.0),
+                power_before_kw: before_power / 1000.0,
+                power_kw: j["measured_power_w"].as_f64().unwrap_or(0.0) / 1000.0,
+                kept_share: kept,
+            })
         );
     }
     if rows.len() > shown {
@@ -360,6 +361,50 @@ fn print_before_after(
     Ok(())
 }
 
+/// One job in the demo's table of the plan in force.
+struct JobRow<'a> {
+    id: &'a str,
+    gpus: u64,
+    knowledge: &'a str,
+    cap_w: f64,
+    power_before_kw: f64,
+    power_kw: f64,
+    kept_share: f64,
+}
+
+/// The table's header; [`job_table_row`] fills the same widths.
+fn job_table_header() -> String {
+    format!(
+        "  {:<34} {:>6} {:>26} {:>10} {:>12} {:>14}",
+        "job", "GPUs", "knowledge", "cap W/GPU", "power kW", "tokens/s kept"
+    )
+}
+
+/// A row under [`job_table_header`]: every column ends where its header ends. (The GPU count
+/// was once a JSON value, whose `Display` ignores widths, and a predicted PFI with its interval
+/// overflowed a 22-wide column.)
+fn job_table_row(row: &JobRow<'_>) -> String {
+    format!(
+        "  {:<34} {:>6} {:>26} {:>10.0} {:>5.1} → {:>4.1} {:>12.0} %",
+        row.id,
+        row.gpus,
+        row.knowledge,
+        row.cap_w,
+        row.power_before_kw,
+        row.power_kw,
+        row.kept_share * 100.0
+    )
+}
+
+/// "1 job", "3 jobs".
+fn jobs_count(n: usize) -> String {
+    if n == 1 {
+        "1 job".to_string()
+    } else {
+        format!("{n} jobs")
+    }
+}
+
 fn tempdir_path() -> Result<PathBuf> {
     let base = std::env::temp_dir().join(format!(
         "flexgate-demo-{}-{}",
@@ -368,4 +413,43 @@ fn tempdir_path() -> Result<PathBuf> {
     ));
     std::fs::create_dir_all(&base)?;
     Ok(base)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The column each header or cell ends at (its last non-space character), in characters.
+    fn column_ends(line: &str) -> Vec<usize> {
+        let chars: Vec<char> = line.chars().collect();
+        (0..chars.len())
+            .filter(|&i| chars[i] != ' ' && chars.get(i + 1).is_none_or(|c| *c == ' '))
+            .collect()
+    }
+
+    #[test]
+    fn the_job_table_stays_aligned_for_any_gpu_count_and_power() {
+        let header = job_table_header();
+        let header_ends = column_ends(&header);
+        // Headers: job, GPUs, knowledge, cap W/GPU, power kW, tokens/s kept; a right-aligned
+        // cell ends where the last word of its header does.
+        let wanted: Vec<usize> = [1, 2, 4, 6, 8].iter().map(|&i| header_ends[i]).collect();
+        for (gpus, before, after) in [(8, 5.0, 3.0), (16, 11.2, 7.5), (128, 89.6, 60.1)] {
+            let row = job_table_row(&JobRow {
+                id: "job-005-qwen30b-a3b-ft",
+                gpus,
+                knowledge: "predicted PFI 1.40 ± 0.24",
+                cap_w: 354.0,
+                power_before_kw: before,
+                power_kw: after,
+                kept_share: 0.83,
+            });
+            let ends = column_ends(&row);
+            // Cells: id, GPUs, knowledge (five words), cap, power (before → after), kept and "%".
+            let got = [ends[1], ends[6], ends[7], ends[10], ends[12]];
+            assert_eq!(got.to_vec(), wanted, "{gpus} GPUs:\n{header}\n{row}");
+        }
+        assert_eq!(jobs_count(1), "1 job");
+        assert_eq!(jobs_count(3), "3 jobs");
+    }
 }

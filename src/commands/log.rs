@@ -7,10 +7,12 @@ use std::path::PathBuf;
 /// Verify or export the ledger (a stopped gateway's data directory, or a copy of it).
 ///
 /// Every record carries SHA-256(previous hash ‖ canonical JSON of the record); `verify` walks the
-/// chain and names the first record that was altered, removed or reordered.
+/// chain and names the first record that was altered, removed or reordered. A running gateway
+/// holds its ledger locked: verify it through its API with --gateway.
 ///
 /// Examples:
 ///   flexgate log verify --data ./flexgate-data
+///   flexgate log verify --gateway 127.0.0.1:8080
 ///   flexgate log export --format csv --event ev-2026-0142 > ev.csv
 ///   flexgate log migrate --data ./old-data --to ./new-data/ledger
 #[derive(Debug, Args)]
@@ -32,7 +34,12 @@ pub struct LogArgs {
 #[derive(Debug, Subcommand)]
 enum LogCommand {
     /// Check the hash chain; exit 1 naming the first bad record.
-    Verify,
+    Verify {
+        /// Ask the running gateway at this API address to walk its own ledger
+        /// (GET /v1/ledger/verify) instead of opening --data, which it holds locked.
+        #[arg(long, value_name = "ADDR")]
+        gateway: Option<std::net::SocketAddr>,
+    },
     /// Write records as JSON lines or CSV to stdout (or --out).
     Export {
         /// Output format.
@@ -81,6 +88,9 @@ pub fn run(args: &LogArgs) -> Result<()> {
         );
         return Ok(());
     }
+    if let LogCommand::Verify { gateway: Some(addr) } = &args.what {
+        return verify_live(*addr);
+    }
     let dir = args.data.join("ledger");
     if !dir.exists() {
         bail!(
@@ -89,8 +99,8 @@ pub fn run(args: &LogArgs) -> Result<()> {
         );
     }
     match &args.what {
-        LogCommand::Verify => match crate::ledger::verify(&dir) {
-            Ok(report) => {
+        LogCommand::Verify { .. } => match crate::ledger::verify_dir(&dir) {
+            Ok(Ok(report)) => {
                 crate::outln!(
                     "ok: {} records, chain intact, head {}",
                     report.records,
@@ -98,11 +108,18 @@ pub fn run(args: &LogArgs) -> Result<()> {
                 );
                 Ok(())
             }
-            Err(failure) => bail!(
+            Ok(Err(failure)) => bail!(
                 "ledger verification FAILED at record {}: {}",
                 failure.seq,
                 failure.reason
             ),
+            Err(crate::ledger::LedgerError::Locked { dir }) => bail!(
+                "the ledger at {} is held by a running gateway, so it was not checked (this is not a \
+                 verification failure): ask the gateway with `flexgate log verify --gateway ADDR` (its API \
+                 address, e.g. 127.0.0.1:8080), or stop it and run this again",
+                dir.display()
+            ),
+            Err(e) => bail!("the ledger was not checked: {e}"),
         },
         LogCommand::Migrate { .. } => Ok(()),
         LogCommand::Export { format, event, out } => {
@@ -121,5 +138,46 @@ pub fn run(args: &LogArgs) -> Result<()> {
             eprintln!("exported {n} records");
             Ok(())
         }
+    }
+}
+
+/// `log verify --gateway`: the running gateway walks its own chain.
+fn verify_live(addr: std::net::SocketAddr) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
+    let response = runtime
+        .block_on(crate::http_client::request(
+            addr,
+            "GET",
+            "/v1/ledger/verify",
+            None,
+            None,
+        ))
+        .with_context(|| format!("cannot reach the gateway at {addr}"))?;
+    if response.status != 200 {
+        bail!(
+            "the gateway at {addr} answered {}: {}",
+            response.status,
+            response.text().trim()
+        );
+    }
+    let answer = response
+        .json()
+        .with_context(|| format!("the gateway at {addr} did not answer JSON"))?;
+    if answer["intact"] == serde_json::Value::Bool(true) {
+        crate::outln!(
+            "ok: {} records, chain intact, head {} (verified by the gateway at {addr})",
+            answer["records"],
+            answer["head_hash"].as_str().unwrap_or("?")
+        );
+        Ok(())
+    } else {
+        bail!(
+            "ledger verification FAILED at record {}: {} (verified by the gateway at {addr})",
+            answer["failed_at_record"],
+            answer["reason"].as_str().unwrap_or("no reason given")
+        )
     }
 }

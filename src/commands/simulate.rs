@@ -550,8 +550,14 @@ fn render_table(report: &ExperimentReport) -> String {
     };
     let _ = writeln!(
         out,
-        "flexgate simulate: {mix}, {} workloads × {} jobs, seed {}, jobs from {}, tiers {:?}, knowledge {:?} (sd {})",
-        report.workloads, report.jobs, report.seed, report.source, report.tiers, report.knowledge, report.predictor_sd
+        "flexgate simulate: {mix}, {} workloads × {} jobs, seed {}, jobs from {}, tiers {}, knowledge {} (sd {})",
+        report.workloads,
+        report.jobs,
+        report.seed,
+        report.source,
+        report.tiers.as_str(),
+        report.knowledge.as_str(),
+        report.predictor_sd
     );
     let _ = writeln!(
         out,

@@ -86,6 +86,7 @@
 
 mod durable;
 pub mod migrate;
+pub(crate) mod private;
 mod raw;
 mod store;
 #[cfg(test)]
@@ -255,8 +256,9 @@ pub enum ExportFormat {
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
     #[error(
-        "the ledger at {} is locked by another process (is a gateway running?): stop it, or use the running \
-         gateway's own verify/export",
+        "the ledger at {} is locked by another process (is a gateway running?): verify a running gateway's \
+         ledger through its API (`flexgate log verify --gateway ADDR`, GET /v1/ledger/verify), or stop it \
+         first",
         dir.display()
     )]
     Locked { dir: PathBuf },
@@ -293,6 +295,13 @@ pub enum LedgerError {
          ledger, move the directory aside and re-sync from the sources"
     )]
     Storage(#[from] sled::Error),
+
+    #[error(
+        "cannot make the ledger at {} private to this user (mode 0700, files 0600): {source}. Check who owns \
+         the directory",
+        dir.display()
+    )]
+    Permissions { dir: PathBuf, source: std::io::Error },
 
     #[error("cannot encode a ledger record as JSON: {0} (a bug: please report it with the record)")]
     Encode(#[from] serde_json::Error),
@@ -370,9 +379,17 @@ impl Ledger {
     pub async fn open(dir: &Path) -> Result<Ledger, LedgerError> {
         let path = dir.to_path_buf();
         let opened = tokio::task::spawn_blocking(move || -> Result<_, LedgerError> {
+            let private = |source| LedgerError::Permissions {
+                dir: path.clone(),
+                source,
+            };
+            private::create_private_dir(&path).map_err(private)?;
+            private::restrict_to_owner(&path).map_err(private)?;
             let store = store::Store::open(&path, true)?;
             let head = store.read_head()?;
             let durable = durable::Durable::open(&path).map_err(|e| LedgerError::Storage(sled::Error::Io(e)))?;
+            // sled has just created its files (a new ledger) with the process's umask.
+            private::restrict_to_owner(&path).map_err(private)?;
             Ok((store, durable, head))
         })
         .await;
@@ -597,11 +614,18 @@ impl Queued {
 /// store and takes sled's exclusive lock). Reports the first sequence gap, `prev_hash` mismatch,
 /// hash mismatch (a modified record), undecodable record or dedup-index inconsistency.
 pub fn verify(dir: &Path) -> Result<VerifyReport, VerifyFailure> {
-    let store = store::Store::open(dir, false).map_err(|e| VerifyFailure {
+    verify_dir(dir).map_err(|e| VerifyFailure {
         seq: 0,
         reason: e.to_string(),
-    })?;
-    store.verify(None)
+    })?
+}
+
+/// [`verify`], telling a ledger that could not be read at all (the outer error: locked by a
+/// running gateway, missing, of another format) from a chain that was read and does not check
+/// out (the inner one). A locked ledger is not evidence of tampering and must not read like it.
+pub fn verify_dir(dir: &Path) -> Result<Result<VerifyReport, VerifyFailure>, LedgerError> {
+    let store = store::Store::open(dir, false)?;
+    Ok(store.verify(None))
 }
 
 /// Writes the records of the ledger in `dir` (optionally only those whose `event` equals

@@ -702,3 +702,46 @@ fn ledger_raw_member_removal() {
     assert!(object_members(r#"{"a":"#).is_err());
     assert!(without_member("{}", &object_members("{}").unwrap(), "hash").is_none());
 }
+
+/// The ledger is evidence: other users of the machine may not read it (issue 15: it was 0644
+/// while the token file was 0600). A ledger made before, with open modes, is narrowed at open.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ledger_files_are_private_to_the_gateway_user() {
+    use std::os::unix::fs::PermissionsExt;
+    fn modes(dir: &Path, out: &mut Vec<(PathBuf, u32, bool)>) {
+        let meta = std::fs::metadata(dir).unwrap();
+        out.push((dir.to_path_buf(), meta.permissions().mode() & 0o777, true));
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let entry = entry.unwrap();
+            if entry.file_type().unwrap().is_dir() {
+                modes(&entry.path(), out);
+            } else {
+                let mode = entry.metadata().unwrap().permissions().mode() & 0o777;
+                out.push((entry.path(), mode, false));
+            }
+        }
+    }
+    let parent = tempfile::tempdir().unwrap();
+    let dir = parent.path().join("data").join("ledger");
+    let ledger = Ledger::open(&dir).await.unwrap();
+    append_n(&ledger, 20).await;
+    ledger.close().await.unwrap();
+    // A ledger whose files were left world-readable (as sled made them before this fix).
+    for (path, _, _) in {
+        let mut all = Vec::new();
+        modes(&dir, &mut all);
+        all
+    } {
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let ledger = Ledger::open(&dir).await.unwrap();
+    let mut all = Vec::new();
+    modes(&dir, &mut all);
+    assert!(all.iter().filter(|(_, _, is_dir)| !is_dir).count() >= 2, "{all:?}");
+    for (path, mode, is_dir) in &all {
+        let wanted = if *is_dir { 0o700 } else { 0o600 };
+        assert_eq!(*mode, wanted, "{} has mode {mode:o}", path.display());
+    }
+    ledger.close().await.unwrap();
+}

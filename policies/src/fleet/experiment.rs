@@ -64,6 +64,17 @@ pub enum TierMix {
     Field,
 }
 
+impl TierMix {
+    /// The name `flexgate simulate --tiers` takes and its reports print.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TierMix::None => "none",
+            TierMix::Field => "field",
+        }
+    }
+}
+
 /// What policies are told about each job's elasticity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -78,6 +89,20 @@ pub enum KnowledgeLevel {
     Unknown,
     /// Whatever each template's `known` says (fleet files).
     AsGiven,
+}
+
+impl KnowledgeLevel {
+    /// The name `flexgate simulate --knowledge` takes and its reports print.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KnowledgeLevel::Predicted => "predicted",
+            KnowledgeLevel::Pfi => "pfi",
+            KnowledgeLevel::Sweep => "sweep",
+            KnowledgeLevel::Unknown => "unknown",
+            KnowledgeLevel::AsGiven => "as-given",
+        }
+    }
 }
 
 /// Everything that defines one experiment.

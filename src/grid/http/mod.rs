@@ -32,6 +32,9 @@ struct Api {
     /// SHA-256 of the token: compared in constant time, and the token itself is not kept around
     /// in a form that a debug print could leak.
     token_digest: [u8; 32],
+    /// Held while a `GET /v1/ledger/verify` walks the chain: one walk at a time, so readers
+    /// cannot pile up full scans of the ledger.
+    verifying: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// The router, ready to serve.
@@ -39,6 +42,7 @@ pub fn router(gateway: Arc<Gateway>, token: &str) -> Router {
     let api = Api {
         gateway,
         token_digest: Sha256::digest(token.as_bytes()).into(),
+        verifying: Arc::default(),
     };
     Router::new()
         .route("/v1/events", get(list_events).post(post_event))
@@ -48,6 +52,7 @@ pub fn router(gateway: Arc<Gateway>, token: &str) -> Router {
         .route("/v1/jobs", get(jobs))
         .route("/v1/plan", get(plan))
         .route("/v1/flexibility", get(flexibility))
+        .route("/v1/ledger/verify", get(verify_ledger))
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route(
@@ -179,6 +184,39 @@ async fn flexibility(State(api): State<Api>) -> Response {
             StatusCode::NOT_FOUND,
             None,
             "no flexibility curve: no telemetry yet, or the policy is a proportional rule (only `flexgate` costs a curve)",
+        ),
+    }
+}
+
+/// Walk the live ledger's hash chain (what `flexgate log verify --data` does on a stopped
+/// gateway's directory, which a running gateway holds locked). A broken chain is an answer, not
+/// an HTTP error: `intact: false` with the first bad record.
+async fn verify_ledger(State(api): State<Api>) -> Response {
+    let Ok(_one_at_a_time) = api.verifying.clone().try_lock_owned() else {
+        return error(
+            StatusCode::TOO_MANY_REQUESTS,
+            None,
+            "a verification of the ledger is already running; retry when it has answered",
+        );
+    };
+    let ledger = api.gateway.ledger().clone();
+    match tokio::task::spawn_blocking(move || ledger.verify()).await {
+        Ok(Ok(report)) => axum::Json(json!({
+            "intact": true,
+            "records": report.records,
+            "head_hash": report.head_hash,
+        }))
+        .into_response(),
+        Ok(Err(failure)) => axum::Json(json!({
+            "intact": false,
+            "failed_at_record": failure.seq,
+            "reason": failure.reason,
+        }))
+        .into_response(),
+        Err(join) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            None,
+            format!("the verification did not complete: {join}"),
         ),
     }
 }
