@@ -192,7 +192,19 @@ async fn read_endpoints_answer() {
     assert_eq!(spec["openapi"], "3.1.0");
     let (_, metrics) = get(&gw, "/metrics").await;
     let metrics = String::from_utf8_lossy(&metrics);
-    assert!(metrics.contains("# TYPE flexgate_plans_total counter") && metrics.contains("flexgate_measured_meter_kw"));
+    assert!(
+        metrics.contains("# TYPE flexgate_plans counter")
+            && metrics.contains("flexgate_plans_total 0")
+            && metrics.contains("flexgate_measured_meter_watts ")
+            && metrics.contains("flexgate_build_info{")
+            && metrics.ends_with("# EOF\n"),
+        "{metrics}"
+    );
+    // No event: no ceiling, and no NaN standing in for one.
+    assert!(
+        !metrics.contains("NaN") && !metrics.contains("flexgate_meter_ceiling_watts "),
+        "{metrics}"
+    );
     let (status, _) = get(&gw, "/v1/plan").await;
     assert_eq!(status, StatusCode::NOT_FOUND, "no plan without an event");
     let (status, _) = get(&gw, "/v1/events/nope").await;

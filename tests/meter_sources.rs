@@ -126,7 +126,11 @@ async fn the_gateway_acts_on_a_real_modbus_meter_and_falls_back_when_it_hangs() 
     );
     assert_eq!(fresh["meter_kw"], fresh["measured_meter_kw"]);
     let metrics = server.gateway.metrics().await;
-    assert!(metrics.contains("flexgate_meter_measured 1"), "{metrics}");
+    assert!(
+        metrics.contains("flexgate_meter_quality{quality=\"measured\"} 1"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("flexgate_measured_meter_watts "), "{metrics}");
 
     // The meter hangs: reads time out, the reading ages past max_age_s, and the facility
     // model's upper estimate stands in, never the last reading.
@@ -143,7 +147,14 @@ async fn the_gateway_acts_on_a_real_modbus_meter_and_falls_back_when_it_hangs() 
         "the simulated site's model upper estimate, not the meter's last ~1,000 kW: {stale}"
     );
     let metrics = server.gateway.metrics().await;
-    assert!(metrics.contains("flexgate_meter_measured 0"), "{metrics}");
+    assert!(
+        metrics.contains("flexgate_meter_quality{quality=\"stale\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        !metrics.contains("flexgate_measured_meter_watts "),
+        "a stale figure is not shown as measured: {metrics}"
+    );
     let errors = metrics
         .lines()
         .find_map(|l| l.strip_prefix("flexgate_meter_read_errors_total{source=\"incomer\"} "))
@@ -226,4 +237,86 @@ async fn prometheus_sources_sum_with_their_signs_and_a_vanished_series_is_not_me
     );
     server.shutdown().await;
     drop(prom);
+}
+
+/// A real Prometheus scrapes the gateway's `/metrics` (OpenMetrics text from the Prometheus
+/// client library): the target is up with no scrape error, and the series come out with their
+/// base-unit names, histograms and build info as Prometheus reads them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_prometheus_scrapes_the_gateways_metrics() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::default();
+    config.gateway.data_dir = dir.path().to_path_buf();
+    config.gateway.api_token = "it-token-0123456789".into();
+    config.gateway.telemetry_interval_s = 1;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let server = Server::start(config, Clock::real(), None, listener)
+        .await
+        .expect("gateway");
+    let prom = prometheus_support::prometheus(server.addr).await;
+    let http = prometheus_support::http();
+    let query = |q: &'static str| {
+        let http = http.clone();
+        let url = format!("{}/api/v1/query", prom.url);
+        async move {
+            let answer: serde_json::Value = http
+                .get(url)
+                .query(&[("query", q)])
+                .send()
+                .await
+                .expect("query")
+                .json()
+                .await
+                .expect("JSON");
+            answer["data"]["result"].as_array().cloned().unwrap_or_default()
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let build = loop {
+        let result = query("flexgate_build_info").await;
+        if !result.is_empty() {
+            break result;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Prometheus has no flexgate_build_info after 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert_eq!(build[0]["metric"]["version"], env!("CARGO_PKG_VERSION"), "{build:?}");
+    assert_eq!(build[0]["value"][1], "1");
+    let targets: serde_json::Value = http
+        .get(format!("{}/api/v1/targets", prom.url))
+        .send()
+        .await
+        .expect("targets")
+        .json()
+        .await
+        .expect("JSON");
+    let target = &targets["data"]["activeTargets"][0];
+    assert_eq!(target["health"], "up", "{target}");
+    assert_eq!(target["lastError"], "", "{target}");
+    for series in [
+        "flexgate_plans_total",
+        "flexgate_ack_latency_seconds_count",
+        "flexgate_ledger_flush_duration_seconds_bucket",
+        "flexgate_gpu_power_watts",
+        "flexgate_meter_quality",
+    ] {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while query_is_empty(&query, series).await {
+            assert!(Instant::now() < deadline, "Prometheus has no {series}");
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+    server.shutdown().await;
+    drop(prom);
+}
+
+async fn query_is_empty<F, Fut>(query: &F, series: &'static str) -> bool
+where
+    F: Fn(&'static str) -> Fut,
+    Fut: std::future::Future<Output = Vec<serde_json::Value>>,
+{
+    query(series).await.is_empty()
 }

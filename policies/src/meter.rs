@@ -35,6 +35,9 @@ pub enum Quality {
 }
 
 impl Quality {
+    /// Every quality, in the order the metrics list them.
+    pub const ALL: [Quality; 4] = [Quality::Measured, Quality::Model, Quality::Stale, Quality::Missing];
+
     /// Whether the figure is the meter's, not a model's.
     #[must_use]
     pub fn is_measured(self) -> bool {

@@ -60,6 +60,12 @@ pub trait ClusterBackend: Send + Sync {
         )))
     }
 
+    /// Per node agent: its node name and whether it answered the last poll (the metric
+    /// `flexgate_agent_up` and its alert). Backends without agents have none.
+    fn agents_answering(&self) -> Vec<(String, bool)> {
+        Vec::new()
+    }
+
     /// Resume a job suspended by [`ClusterBackend::suspend`] (at the end of the curtailment).
     async fn resume(&self, job: &str) -> Result<(), BackendError> {
         Err(BackendError::Protocol(format!(

@@ -356,7 +356,13 @@ struct Shared {
     head: RwLock<(u64, String)>,
     /// Why the writer stopped, if it failed.
     failure: Mutex<Option<String>>,
+    /// Told how long each group commit took and whether it succeeded (the gateway's metrics).
+    flush_observer: std::sync::OnceLock<FlushObserver>,
 }
+
+/// What [`Ledger::observe_flushes`] is given: a group commit's duration, and whether it stored
+/// its batch. Called on the writer thread: it must be quick and must not block.
+pub type FlushObserver = Box<dyn Fn(std::time::Duration, bool) + Send + Sync>;
 
 impl std::fmt::Debug for Ledger {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -405,6 +411,7 @@ impl Ledger {
         let shared = Arc::new(Shared {
             head: RwLock::new(head.clone()),
             failure: Mutex::new(None),
+            flush_observer: std::sync::OnceLock::new(),
         });
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
         let thread = {
@@ -525,6 +532,23 @@ impl Ledger {
         self.inner.store.verify(Some(self.len()))
     }
 
+    /// Have `observer` told of every group commit from now on (its duration, and whether it
+    /// stored its batch). One observer per ledger: a second call is ignored and returns false.
+    pub fn observe_flushes(&self, observer: FlushObserver) -> bool {
+        self.inner.shared.flush_observer.set(observer).is_ok()
+    }
+
+    /// Whether the writer has stopped after a storage failure (nothing more is acknowledged).
+    #[must_use]
+    pub fn writer_failed(&self) -> bool {
+        self.inner
+            .shared
+            .failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some()
+    }
+
     /// Exports the flushed records of the open ledger (see [`export`]).
     pub fn export(&self, format: ExportFormat, event: Option<&str>, out: &mut dyn Write) -> Result<u64, LedgerError> {
         self.inner.store.export(format, event, Some(self.len()), out)
@@ -595,6 +619,7 @@ impl Queued {
             shared: Arc::new(Shared {
                 head: RwLock::new((0, GENESIS_HASH.to_string())),
                 failure: Mutex::new(None),
+                flush_observer: std::sync::OnceLock::new(),
             }),
         }
     }

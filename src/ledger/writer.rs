@@ -165,13 +165,24 @@ fn commit(
         }
         Err(reason)
     };
+    let started = std::time::Instant::now();
+    let observe = |ok: bool| {
+        if let Some(observer) = shared.flush_observer.get() {
+            observer(started.elapsed(), ok);
+        }
+    };
     let (new_tail, outcomes) = match stage_and_write(store, tail.clone(), entries) {
         Ok(staged) => staged,
-        Err(e) => return fail(replies, format!("writing a batch failed: {e}")),
+        Err(e) => {
+            observe(false);
+            return fail(replies, format!("writing a batch failed: {e}"));
+        }
     };
     if let Err(e) = durable_flush(store, durable) {
+        observe(false);
         return fail(replies, format!("flushing a batch failed: {e}"));
     }
+    observe(true);
     *tail = new_tail;
     *shared.head.write().unwrap_or_else(PoisonError::into_inner) = (tail.seq, tail.hash.clone());
     for (reply, outcome) in replies.into_iter().zip(outcomes) {

@@ -130,7 +130,10 @@ impl Gateway {
                     let results = if commands.is_empty() {
                         Vec::new()
                     } else {
-                        self.backend.apply(&commands).await
+                        let sent = std::time::Instant::now();
+                        let results = self.backend.apply(&commands).await;
+                        self.metrics.observe_dispatch(sent.elapsed());
+                        results
                     };
                     Some(Input::CapResults {
                         purpose,

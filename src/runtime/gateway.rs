@@ -171,6 +171,8 @@ pub struct Gateway {
     pub(crate) meter: Option<Arc<crate::meter::MeterSources>>,
     /// The facility model, for the upper estimate that stands in for a stale or missing meter.
     pub(crate) facility: flexgate_policies::facility::FacilityModel,
+    /// Latency histograms and the ledger's flush failures (`GET /metrics`).
+    pub(crate) metrics: Arc<super::metrics::GatewayMetrics>,
 }
 
 impl Gateway {
@@ -203,6 +205,11 @@ impl Gateway {
             snapshot: controller.snapshot(),
             plan_recorded_at: None,
         }));
+        let metrics = Arc::new(super::metrics::GatewayMetrics::new());
+        {
+            let metrics = metrics.clone();
+            ledger.observe_flushes(Box::new(move |elapsed, ok| metrics.observe_ledger_flush(elapsed, ok)));
+        }
         let gateway = Arc::new(Self {
             config,
             clock,
@@ -216,6 +223,7 @@ impl Gateway {
             transitions: tokio::sync::broadcast::channel(1024).0,
             meter,
             facility,
+            metrics,
         });
         gateway.recover().await?;
         Ok(gateway)
@@ -271,7 +279,9 @@ impl Gateway {
         decide: impl FnOnce(&mut Controller) -> (R, Vec<Effect>),
     ) -> Result<(R, Decided), LedgerError> {
         let mut core = self.core.lock().await;
+        let deciding = std::time::Instant::now();
         let (answer, effects) = decide(&mut core);
+        let decided_in = deciding.elapsed();
         let mut records = Vec::new();
         let mut actions = Vec::new();
         let mut planned = false;
@@ -287,6 +297,9 @@ impl Gateway {
                 }
                 other => actions.push(other),
             }
+        }
+        if planned {
+            self.metrics.observe_plan(decided_in);
         }
         let queued = self.ledger.enqueue_all(records).await?;
         let snapshot = core.snapshot();
@@ -392,6 +405,7 @@ impl Gateway {
         transport: Transport,
         received: Received,
     ) -> Result<SubmitOutcome, SubmitError> {
+        let arrived = std::time::Instant::now();
         let now = self.clock.now();
         let (decision, mut decided) = self
             .decide(|core| {
@@ -411,6 +425,9 @@ impl Gateway {
             | IntakeDecision::Refused { ack, .. }
             | IntakeDecision::Stale { ack, .. } => Self::anchor(&decided, &appended, ack),
             IntakeDecision::Invalid(_) => {}
+        }
+        if !matches!(decision, IntakeDecision::Invalid(_)) {
+            self.metrics.observe_ack(arrived.elapsed());
         }
         for action in decided.actions {
             if matches!(action, Effect::Wake) {
@@ -572,148 +589,36 @@ impl Gateway {
         self.published().snapshot.flexibility.clone()
     }
 
-    /// Prometheus text for `GET /metrics`.
+    /// The exposition for `GET /metrics` (OpenMetrics text, base units, no NaN).
     pub async fn metrics(&self) -> String {
         let status = self.status().await;
         let c = self.published().snapshot.counters;
-        let metrics = [
-            (
-                "flexgate_events_accepted_total",
-                "counter",
-                "Events acknowledged with opt in.",
-                c.events_accepted as f64,
-            ),
-            (
-                "flexgate_events_refused_total",
-                "counter",
-                "Events refused (invalid, wrong site, unmappable), by the gateway or by a protocol adapter.",
-                c.events_refused as f64,
-            ),
-            (
-                "flexgate_plans_total",
-                "counter",
-                "Plans computed and recorded.",
-                c.plans as f64,
-            ),
-            (
-                "flexgate_http_connections_open",
-                "gauge",
-                "HTTP connections open now.",
-                crate::grid::http::server::CONNECTIONS.open() as f64,
-            ),
-            (
-                "flexgate_http_connections_refused_total",
-                "counter",
-                "HTTP connections answered 503 and closed because a connection limit was reached.",
-                crate::grid::http::server::CONNECTIONS.refused() as f64,
-            ),
-            (
-                "flexgate_dispatch_failures_total",
-                "counter",
-                "Cap commands not confirmed by the backend.",
-                c.dispatch_failures as f64,
-            ),
-            (
-                "flexgate_cap_drifts_total",
-                "counter",
-                "Confirmed caps the reconcile later found not in force (GPU reset, limit raised by hand).",
-                c.drifts as f64,
-            ),
-            (
-                "flexgate_cap_retries_total",
-                "counter",
-                "Unconfirmed caps re-sent to jobs whose nodes answer again.",
-                c.cap_retries as f64,
-            ),
-            (
-                "flexgate_trims_total",
-                "counter",
-                "Closed-loop trim adjustments.",
-                c.trims as f64,
-            ),
-            (
-                "flexgate_active_events",
-                "gauge",
-                "Events ramping, active or recovering.",
-                status.active_events.len() as f64,
-            ),
-            (
-                "flexgate_meter_ceiling_kw",
-                "gauge",
-                "Meter ceiling in force (NaN when none).",
-                status.meter_ceiling_kw.unwrap_or(f64::NAN),
-            ),
-            (
-                "flexgate_gpu_budget_w",
-                "gauge",
-                "GPU-board budget in force (NaN when none).",
-                status.gpu_budget_w.unwrap_or(f64::NAN),
-            ),
-            (
-                "flexgate_measured_meter_kw",
-                "gauge",
-                "Last meter power read from the meter (NaN when the figure is a model's).",
-                status.measured_meter_kw.unwrap_or(f64::NAN),
-            ),
-            (
-                "flexgate_meter_kw",
-                "gauge",
-                "Last meter figure the gateway acted on, measured or modelled (NaN before telemetry).",
-                status.meter_kw.unwrap_or(f64::NAN),
-            ),
-            (
-                "flexgate_meter_measured",
-                "gauge",
-                "1 when the meter figure acted on is the meter's own reading, 0 when it is the facility model's.",
-                status
-                    .meter_quality
-                    .map_or(0.0, |q| if q.is_measured() { 1.0 } else { 0.0 }),
-            ),
-            (
-                "flexgate_measured_gpu_w",
-                "gauge",
-                "Last measured fleet GPU-board power.",
-                status.measured_gpu_w.unwrap_or(f64::NAN),
-            ),
-            (
-                "flexgate_trim_w",
-                "gauge",
-                "Closed-loop trim subtracted from the GPU budget.",
-                status.trim_w,
-            ),
-            (
-                "flexgate_ledger_records",
-                "gauge",
-                "Records in the ledger.",
-                self.ledger.head().0 as f64,
-            ),
-        ];
-        let mut out = String::new();
-        for (name, kind, help, value) in metrics {
-            out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n"));
-        }
-        if let Some(meter) = &self.meter {
-            let counts = meter.counts();
-            out.push_str("# HELP flexgate_meter_readings_refused_total Meter readings the screen refused (not finite, negative, absurd, an unconfirmed jump), per source.\n# TYPE flexgate_meter_readings_refused_total counter\n");
-            for (source, refused, _) in &counts {
-                out.push_str(&format!(
-                    "flexgate_meter_readings_refused_total{{source=\"{}\"}} {refused}\n",
-                    label(source)
-                ));
-            }
-            out.push_str("# HELP flexgate_meter_read_errors_total Meter reads that failed (timeout, refused connection, exception, bad answer), per source.\n# TYPE flexgate_meter_read_errors_total counter\n");
-            for (source, _, errors) in &counts {
-                out.push_str(&format!(
-                    "flexgate_meter_read_errors_total{{source=\"{}\"}} {errors}\n",
-                    label(source)
-                ));
-            }
-        }
-        out
+        let kw_to_w = |kw: f64| kw * 1000.0;
+        let scrape = super::metrics::Scrape {
+            events_accepted: c.events_accepted,
+            events_refused: c.events_refused,
+            plans: c.plans,
+            dispatch_failures: c.dispatch_failures,
+            cap_drifts: c.drifts,
+            cap_retries: c.cap_retries,
+            trims: c.trims,
+            http_connections_open: crate::grid::http::server::CONNECTIONS.open(),
+            http_connections_refused: crate::grid::http::server::CONNECTIONS.refused(),
+            active_events: status.active_events.len() as u64,
+            jobs: status.jobs as u64,
+            caps_unconfirmed: status.unconfirmed_jobs as u64,
+            jobs_suspended: status.suspended_jobs as u64,
+            meter_ceiling_watts: status.meter_ceiling_kw.map(kw_to_w),
+            gpu_budget_watts: status.gpu_budget_w,
+            meter: status.meter_kw.map(kw_to_w).zip(status.meter_quality),
+            gpu_power_watts: status.measured_gpu_w,
+            trim_watts: status.trim_w,
+            flex_available_watts: status.flex_available_kw.map(kw_to_w),
+            ledger_records: self.ledger.head().0,
+            ledger_writer_failed: self.ledger.writer_failed(),
+            meter_sources: self.meter.as_ref().map(|m| m.counts()).unwrap_or_default(),
+            agents: self.backend.agents_answering(),
+        };
+        self.metrics.render(&scrape)
     }
-}
-
-/// A Prometheus label value: backslash, quote and newline escaped.
-fn label(value: &str) -> String {
-    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }

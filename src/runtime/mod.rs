@@ -10,6 +10,7 @@
 pub mod clock;
 mod control;
 mod gateway;
+pub mod metrics;
 mod recovery;
 mod views;
 

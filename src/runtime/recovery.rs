@@ -54,7 +54,9 @@ impl Gateway {
             if let Effect::Dispatch { purpose, commands } = effect {
                 debug_assert_eq!(purpose, DispatchPurpose::ReapplyAtStart);
                 caps_reapplied += commands.len();
+                let sent = std::time::Instant::now();
                 let results = self.backend.apply(&commands).await;
+                self.metrics.observe_dispatch(sent.elapsed());
                 self.feed(Input::CapResults {
                     purpose,
                     commands,

@@ -380,6 +380,12 @@ impl Agent {
             (windows.summaries(now), windows.refusals().clone())
         };
         metrics::render_throughput(&mut text, &self.inner.config.hostname, &jobs, &refused);
+        let leases = self.with_core(|book, _, _| metrics::LeaseCounts {
+            held: book.held(),
+            expired_total: book.expired_total(),
+            restores_pending: book.pending_restore().len(),
+        });
+        metrics::render_leases(&mut text, &self.inner.config.hostname, leases);
         text
     }
 }

@@ -348,6 +348,8 @@ pub struct LeaseBook {
     max_ttl: TimeDelta,
     max_leases: usize,
     dirty: bool,
+    /// Leases the dead-man switch removed since the agent started (`GET /metrics`).
+    expired_total: u64,
 }
 
 fn w_to_mw(w: f64) -> u32 {
@@ -382,6 +384,7 @@ impl LeaseBook {
             max_ttl,
             max_leases: DEFAULT_MAX_LEASES,
             dirty: false,
+            expired_total: 0,
         }
     }
 
@@ -494,6 +497,18 @@ impl LeaseBook {
     #[must_use]
     pub fn is_idle(&self) -> bool {
         self.leases.is_empty() && self.baselines.is_empty()
+    }
+
+    /// Leases the dead-man switch removed since the agent started.
+    #[must_use]
+    pub fn expired_total(&self) -> u64 {
+        self.expired_total
+    }
+
+    /// Leases held now.
+    #[must_use]
+    pub fn held(&self) -> usize {
+        self.leases.len()
     }
 
     /// The leases held, for `/v1/health`.
@@ -681,6 +696,7 @@ impl LeaseBook {
             .map(|l| l.id.clone())
             .collect();
         let removed: Vec<Lease> = expired.iter().filter_map(|id| self.leases.remove(id)).collect();
+        self.expired_total += removed.len() as u64;
         let horizon = now - self.max_ttl;
         let before = self.deleted.len();
         self.deleted.retain(|_, t| t.deleted_at > horizon);

@@ -161,6 +161,43 @@ pub fn render_throughput(
     }
 }
 
+/// The lease book's figures for `GET /metrics`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseCounts {
+    /// Leases held now.
+    pub held: usize,
+    /// Leases the dead-man switch removed since the agent started.
+    pub expired_total: u64,
+    /// GPUs no lease holds whose pre-event limit is not restored yet.
+    pub restores_pending: usize,
+}
+
+/// Append the agent's lease figures: what the gateway's alerts watch on the node side (a lease
+/// that expired means the gateway stopped renewing it; a pending restore means a GPU is still
+/// capped with nobody vouching for it).
+pub fn render_leases(out: &mut String, hostname: &str, counts: LeaseCounts) {
+    let host = escape(hostname);
+    for (name, kind, help, value) in [
+        ("flexgate_agent_leases", "gauge", "Leases held now.", counts.held as u64),
+        (
+            "flexgate_agent_leases_expired_total",
+            "counter",
+            "Leases the dead-man switch removed because the gateway did not renew them, since the agent started.",
+            counts.expired_total,
+        ),
+        (
+            "flexgate_agent_restores_pending",
+            "gauge",
+            "GPUs no lease holds whose pre-event power limit could not be restored yet (retried every watchdog tick).",
+            counts.restores_pending as u64,
+        ),
+    ] {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        let _ = writeln!(out, "{name}{{Hostname=\"{host}\"}} {value}");
+    }
+}
+
 /// One sample line.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {

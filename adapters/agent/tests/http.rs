@@ -228,6 +228,16 @@ fn lease_life_cycle_over_http() {
     assert_eq!(health.gpu_backend, api::GpuBackend::Simulated);
     assert_eq!(health.leases.len(), 1);
     assert_eq!(health.leases[0].expires_at, t0() + TimeDelta::seconds(120));
+    let metric = |name: &str| -> f64 {
+        let text = server.get("/metrics", Some(READ)).body;
+        text.lines()
+            .find(|l| l.starts_with(&format!("{name}{{")))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{name} not in\n{text}"))
+    };
+    assert_eq!(metric("flexgate_agent_leases"), 1.0);
+    assert_eq!(metric("flexgate_agent_leases_expired_total"), 0.0);
 
     // Expiry (the dead-man switch): time passes, the watchdog pass restores pre-event limits.
     clock.advance(TimeDelta::seconds(121));
@@ -235,6 +245,10 @@ fn lease_life_cycle_over_http() {
     assert_eq!(report.expired, vec!["evt-1".to_owned()]);
     let l = limits(&server);
     assert_eq!((l[0], l[1]), (Some(700.0), Some(640.0)));
+    // What the lease-expiry alert watches (deploy/prometheus/flexgate-alerts.yml).
+    assert_eq!(metric("flexgate_agent_leases"), 0.0);
+    assert_eq!(metric("flexgate_agent_leases_expired_total"), 1.0);
+    assert_eq!(metric("flexgate_agent_restores_pending"), 0.0);
 
     // Delete of a gone lease: 200, deleted = false.
     let d = server.send("DELETE", "/v1/leases/evt-1", Some(CONTROL), "");

@@ -81,6 +81,7 @@ impl AgentsBackend {
             }
         });
         let results = futures_util::future::join_all(calls).await;
+        self.known().answered = results.iter().map(Result::is_ok).collect();
         let none_answered = all_failed("no agent answered", &results);
         (results.into_iter().map(Result::ok).collect(), none_answered)
     }

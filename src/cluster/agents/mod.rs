@@ -105,6 +105,8 @@ struct Known {
     /// what: the throughput samples before it were taken at another cap.
     cap_changed: HashMap<Arc<str>, chrono::DateTime<chrono::Utc>>,
     cap_seen: HashMap<Arc<str>, f64>,
+    /// Per node, whether it answered the last GPU poll (empty before the first).
+    answered: Vec<bool>,
 }
 
 impl Known {
@@ -212,6 +214,15 @@ impl ClusterBackend for AgentsBackend {
 
     fn name(&self) -> &str {
         "agents"
+    }
+
+    fn agents_answering(&self) -> Vec<(String, bool)> {
+        let known = self.known();
+        self.agents
+            .iter()
+            .zip(&known.answered)
+            .map(|(agent, answered)| (agent.node.clone(), *answered))
+            .collect()
     }
 
     async fn suspend(&self, job: &str) -> Result<(), BackendError> {

@@ -223,7 +223,7 @@ async fn verify_ledger(State(api): State<Api>) -> Response {
 
 async fn metrics(State(api): State<Api>) -> Response {
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        [(header::CONTENT_TYPE, crate::runtime::metrics::CONTENT_TYPE)],
         api.gateway.metrics().await,
     )
         .into_response()
