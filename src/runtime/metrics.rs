@@ -440,4 +440,88 @@ mod tests {
             );
         }
     }
+
+    /// Every series name the gateway and the agents write (samples, and TYPE lines for
+    /// families that are empty in this render).
+    fn exported_names() -> std::collections::BTreeSet<String> {
+        let metrics = GatewayMetrics::new();
+        let full = Scrape {
+            meter_ceiling_watts: Some(1.0),
+            gpu_budget_watts: Some(1.0),
+            meter: Some((1.0, Quality::Measured)),
+            gpu_power_watts: Some(1.0),
+            flex_available_watts: Some(1.0),
+            meter_sources: vec![("incomer".into(), 0, 0)],
+            agents: vec![("node-a".into(), true)],
+            ..Scrape::default()
+        };
+        let mut text = metrics.render(&full);
+        let mut agent = flexgate_agent::metrics::render("node-a", &[]);
+        flexgate_agent::metrics::render_throughput(&mut agent, "node-a", &[], &std::collections::BTreeMap::new());
+        flexgate_agent::metrics::render_leases(
+            &mut agent,
+            "node-a",
+            flexgate_agent::metrics::LeaseCounts {
+                held: 0,
+                expired_total: 0,
+                restores_pending: 0,
+            },
+        );
+        text.push_str(&agent);
+        let mut names: std::collections::BTreeSet<String> = sample_names(&text).into_iter().collect();
+        names.extend(
+            text.lines()
+                .filter_map(|l| l.strip_prefix("# TYPE "))
+                .filter_map(|l| l.split(' ').next().map(str::to_string)),
+        );
+        names
+    }
+
+    /// The `flexgate_*` names a PromQL expression refers to.
+    fn referenced(expr: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut rest = expr;
+        while let Some(at) = rest.find("flexgate_") {
+            let tail = &rest[at..];
+            let end = tail
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(tail.len());
+            out.push(tail[..end].to_string());
+            rest = &tail[end..];
+        }
+        out
+    }
+
+    #[test]
+    fn the_grafana_dashboard_and_the_alert_rules_name_only_series_we_export() {
+        let names = exported_names();
+        let dashboard: serde_json::Value =
+            serde_json::from_str(include_str!("../../deploy/grafana/flexgate-dashboard.json")).expect("JSON");
+        assert_eq!(dashboard["uid"], "flexgate-overview");
+        let panels = dashboard["panels"].as_array().expect("panels");
+        let mut exprs = Vec::new();
+        for panel in panels.iter().filter(|p| p["type"] != "row") {
+            let title = panel["title"].as_str().unwrap_or("?");
+            assert!(panel["gridPos"]["w"].as_u64().is_some_and(|w| w > 0), "{title}");
+            assert!(
+                !panel["description"].as_str().unwrap_or("").is_empty(),
+                "{title} has no description"
+            );
+            let targets = panel["targets"].as_array().expect("targets");
+            assert!(!targets.is_empty(), "{title}");
+            for t in targets {
+                exprs.push((title.to_string(), t["expr"].as_str().expect("expr").to_string()));
+            }
+        }
+        let rules = include_str!("../../deploy/prometheus/flexgate-alerts.yml");
+        for line in rules.lines().filter_map(|l| l.trim().strip_prefix("expr:")) {
+            exprs.push(("alert rule".to_string(), line.to_string()));
+        }
+        assert!(exprs.len() > 20, "{exprs:?}");
+        for (where_, expr) in &exprs {
+            for name in referenced(expr) {
+                assert!(names.contains(&name), "{where_}: {name} is not exported ({expr})");
+            }
+        }
+    }
 }
