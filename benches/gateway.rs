@@ -144,7 +144,7 @@ async fn black_hole_bench(requests: usize) {
     let deadline = Instant::now() + Duration::from_secs(30);
     // Agents without a meter source: the facility model's figure.
     let meter = loop {
-        if let Some(kw) = server.gateway.status().await.meter_kw {
+        if let Some(kw) = server.gateway.status().await.meter_kw() {
             break kw;
         }
         assert!(Instant::now() < deadline, "no meter figure");
@@ -218,7 +218,7 @@ fn main() {
         let (nodes, revisions) = if smoke { (40, 20) } else { (1_650, 2_000) };
         let dir = tempfile::tempdir().expect("dir");
         let (gw, jobs) = gateway(dir.path(), nodes).await;
-        let meter = gw.status().await.measured_meter_kw.expect("meter");
+        let meter = gw.status().await.measured_meter_kw().expect("meter");
         let (mut ack, mut recorded, mut plan) = (Vec::new(), Vec::new(), Vec::new());
         for revision in 1..=revisions {
             let kw = meter * if revision % 2 == 0 { 0.80 } else { 0.82 };
@@ -275,7 +275,7 @@ fn main() {
         loop {
             if let Ok(r) = flexgate::http_client::request(port, "GET", "/v1/status", None, None).await
                 && r.status == 200
-                && r.json().ok().and_then(|v| v["measured_meter_kw"].as_f64()).is_some()
+                && r.json().ok().and_then(|v| v["measured_meter_w"].as_f64()).is_some()
             {
                 break;
             }
@@ -283,7 +283,7 @@ fn main() {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         let status = flexgate::http_client::request(port, "GET", "/v1/status", None, None).await.expect("status").json().expect("json");
-        let meter = status["measured_meter_kw"].as_f64().expect("meter");
+        let meter = status["measured_meter_w"].as_f64().expect("meter") / 1000.0;
         let jobs = status["jobs"].as_u64().unwrap_or(0);
         let r = flexgate::http_client::request(port, "POST", "/v1/events", Some("bench"), Some(&event(1, meter * 0.8))).await.expect("post");
         assert_eq!(r.status, 200, "{}", r.text());

@@ -117,13 +117,13 @@ async fn wait_inventory(server: &Server, want: &[(String, u32)]) -> f64 {
         let jobs = server.gateway.jobs().await;
         let status = server.gateway.status().await;
         assert!(
-            status.measured_meter_kw.is_none(),
+            status.measured_meter_kw().is_none(),
             "a model's figure is never called measured"
         );
         if let Some(quality) = status.meter_quality {
             assert_eq!(quality, flexgate_policies::meter::Quality::Model);
         }
-        let meter = status.meter_kw;
+        let meter = status.meter_kw();
         let found = want
             .iter()
             .all(|(id, n)| jobs.iter().any(|j| &j.id == id && j.gpus == *n));
@@ -144,7 +144,7 @@ fn brief_jobs(jobs: &[JobView]) -> String {
                 j.id,
                 j.gpus,
                 j.nodes,
-                j.cap_w,
+                j.cap_w_per_gpu,
                 if j.confirmed { "" } else { " UNCONFIRMED" },
                 j.measured_power_w,
                 j.generation
@@ -159,12 +159,12 @@ fn brief_plan(plan: Option<&PlanView>) -> String {
         let caps: Vec<String> = p
             .entries
             .iter()
-            .map(|e| format!("{} {:.1} W", e.job, e.cap.value()))
+            .map(|e| format!("{} {:.1} W", e.job, e.cap_w_per_gpu))
             .collect();
         format!(
-            "generation {} budget {:.0} W shortfall {:.0} W caps [{}]",
+            "generation {:?} budget {:.0} W shortfall {:.0} W caps [{}]",
             p.generation,
-            p.gpu_budget_w,
+            p.gpu_budget_w.unwrap_or(0.0),
             p.shortfall_w,
             caps.join(", ")
         )
@@ -191,7 +191,7 @@ fn brief_gpus(gpus: &[GpuStatus]) -> String {
 }
 
 fn cap_of(plan: &PlanView, job: &str) -> Option<f64> {
-    plan.entries.iter().find(|e| &*e.job == job).map(|e| e.cap.value())
+    plan.entries.iter().find(|e| &*e.job == job).map(|e| e.cap_w_per_gpu)
 }
 
 /// What a GPU's limit must be under a planned per-GPU cap: the cap, or (at the range maximum,
@@ -500,7 +500,7 @@ async fn slurm_jobs_are_capped_on_their_gpus_released_when_they_end_and_when_the
                 .as_array()
                 .is_some_and(|j| j.iter().any(|j| j["id"] == id2.as_str() && j["gpus"] == 3));
             // Agents without a meter source: the facility model's figure, named as such.
-            match status["meter_kw"].as_f64() {
+            match status["meter_w"].as_f64().map(|w| w / 1000.0) {
                 Some(kw) if listed && status["meter_quality"] == "model" => Ok(kw),
                 _ => Err(format!("status {status}; jobs {jobs}")),
             }
@@ -526,7 +526,7 @@ async fn slurm_jobs_are_capped_on_their_gpus_released_when_they_end_and_when_the
         let cap = plan["entries"]
             .as_array()
             .and_then(|e| e.iter().find(|e| e["job"] == id2.as_str()))
-            .and_then(|e| e["cap"].as_f64());
+            .and_then(|e| e["cap_w_per_gpu"].as_f64());
         let Some(cap) = cap.filter(|c| *c < 699.5) else {
             return Err(seen());
         };
@@ -799,7 +799,7 @@ async fn an_agent_killed_mid_event_moves_its_shortfall_onto_the_confirmed_job() 
             let Some(c1) = cap_of(p, &job1) else { return Err(seen()) };
             let fixed = records(&server, RecordKind::Plan)
                 .into_iter()
-                .find(|(_, body)| body["generation"].as_u64() == Some(p.generation))
+                .find(|(_, body)| body["generation"].as_u64() == p.generation)
                 .and_then(|(_, body)| body["unconfirmed_fixed_w"].as_f64())
                 .unwrap_or(0.0);
             let ok = unconfirmed

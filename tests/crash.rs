@@ -116,7 +116,7 @@ async fn sigkill_at_random_moments_loses_no_acknowledged_event() {
                 let jobs = json_get(addr, "/v1/jobs").await;
                 let capped = jobs
                     .as_array()
-                    .is_some_and(|j| j.iter().any(|j| j["cap_w"].as_f64().unwrap_or(700.0) < 699.0));
+                    .is_some_and(|j| j.iter().any(|j| j["cap_w_per_gpu"].as_f64().unwrap_or(700.0) < 699.0));
                 if capped {
                     break;
                 }

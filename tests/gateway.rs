@@ -96,7 +96,7 @@ async fn get(gw: &Arc<Gateway>, path: &str) -> (StatusCode, Vec<u8>) {
 
 async fn meter_kw(gw: &Arc<Gateway>) -> f64 {
     gw.tick(true).await.expect("tick");
-    gw.status().await.measured_meter_kw.expect("meter")
+    gw.status().await.measured_meter_kw().expect("meter")
 }
 
 #[tokio::test]
@@ -140,9 +140,9 @@ async fn writes_need_the_token_and_bad_input_changes_nothing() {
     ] {
         let (status, body) = post(&gw, &bad, Some(TOKEN)).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{bad} → {body}");
-        let named = body["error"]["field"].as_str().unwrap_or("").to_string()
-            + " "
-            + body["error"]["message"].as_str().unwrap_or("");
+        let named = body["field"].as_str().unwrap_or("").to_string() + " " + body["detail"].as_str().unwrap_or("");
+        assert_eq!(body["status"], 400, "{body}");
+        assert_eq!(body["type"], "about:blank", "{body}");
         assert!(named.contains(field), "error should name {field}: {body}");
     }
     assert!(gw.events().await.is_empty(), "invalid input changed nothing");
@@ -205,14 +205,31 @@ async fn read_endpoints_answer() {
         !metrics.contains("NaN") && !metrics.contains("flexgate_meter_ceiling_watts "),
         "{metrics}"
     );
-    let (status, _) = get(&gw, "/v1/plan").await;
-    assert_eq!(status, StatusCode::NOT_FOUND, "no plan without an event");
+    let (status, empty) = get(&gw, "/v1/plan").await;
+    assert_eq!(status, StatusCode::OK, "an empty plan without an event");
+    let empty: Value = serde_json::from_slice(&empty).expect("json");
+    assert_eq!(empty["in_force"], false, "{empty}");
+    assert_eq!(empty["entries"], serde_json::json!([]), "{empty}");
     let (status, _) = get(&gw, "/v1/events/nope").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     let (_, status_body) = get(&gw, "/v1/status").await;
     let status_body: Value = serde_json::from_slice(&status_body).expect("json");
-    for field in ["active_events", "meter_ceiling_kw", "gpu_budget_w", "measured_gpu_w"] {
+    for field in [
+        "active_events",
+        "meter_ceiling_w",
+        "gpu_budget_w",
+        "measured_gpu_w",
+        "meter_w",
+        "site",
+    ] {
         assert!(status_body.get(field).is_some(), "status lacks {field}");
+    }
+    assert_eq!(status_body["site"], "site-1");
+    // Every figure is in base units: no kW field left in the API's own views.
+    for path in ["/v1/status", "/v1/jobs", "/v1/events", "/v1/plan", "/v1/flexibility"] {
+        let (_, body) = get(&gw, path).await;
+        let text = String::from_utf8_lossy(&body);
+        assert!(!text.contains("_kw\""), "{path} still has a kW field: {text}");
     }
 }
 
@@ -236,15 +253,15 @@ async fn revisions_higher_replaces_lower_is_refused_equal_is_repeated() {
     other["target"]["kw"] = json!(90.0);
     let (status, conflict) = post(&gw, &other, Some(TOKEN)).await;
     assert_eq!(status, StatusCode::CONFLICT, "{conflict}");
-    let message = conflict["error"]["message"].as_str().unwrap_or_default();
+    let message = conflict["detail"].as_str().unwrap_or_default();
     assert!(
         message.contains("already held with a different body") && message.contains("send revision 3"),
         "{conflict}"
     );
     assert_eq!(conflict["ack"]["log_checkpoint"], ack["log_checkpoint"]);
     assert_eq!(
-        gw.events().await[0].lowest_ceiling_kw,
-        Some(100.0),
+        gw.events().await[0].lowest_ceiling_w,
+        Some(100_000.0),
         "the new body changed nothing"
     );
     let (status, body) = post(&gw, &event("ev-r", 1, 50.0, 600, Some(1800)), Some(TOKEN)).await;
@@ -253,8 +270,8 @@ async fn revisions_higher_replaces_lower_is_refused_equal_is_repeated() {
     assert_eq!(status, StatusCode::OK);
     let events = gw.events().await;
     assert_eq!(
-        (events.len(), events[0].revision, events[0].lowest_ceiling_kw),
-        (1, 3, Some(80.0))
+        (events.len(), events[0].revision, events[0].lowest_ceiling_w),
+        (1, 3, Some(80_000.0))
     );
 }
 
@@ -267,7 +284,7 @@ async fn an_event_caps_jobs_holds_the_ceiling_and_restores_at_the_end() {
         tokio::time::sleep(Duration::from_secs(5)).await;
         gw.tick(true).await.expect("tick");
     }
-    let baseline = gw.status().await.measured_meter_kw.expect("meter");
+    let baseline = gw.status().await.measured_meter_kw().expect("meter");
     let ceiling = (baseline * 0.85 * 10.0).round() / 10.0;
     // Before the event: the site publishes what shedding would cost, at the meter.
     let (code, body) = get(&gw, "/v1/flexibility").await;
@@ -277,8 +294,8 @@ async fn an_event_caps_jobs_holds_the_ceiling_and_restores_at_the_end() {
     assert_eq!(curve["objective"], "progress");
     let points = curve["points"].as_array().expect("points");
     assert_eq!(points.len(), 21);
-    assert_eq!(points[0]["meter_shed_kw"], 0.0);
-    let shed = |p: &Value| p["meter_shed_kw"].as_f64().expect("number");
+    assert_eq!(points[0]["meter_shed_w"], 0.0);
+    let shed = |p: &Value| p["meter_shed_w"].as_f64().expect("number") / 1000.0;
     let lost = |p: &Value| p["progress_lost"].as_f64().expect("number");
     for w in points.windows(2) {
         assert!(shed(&w[1]) > shed(&w[0]) && lost(&w[1]) >= lost(&w[0]) - 1e-12, "{w:?}");
@@ -308,9 +325,12 @@ async fn an_event_caps_jobs_holds_the_ceiling_and_restores_at_the_end() {
     gw.tick(false).await.expect("tick");
     let status = gw.status().await;
     assert_eq!(status.phase.as_deref(), Some("active"), "{status:?}");
-    assert_eq!(status.meter_ceiling_kw, Some(ceiling));
+    assert_eq!(status.meter_ceiling_kw(), Some(ceiling));
     let plan = gw.plan().await.expect("plan in force");
-    assert!(plan.entries.iter().any(|e| e.cap.value() < 700.0), "some job is capped");
+    assert!(
+        plan.entries.iter().any(|e| e.cap_w_per_gpu < 700.0),
+        "some job is capped"
+    );
     // The plan says what it maximised, what it expects to keep on both objectives, and per
     // job what was known of it and how much it weighed.
     assert_eq!(plan.objective.as_deref(), Some("progress"));
@@ -330,11 +350,11 @@ async fn an_event_caps_jobs_holds_the_ceiling_and_restores_at_the_end() {
             "{e:?}"
         );
     }
-    let capped: Vec<_> = plan.entries.iter().filter(|e| e.cap.value() < 699.0).collect();
+    let capped: Vec<_> = plan.entries.iter().filter(|e| e.cap_w_per_gpu < 699.0).collect();
     for e in &capped {
         let applied = sim.cap_of(&e.job).expect("job");
         assert!(
-            (applied.value() - e.cap.value()).abs() < 1e-6,
+            (applied.value() - e.cap_w_per_gpu).abs() < 1e-6,
             "the sim runs the planned cap"
         );
     }
@@ -342,7 +362,7 @@ async fn an_event_caps_jobs_holds_the_ceiling_and_restores_at_the_end() {
     for _ in 0..20 {
         tokio::time::sleep(Duration::from_secs(60)).await;
         let s = gw.status().await;
-        let meter = s.measured_meter_kw.expect("meter");
+        let meter = s.measured_meter_kw().expect("meter");
         assert!(meter <= ceiling + 0.5, "meter {meter} above ceiling {ceiling}");
     }
     // After the window and recovery, every job is back at its uncapped limit.
@@ -375,7 +395,11 @@ async fn test_events_are_acknowledged_but_never_acted_on_and_overlaps_take_the_l
     assert!(ack["reason"].as_str().unwrap_or("").contains("test"), "{ack}");
     tokio::time::sleep(Duration::from_secs(400)).await;
     gw.tick(true).await.expect("tick");
-    assert_eq!(gw.status().await.meter_ceiling_kw, None, "a test event sets no ceiling");
+    assert_eq!(
+        gw.status().await.meter_ceiling_kw(),
+        None,
+        "a test event sets no ceiling"
+    );
 
     post(&gw, &event("ev-a", 1, baseline * 0.9, 0, Some(3600)), Some(TOKEN)).await;
     post(&gw, &event("ev-b", 1, baseline * 0.8, 0, Some(3600)), Some(TOKEN)).await;
@@ -383,7 +407,7 @@ async fn test_events_are_acknowledged_but_never_acted_on_and_overlaps_take_the_l
     gw.tick(true).await.expect("tick");
     let status = gw.status().await;
     assert_eq!(
-        status.meter_ceiling_kw,
+        status.meter_ceiling_kw(),
         Some(baseline * 0.8),
         "the most restrictive ceiling wins"
     );
@@ -430,7 +454,7 @@ async fn unconfirmed_caps_are_counted_at_measured_power_and_state_survives_a_res
         "caps re-applied at start"
     );
     gw2.tick(true).await.expect("tick");
-    assert_eq!(gw2.status().await.meter_ceiling_kw, Some(baseline * 0.85));
+    assert_eq!(gw2.status().await.meter_ceiling_kw(), Some(baseline * 0.85));
 }
 
 #[tokio::test(start_paused = true)]
@@ -441,7 +465,7 @@ async fn an_operator_opt_out_lifts_the_ceiling_is_recorded_and_survives_a_restar
     post(&gw, &event("ev-op", 1, baseline * 0.8, 0, None), Some(TOKEN)).await;
     tokio::time::sleep(Duration::from_secs(400)).await;
     gw.tick(true).await.expect("tick");
-    assert!(gw.status().await.meter_ceiling_kw.is_some());
+    assert!(gw.status().await.meter_ceiling_kw().is_some());
 
     let router = flexgate::grid::http::router(gw.clone(), TOKEN);
     let body = json!({"event_id": "ev-op", "operator": "alice", "reason": "must-run training deadline"}).to_string();
@@ -455,7 +479,7 @@ async fn an_operator_opt_out_lifts_the_ceiling_is_recorded_and_survives_a_restar
         .await
         .expect("response");
     assert_eq!(unauthorized.status(), StatusCode::UNAUTHORIZED);
-    assert!(gw.status().await.meter_ceiling_kw.is_some(), "nothing changed");
+    assert!(gw.status().await.meter_ceiling_kw().is_some(), "nothing changed");
     let response = router
         .oneshot(
             Request::post("/v1/operator/opt-out")
@@ -468,14 +492,14 @@ async fn an_operator_opt_out_lifts_the_ceiling_is_recorded_and_survives_a_restar
     assert_eq!(response.status(), StatusCode::OK);
     gw.tick(true).await.expect("tick");
     assert_eq!(
-        gw.status().await.meter_ceiling_kw,
+        gw.status().await.meter_ceiling_kw(),
         None,
         "the opted-out event no longer binds"
     );
     // The event itself says so, in the list and in its own view.
     let events = gw.events().await;
     assert_eq!(events[0].state, "opted_out", "{events:?}");
-    assert_eq!(events[0].ceiling_kw, None, "no ceiling in force");
+    assert_eq!(events[0].ceiling_w, None, "no ceiling in force");
     let (status, one) = get(&gw, "/v1/events/ev-op").await;
     assert_eq!(status, StatusCode::OK);
     let one: Value = serde_json::from_slice(&one).expect("json");
@@ -485,7 +509,7 @@ async fn an_operator_opt_out_lifts_the_ceiling_is_recorded_and_survives_a_restar
     assert!(again.is_err(), "{again:?}");
     // Every job is back at its uncapped limit, as the cluster reports at the next reading.
     gw.tick(true).await.expect("tick");
-    assert!(gw.jobs().await.iter().all(|j| j.cap_w >= 699.9), "caps lifted");
+    assert!(gw.jobs().await.iter().all(|j| j.cap_w_per_gpu >= 699.9), "caps lifted");
 
     let clock = gw.clock();
     Arc::try_unwrap(gw)
@@ -540,7 +564,7 @@ async fn an_operator_opt_out_lifts_the_ceiling_is_recorded_and_survives_a_restar
     let (gw2, _) = gateway_on(dir.path(), 8, SimFaults::default(), clock).await;
     gw2.tick(true).await.expect("tick");
     assert_eq!(
-        gw2.status().await.meter_ceiling_kw,
+        gw2.status().await.meter_ceiling_kw(),
         None,
         "the opt-out survives a restart"
     );
@@ -554,10 +578,7 @@ async fn an_event_whose_window_is_over_is_refused_and_does_not_shadow_a_correcti
     let (status, body) = post(&gw, &stale, Some(TOKEN)).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
     assert_eq!(body["ack"]["opt"], "out");
-    assert!(
-        body["error"]["message"].as_str().unwrap_or("").contains("ended"),
-        "{body}"
-    );
+    assert!(body["detail"].as_str().unwrap_or("").contains("ended"), "{body}");
     assert!(gw.events().await.is_empty(), "nothing entered the book");
     let (status, ack) = post(&gw, &event("ev-late", 1, 100.0, 60, Some(600)), Some(TOKEN)).await;
     assert_eq!(status, StatusCode::OK, "the corrected event is taken: {ack}");
@@ -579,7 +600,7 @@ async fn caps_alone_short_of_the_target_suspend_the_jobs_whose_tier_allows_it() 
     let jobs: Vec<JobState> = sim.inventory().await.expect("inventory");
     let (first, second) = (jobs[0].spec.id.clone(), jobs[1].spec.id.clone());
     sim.set_suspendable(&first, true).expect("job");
-    let baseline = gw.status().await.measured_meter_kw.expect("meter");
+    let baseline = gw.status().await.measured_meter_kw().expect("meter");
     // A ceiling whose GPU budget (≈ 12 kW over 128 GPUs) is below what caps at the 200 W
     // minimum draw (25.6 kW): only suspension can close the gap.
     let facility = flexgate_policies::facility::FacilityModel::new(facility_for_nodes(16)).expect("facility");
@@ -611,7 +632,7 @@ async fn caps_alone_short_of_the_target_suspend_the_jobs_whose_tier_allows_it() 
             && gw
                 .plan()
                 .await
-                .is_some_and(|p| p.entries.iter().all(|e| e.job != first))
+                .is_some_and(|p| p.entries.iter().all(|e| *e.job != *first))
         {
             break;
         }
@@ -638,7 +659,7 @@ async fn caps_alone_short_of_the_target_suspend_the_jobs_whose_tier_allows_it() 
     // The plan after it counts the suspended job as fixed load and plans the others only.
     let plan = gw.plan().await.expect("plan in force");
     assert!(
-        plan.entries.iter().all(|e| e.job != first),
+        plan.entries.iter().all(|e| *e.job != *first),
         "the suspended job is not planned"
     );
 
@@ -670,7 +691,7 @@ async fn reconcile_notices_drift_and_re_sends_unconfirmed_caps_once_the_node_ans
         tokio::time::sleep(Duration::from_secs(5)).await;
         gw.tick(true).await.expect("tick");
     }
-    let baseline = gw.status().await.measured_meter_kw.expect("meter");
+    let baseline = gw.status().await.measured_meter_kw().expect("meter");
     let (status, ack) = post(&gw, &event("ev-drift", 1, baseline * 0.85, 0, Some(3600)), Some(TOKEN)).await;
     assert_eq!(status, StatusCode::OK, "{ack}");
     for _ in 0..80 {
@@ -681,11 +702,15 @@ async fn reconcile_notices_drift_and_re_sends_unconfirmed_caps_once_the_node_ans
     let capped = plan
         .entries
         .iter()
-        .find(|e| e.cap.value() < 650.0)
+        .find(|e| e.cap_w_per_gpu < 650.0)
         .expect("a deeply capped job")
         .clone();
-    let job = capped.job.clone();
-    assert_eq!(sim.cap_of(&job), Some(capped.cap), "the planned cap is in force");
+    let job: std::sync::Arc<str> = capped.job.as_str().into();
+    assert_eq!(
+        sim.cap_of(&job).map(|c| c.value()),
+        Some(capped.cap_w_per_gpu),
+        "the planned cap is in force"
+    );
     // What the planner knew of each job's elasticity is in the ledger, for the auditor.
     let known: Vec<Value> = gw
         .ledger()
@@ -778,7 +803,7 @@ async fn reconcile_notices_drift_and_re_sends_unconfirmed_caps_once_the_node_ans
     assert_eq!(gw.status().await.unconfirmed_jobs, 0);
     // Confirmed again, the job is planned as flexible again at the next pass.
     gw.tick(true).await.expect("tick");
-    assert!(gw.plan().await.expect("plan").entries.iter().any(|e| e.job == job));
+    assert!(gw.plan().await.expect("plan").entries.iter().any(|e| *e.job == *job));
     let metrics = String::from_utf8(get(&gw, "/metrics").await.1).expect("utf-8");
     assert!(metrics.contains("flexgate_cap_drifts_total 1"), "{metrics}");
     assert!(metrics.contains("flexgate_cap_retries_total 2"), "{metrics}");
@@ -803,7 +828,7 @@ async fn after_a_restart_mid_event_the_end_restores_every_job_to_its_uncapped_li
         assert_eq!(status, StatusCode::OK, "{ack}");
         gw.tick(true).await.expect("tick");
     }
-    let capped_before = gw.jobs().await.iter().filter(|j| j.cap_w < 699.0).count();
+    let capped_before = gw.jobs().await.iter().filter(|j| j.cap_w_per_gpu < 699.0).count();
     assert!(capped_before > 0, "the event capped jobs");
 
     // Crash and restart on the same ledger; the event ends; every job goes back to 700 W.
@@ -968,7 +993,7 @@ async fn a_tiered_job_measured_slower_than_its_tier_is_backed_off_within_one_pas
         tokio::time::sleep(Duration::from_secs(5)).await;
         gw.tick(true).await.expect("tick");
     }
-    let baseline = gw.status().await.measured_meter_kw.expect("meter");
+    let baseline = gw.status().await.measured_meter_kw().expect("meter");
     let ceiling = (baseline * 0.80 * 10.0).round() / 10.0;
     let (status, ack) = post(&gw, &event("ev-tier", 1, ceiling, 0, Some(3600)), Some(TOKEN)).await;
     assert_eq!(status, StatusCode::OK, "{ack}");
@@ -1320,5 +1345,193 @@ async fn probing_measures_the_opted_in_jobs_curves_before_the_first_event() {
         assert_eq!(row["elasticity"], "measured sweep", "{row}");
         let evidence = row["knowledge_evidence"].as_str().unwrap_or_default();
         assert!(evidence.starts_with("measured curve: 4 points"), "{row}");
+    }
+}
+
+/// The OpenAPI document is generated from the handlers (`utoipa`), so it covers every route;
+/// this checks it stays whole: every operation answers (none documented that is not served),
+/// every answer body has a schema, every `$ref` resolves, and routes are only ever registered
+/// through the documenting macro.
+#[tokio::test]
+async fn the_generated_openapi_document_is_complete_and_every_operation_is_served() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (gw, _sim) = gateway(dir.path(), 4, SimFaults::default()).await;
+    gw.tick(true).await.expect("tick");
+    let (status, spec) = get(&gw, "/openapi.json").await;
+    assert_eq!(status, StatusCode::OK);
+    let spec: Value = serde_json::from_slice(&spec).expect("JSON");
+    assert_eq!(spec, flexgate::grid::http::openapi_document(), "served = generated");
+    assert!(
+        spec["openapi"].as_str().is_some_and(|v| v.starts_with("3.1")),
+        "{}",
+        spec["openapi"]
+    );
+    let paths = spec["paths"].as_object().expect("paths");
+    let mut documented: Vec<String> = Vec::new();
+    for (path, item) in paths {
+        for (method, op) in item.as_object().expect("path item") {
+            documented.push(format!("{} {path}", method.to_uppercase()));
+            assert!(
+                op["summary"].as_str().is_some_and(|s| !s.is_empty()),
+                "{method} {path} has no summary"
+            );
+            let responses = op["responses"].as_object().expect("responses");
+            let ok = responses
+                .iter()
+                .find(|(code, _)| code.starts_with('2'))
+                .unwrap_or_else(|| panic!("{method} {path} has no 2xx answer"));
+            let content = ok.1["content"].as_object().expect("a body");
+            assert!(
+                content.values().all(|c| c.get("schema").is_some()),
+                "{method} {path}: a 2xx body without a schema"
+            );
+            for (code, answer) in responses
+                .iter()
+                .filter(|(c, _)| c.starts_with('4') || c.starts_with('5'))
+            {
+                assert!(
+                    answer["content"].get("application/problem+json").is_some(),
+                    "{method} {path} {code} is not a problem"
+                );
+            }
+            // Served: a read answers without 404/405 (an unknown id gets a 404 problem).
+            if method == "get" {
+                let concrete = path.replace("{id}", "nope");
+                let (status, body) = get(&gw, &concrete).await;
+                if path.contains("{id}") {
+                    assert_eq!(status, StatusCode::NOT_FOUND);
+                    let problem: Value = serde_json::from_slice(&body).expect("problem JSON");
+                    assert_eq!(problem["status"], 404);
+                } else {
+                    assert_eq!(status, StatusCode::OK, "{concrete}: {}", String::from_utf8_lossy(&body));
+                }
+            } else {
+                // A write without the token is refused, and documented as such.
+                let router = flexgate::grid::http::router(gw.clone(), TOKEN);
+                let request = Request::post(path.as_str()).body(Body::from("{}")).expect("request");
+                let status = router.oneshot(request).await.expect("answer").status();
+                assert_eq!(status, StatusCode::UNAUTHORIZED, "{method} {path}");
+                assert!(
+                    responses.contains_key("401"),
+                    "{method} {path} does not document its 401"
+                );
+            }
+        }
+    }
+    documented.sort();
+    assert_eq!(
+        documented,
+        [
+            "GET /healthz",
+            "GET /metrics",
+            "GET /openapi.json",
+            "GET /v1/events",
+            "GET /v1/events/{id}",
+            "GET /v1/flexibility",
+            "GET /v1/jobs",
+            "GET /v1/ledger/verify",
+            "GET /v1/plan",
+            "GET /v1/status",
+            "POST /v1/events",
+            "POST /v1/operator/opt-out",
+        ]
+    );
+    // Every reference resolves into the document's components.
+    fn refs(v: &Value, out: &mut Vec<String>) {
+        match v {
+            Value::Object(map) => {
+                for (k, v) in map {
+                    if k == "$ref" {
+                        out.push(v.as_str().unwrap_or("").to_string());
+                    }
+                    refs(v, out);
+                }
+            }
+            Value::Array(items) => items.iter().for_each(|v| refs(v, out)),
+            _ => {}
+        }
+    }
+    let mut all = Vec::new();
+    refs(&spec["paths"], &mut all);
+    refs(&spec["components"], &mut all);
+    for r in all.iter().filter(|r| r.starts_with("#/components/")) {
+        assert!(spec.pointer(&r[1..]).is_some(), "{r} does not resolve");
+    }
+    for schema in [
+        "StatusView",
+        "JobView",
+        "PlanView",
+        "EventView",
+        "FlexibilityView",
+        "Problem",
+    ] {
+        assert!(spec["components"]["schemas"][schema].is_object(), "no schema {schema}");
+    }
+    assert_eq!(
+        spec["components"]["schemas"]["DrEventDocument"]["$id"],
+        "https://flexgate.invalid/schemas/dr.event-1.json"
+    );
+    assert!(spec["components"]["schemas"]["DrAckDocument"]["properties"]["log_checkpoint"].is_object());
+    // Routes are registered only through `routes!`, which documents them in the same step.
+    let source = include_str!("../src/grid/http/mod.rs");
+    assert!(
+        !source.contains(".route("),
+        "a route registered without its documentation"
+    );
+}
+
+/// Every error is one shape, RFC 9457 problem details, including the router's own 404 and 405.
+#[tokio::test]
+async fn every_error_is_a_problem_document() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (gw, _sim) = gateway(dir.path(), 4, SimFaults::default()).await;
+    let router = flexgate::grid::http::router(gw.clone(), TOKEN);
+    let call = |method: &str, path: &str, token: Option<&str>, body: &str| {
+        let mut request = axum::http::Request::builder().method(method).uri(path);
+        if let Some(token) = token {
+            request = request.header("authorization", format!("Bearer {token}"));
+        }
+        let request = request.body(axum::body::Body::from(body.to_string())).expect("request");
+        let router = router.clone();
+        async move {
+            let response = router.oneshot(request).await.expect("answer");
+            let status = response.status();
+            let kind = response
+                .headers()
+                .get("content-type")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string();
+            let body = axum::body::to_bytes(response.into_body(), 1 << 20).await.expect("body");
+            (
+                status,
+                kind,
+                serde_json::from_slice::<Value>(&body).unwrap_or(Value::Null),
+            )
+        }
+    };
+    for (method, path, token, body, want) in [
+        ("GET", "/v1/nothing-here", None, "", StatusCode::NOT_FOUND),
+        ("DELETE", "/v1/status", None, "", StatusCode::METHOD_NOT_ALLOWED),
+        ("POST", "/v1/events", None, "{}", StatusCode::UNAUTHORIZED),
+        ("POST", "/v1/events", Some(TOKEN), "{not json", StatusCode::BAD_REQUEST),
+        ("GET", "/v1/events/nope", None, "", StatusCode::NOT_FOUND),
+        (
+            "POST",
+            "/v1/operator/opt-out",
+            Some(TOKEN),
+            "{}",
+            StatusCode::BAD_REQUEST,
+        ),
+    ] {
+        let (status, kind, problem) = call(method, path, token, body).await;
+        assert_eq!(status, want, "{method} {path}: {problem}");
+        assert_eq!(kind, "application/problem+json", "{method} {path}");
+        assert_eq!(problem["type"], "about:blank", "{method} {path}: {problem}");
+        assert_eq!(problem["status"], want.as_u16(), "{method} {path}: {problem}");
+        assert!(
+            problem["title"].is_string() && problem["detail"].as_str().is_some_and(|d| !d.is_empty()),
+            "{problem}"
+        );
     }
 }

@@ -104,8 +104,8 @@ async fn a_node_that_never_answers_delays_no_status_read_and_no_ack() {
     // Agents without a meter source: the figure is the facility model's (never "measured").
     let meter = wait_for("a meter figure and n1's job", Duration::from_secs(30), || async {
         let s = server.gateway.status().await;
-        assert!(s.measured_meter_kw.is_none(), "{s:?}");
-        match s.meter_kw {
+        assert!(s.measured_meter_kw().is_none(), "{s:?}");
+        match s.meter_kw() {
             Some(kw) if s.jobs >= 1 => Ok(kw),
             _ => Err(format!("{s:?}")),
         }

@@ -119,12 +119,12 @@ async fn the_gateway_acts_on_a_real_modbus_meter_and_falls_back_when_it_hangs() 
 
     // The meter's own figure, called measured.
     let fresh = wait_for(&server, "a measured meter", 20, |s| s["meter_quality"] == "measured").await;
-    let kw = fresh["measured_meter_kw"].as_f64().expect("measured_meter_kw");
+    let kw = fresh["measured_meter_w"].as_f64().expect("measured_meter_w") / 1000.0;
     assert!(
         (1_000.0..1_400.0).contains(&kw),
         "the pymodbus meter's figure, not the simulated site's: {fresh}"
     );
-    assert_eq!(fresh["meter_kw"], fresh["measured_meter_kw"]);
+    assert_eq!(fresh["meter_w"], fresh["measured_meter_w"]);
     let metrics = server.gateway.metrics().await;
     assert!(
         metrics.contains("flexgate_meter_quality{quality=\"measured\"} 1"),
@@ -140,8 +140,8 @@ async fn the_gateway_acts_on_a_real_modbus_meter_and_falls_back_when_it_hangs() 
         .expect("kill");
     assert!(status.success());
     let stale = wait_for(&server, "a stale meter", 20, |s| s["meter_quality"] == "stale").await;
-    assert!(stale["measured_meter_kw"].is_null(), "{stale}");
-    let fallback = stale["meter_kw"].as_f64().expect("meter_kw");
+    assert!(stale["measured_meter_w"].is_null(), "{stale}");
+    let fallback = stale["meter_w"].as_f64().expect("meter_w") / 1000.0;
     assert!(
         fallback < 900.0,
         "the simulated site's model upper estimate, not the meter's last ~1,000 kW: {stale}"
@@ -220,7 +220,7 @@ async fn prometheus_sources_sum_with_their_signs_and_a_vanished_series_is_not_me
 
     // Feed a alone: 400 kW plus 1 kW per scrape (feed b's 100 kW cancels out).
     let fresh = wait_for(&server, "a measured meter", 30, |s| s["meter_quality"] == "measured").await;
-    let kw = fresh["measured_meter_kw"].as_f64().expect("measured");
+    let kw = fresh["measured_meter_w"].as_f64().expect("measured") / 1000.0;
     let scrapes = exporter.scrapes.load(std::sync::atomic::Ordering::SeqCst) as f64;
     assert!(
         (400.0..=400.0 + scrapes).contains(&kw),
@@ -229,7 +229,7 @@ async fn prometheus_sources_sum_with_their_signs_and_a_vanished_series_is_not_me
 
     exporter.task.abort();
     let gone = wait_for(&server, "a stale meter", 30, |s| s["meter_quality"] == "stale").await;
-    assert!(gone["measured_meter_kw"].is_null(), "{gone}");
+    assert!(gone["measured_meter_w"].is_null(), "{gone}");
     let metrics = server.gateway.metrics().await;
     assert!(
         metrics.contains("flexgate_meter_read_errors_total{source=\"all-feeds\"}"),

@@ -140,7 +140,7 @@ async fn an_event_is_planned_capped_and_acknowledged() {
     let meter = {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            if let Some(kw) = server.gateway.status().await.measured_meter_kw {
+            if let Some(kw) = server.gateway.status().await.measured_meter_kw() {
                 break kw;
             }
             assert!(Instant::now() < deadline, "no meter reading");
@@ -175,7 +175,7 @@ async fn an_event_is_planned_capped_and_acknowledged() {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         if let Some(plan) = server.gateway.plan().await
-            && server.gateway.status().await.meter_ceiling_kw == Some(ceiling)
+            && server.gateway.status().await.meter_ceiling_kw() == Some(ceiling)
         {
             let plan = serde_json::to_value(&plan).expect("plan");
             assert!(plan.to_string().contains("cap"), "{plan}");
@@ -490,7 +490,7 @@ async fn a_report_follows_the_end_of_each_event() {
     let meter = {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            if let Some(kw) = server.gateway.status().await.measured_meter_kw {
+            if let Some(kw) = server.gateway.status().await.measured_meter_kw() {
                 break kw;
             }
             assert!(Instant::now() < deadline, "no meter reading");
@@ -571,7 +571,7 @@ async fn every_report_goes_out_when_more_events_end_at_once_than_the_phase_chann
     let meter = {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            if let Some(kw) = server.gateway.status().await.measured_meter_kw {
+            if let Some(kw) = server.gateway.status().await.measured_meter_kw() {
                 break kw;
             }
             assert!(Instant::now() < deadline, "no meter reading");
@@ -821,7 +821,7 @@ async fn a_signed_event_replayed_at_another_site_or_topic_is_refused() {
     let bytes = signed_for(&format!("dr/{SITE}/events/ev-signed"), doc);
     for server in [&site_a, &site_b] {
         let deadline = Instant::now() + Duration::from_secs(10);
-        while server.gateway.status().await.measured_meter_kw.is_none() {
+        while server.gateway.status().await.measured_meter_kw().is_none() {
             assert!(Instant::now() < deadline, "gateway not running");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }

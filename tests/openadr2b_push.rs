@@ -206,6 +206,12 @@ async fn a_pushed_distribute_is_authenticated_applied_and_answered() {
         let (status, text) = push_to(gw_addr, path, Some(PUSH_TOKEN), &distribute("E-path", 90.0)).await;
         assert_eq!(status, 404, "{path}: {text}");
         assert!(text.contains("EiEvent, EiReport, EiRegisterParty"), "{text}");
+        // The same problem shape as the rest of the port's API.
+        let problem: serde_json::Value = serde_json::from_str(&text).expect("a problem document");
+        assert_eq!(
+            (problem["type"].as_str(), problem["status"].as_u64()),
+            (Some("about:blank"), Some(404))
+        );
     }
     let (status, text) = push_to(
         gw_addr,

@@ -220,7 +220,7 @@ async fn the_gateway_follows_a_real_openleadr_vtn() {
     let saved = std::fs::read_to_string(site.data_dir.join(flexgate::grid::openadr::ven2b::REGISTRATION_FILE))
         .expect("registration file");
     assert!(saved.contains(&site.ven_id), "{saved}");
-    let meter = eventually("a meter reading", 20, async || gw.status().await.measured_meter_kw).await;
+    let meter = eventually("a meter reading", 20, async || gw.status().await.measured_meter_kw()).await;
     assert!(meter > 10.0, "meter {meter}");
 
     // 1. LOAD_DISPATCH setpoint, applied at dtstart and not before.
@@ -242,7 +242,7 @@ async fn the_gateway_follows_a_real_openleadr_vtn() {
     let first_binding = eventually("the setpoint binding the site", 20, async || {
         let status = gw.status().await;
         status
-            .meter_ceiling_kw
+            .meter_ceiling_kw()
             .filter(|c| close(*c, setpoint))
             .map(|_| status.at)
     })
@@ -445,7 +445,7 @@ async fn the_gateway_follows_a_real_openleadr_vtn() {
 async fn back_to_back_events_from_openleadr_leave_every_job_uncapped() {
     let site = start_site().await;
     let gw = site.server.gateway.clone();
-    let meter = eventually("a meter reading", 20, async || gw.status().await.measured_meter_kw).await;
+    let meter = eventually("a meter reading", 20, async || gw.status().await.measured_meter_kw()).await;
     let a_start = Utc::now() + chrono::Duration::seconds(4);
     let a_end = a_start + chrono::Duration::seconds(12);
     let b_start = a_end + chrono::Duration::seconds(1);
@@ -464,7 +464,7 @@ async fn back_to_back_events_from_openleadr_leave_every_job_uncapped() {
         .await;
     // A caps jobs while it is in force.
     eventually("A capping jobs", 20, async || {
-        let capped = gw.jobs().await.iter().any(|j| j.cap_w < 699.0);
+        let capped = gw.jobs().await.iter().any(|j| j.cap_w_per_gpu < 699.0);
         (capped && gw.status().await.active_events.contains(&a)).then_some(())
     })
     .await;
@@ -480,7 +480,7 @@ async fn back_to_back_events_from_openleadr_leave_every_job_uncapped() {
         async || {
             let status = gw.status().await;
             let jobs = gw.jobs().await;
-            let uncapped = jobs.iter().all(|j| j.cap_w >= 699.9 && j.confirmed);
+            let uncapped = jobs.iter().all(|j| j.cap_w_per_gpu >= 699.9 && j.confirmed);
             (status.active_events.is_empty() && gw.plan().await.is_none() && uncapped && !jobs.is_empty()).then_some(())
         },
     )

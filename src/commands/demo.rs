@@ -114,7 +114,10 @@ async fn demo(args: &DemoArgs) -> Result<()> {
     );
     tokio::time::sleep(event_secs(600.0)).await;
     let before = get(addr, "/v1/status").await?;
-    let baseline_kw = before["measured_meter_kw"].as_f64().context("no meter reading yet")?;
+    let baseline_kw = before["measured_meter_w"]
+        .as_f64()
+        .map(|w| w / 1000.0)
+        .context("no meter reading yet")?;
     let jobs_before = get(addr, "/v1/jobs").await?;
 
     let start = clock.now() + ChronoDuration::seconds(60);
@@ -162,8 +165,8 @@ async fn demo(args: &DemoArgs) -> Result<()> {
                 "  {}  {:<10} ceiling {:>8} kW · meter {:>8} kW · GPU boards {:>8} kW",
                 clock.now().format("%H:%M:%S"),
                 phase,
-                fmt_kw(status["meter_ceiling_kw"].as_f64()),
-                fmt_kw(status["measured_meter_kw"].as_f64()),
+                fmt_kw(status["meter_ceiling_w"].as_f64().map(|w| w / 1000.0)),
+                fmt_kw(status["measured_meter_w"].as_f64().map(|w| w / 1000.0)),
                 fmt_kw(status["measured_gpu_w"].as_f64().map(|w| w / 1000.0)),
             );
             last_phase = phase.clone();
@@ -276,10 +279,10 @@ fn print_before_after(
     crate::outln!("{}", job_table_header());
     let mut rows: Vec<&Value> = jobs_during.as_array().map(|a| a.iter().collect()).unwrap_or_default();
     rows.sort_by(|a, b| {
-        a["cap_w"]
+        a["cap_w_per_gpu"]
             .as_f64()
             .unwrap_or(0.0)
-            .total_cmp(&b["cap_w"].as_f64().unwrap_or(0.0))
+            .total_cmp(&b["cap_w_per_gpu"].as_f64().unwrap_or(0.0))
     });
     let shown = rows.len().min(12);
     for j in rows.iter().take(shown) {
@@ -296,7 +299,7 @@ fn print_before_after(
                 id,
                 gpus: j["gpus"].as_u64().unwrap_or(0),
                 knowledge: j["elasticity"].as_str().unwrap_or(""),
-                cap_w: j["cap_w"].as_f64().unwrap_or(0.0),
+                cap_w: j["cap_w_per_gpu"].as_f64().unwrap_or(0.0),
                 power_before_kw: before_power / 1000.0,
                 power_kw: j["measured_power_w"].as_f64().unwrap_or(0.0) / 1000.0,
                 kept_share: kept,
@@ -306,8 +309,8 @@ fn print_before_after(
     if rows.len() > shown {
         crate::outln!("  … {} more jobs (GET /v1/jobs)", rows.len() - shown);
     }
-    let meter = status["measured_meter_kw"].as_f64().unwrap_or(f64::NAN);
-    let ceiling = status["meter_ceiling_kw"].as_f64().unwrap_or(f64::NAN);
+    let meter = status["measured_meter_w"].as_f64().map_or(f64::NAN, |w| w / 1000.0);
+    let ceiling = status["meter_ceiling_w"].as_f64().map_or(f64::NAN, |w| w / 1000.0);
     crate::outln!(
         "\n  meter: baseline {baseline_kw:.1} kW → {meter:.1} kW against a ceiling of {ceiling:.1} kW ({})",
         if meter <= ceiling + 0.05 { "met" } else { "NOT met" }
@@ -321,7 +324,7 @@ fn print_before_after(
         .as_array()
         .into_iter()
         .flatten()
-        .filter_map(|e| Some((e["job"].as_str()?.to_string(), e["cap"].as_f64()?)))
+        .filter_map(|e| Some((e["job"].as_str()?.to_string(), e["cap_w_per_gpu"].as_f64()?)))
         .collect();
     let (mut ours, mut theirs, mut full) = (0.0, 0.0, 0.0);
     // GPU-weighted progress: each job's share of its own uncapped throughput, per GPU.

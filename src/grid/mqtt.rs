@@ -295,7 +295,7 @@ impl MqttBridge {
         let status = self.intake.gateway.status().await;
         let mut payload = StatusPayload::new(&self.site, GatewayState::Online, status.at);
         payload.active_event = status.active_events.first().cloned();
-        payload.meter_kw = status.measured_meter_kw;
+        payload.meter_kw = status.measured_meter_kw();
         payload.meter_quality = status.meter_quality.map(|q| q.as_str().to_string());
         payload.gpu_board_kw = status.measured_gpu_w.map(|w| w / 1000.0);
         payload.log_checkpoint = Some(status.log_checkpoint.clone());
@@ -315,9 +315,9 @@ impl MqttBridge {
         let mut sample = TelemetryPayload::new(
             &self.site,
             status.at,
-            status.measured_meter_kw,
+            status.measured_meter_kw(),
             status.measured_gpu_w.map(|w| w / 1000.0),
-            status.flex_available_kw,
+            status.flex_available_kw(),
         );
         sample.meter_quality = status.meter_quality.map(|q| q.as_str().to_string());
         sample.flexibility = self.intake.gateway.flexibility().await.map(|curve| {
@@ -593,8 +593,8 @@ mod tests {
             revision,
             state: phase.as_str().into(),
             test: false,
-            ceiling_kw: None,
-            lowest_ceiling_kw: None,
+            ceiling_w: None,
+            lowest_ceiling_w: None,
             start: chrono::DateTime::UNIX_EPOCH,
         }
     }

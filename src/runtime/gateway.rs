@@ -25,7 +25,6 @@ pub use flexgate_policies::control::entry::Transport;
 pub use flexgate_policies::control::entry::WireRef;
 use flexgate_policies::control::{Controller, Effect, IntakeDecision, Settings, Snapshot};
 use flexgate_policies::event::{Ack, EventError, GridEvent, IntervalDelivery, Phase, Transition, interval_delivery};
-use serde_json::json;
 use std::sync::{Arc, PoisonError, RwLock};
 use tokio::sync::{Mutex, Notify};
 
@@ -529,7 +528,12 @@ impl Gateway {
 
     /// Status for `GET /v1/status`.
     pub async fn status(&self) -> StatusView {
-        StatusView::build(&self.published().snapshot, self.clock.now(), &self.ledger.head().1)
+        StatusView::build(
+            &self.published().snapshot,
+            self.clock.now(),
+            &self.ledger.head().1,
+            &self.config.gateway.site,
+        )
     }
 
     /// The phase of the binding event now (`None`: nothing constrains the site).
@@ -557,10 +561,17 @@ impl Gateway {
 
     /// One event for `GET /v1/events/{id}`, with its full record.
     pub async fn event(&self, id: &str) -> Option<serde_json::Value> {
+        self.event_view(id).await.and_then(|v| serde_json::to_value(v).ok())
+    }
+
+    /// [`Gateway::event`] as its typed view.
+    pub async fn event_view(&self, id: &str) -> Option<super::views::EventDetailView> {
         let published = self.published();
         let entry = published.snapshot.book.get(id)?;
-        let view = EventView::build(entry, self.clock.now());
-        Some(json!({"summary": view, "detail": entry}))
+        Some(super::views::EventDetailView {
+            summary: EventView::build(entry, self.clock.now()),
+            detail: serde_json::to_value(entry).unwrap_or(serde_json::Value::Null),
+        })
     }
 
     /// Jobs for `GET /v1/jobs`.
@@ -578,9 +589,14 @@ impl Gateway {
         self.published().plan_recorded_at
     }
 
-    /// The plan in force for `GET /v1/plan`.
+    /// The plan in force, if any.
     pub async fn plan(&self) -> Option<PlanView> {
         self.published().snapshot.plan.as_deref().map(PlanView::build)
+    }
+
+    /// `GET /v1/plan`: the plan in force, or an empty plan (`in_force: false`) when none is.
+    pub async fn plan_view(&self) -> PlanView {
+        self.plan().await.unwrap_or_else(PlanView::none)
     }
 
     /// The site's flexibility curve now (`GET /v1/flexibility`); `None` before the first
@@ -593,7 +609,6 @@ impl Gateway {
     pub async fn metrics(&self) -> String {
         let status = self.status().await;
         let c = self.published().snapshot.counters;
-        let kw_to_w = |kw: f64| kw * 1000.0;
         let scrape = super::metrics::Scrape {
             events_accepted: c.events_accepted,
             events_refused: c.events_refused,
@@ -608,12 +623,12 @@ impl Gateway {
             jobs: status.jobs as u64,
             caps_unconfirmed: status.unconfirmed_jobs as u64,
             jobs_suspended: status.suspended_jobs as u64,
-            meter_ceiling_watts: status.meter_ceiling_kw.map(kw_to_w),
+            meter_ceiling_watts: status.meter_ceiling_w,
             gpu_budget_watts: status.gpu_budget_w,
-            meter: status.meter_kw.map(kw_to_w).zip(status.meter_quality),
+            meter: status.meter_w.zip(status.meter_quality),
             gpu_power_watts: status.measured_gpu_w,
             trim_watts: status.trim_w,
-            flex_available_watts: status.flex_available_kw.map(kw_to_w),
+            flex_available_watts: status.flex_available_w,
             ledger_records: self.ledger.head().0,
             ledger_writer_failed: self.ledger.writer_failed(),
             meter_sources: self.meter.as_ref().map(|m| m.counts()).unwrap_or_default(),

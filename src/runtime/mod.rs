@@ -12,8 +12,11 @@ mod control;
 mod gateway;
 pub mod metrics;
 mod recovery;
-mod views;
+pub mod views;
 
 pub use clock::Clock;
 pub use gateway::{EventDelivery, Gateway, OperatorError, StartError, SubmitError, SubmitOutcome, Transport, WireRef};
-pub use views::{EventView, JobView, PlanEntryView, PlanView, StatusView};
+pub use views::{
+    EventDetailView, EventView, ExpectedView, FlexibilityPointView, FlexibilityView, JobView, PlanEntryView, PlanView,
+    ProbeView, StatusView,
+};

@@ -2,39 +2,47 @@
 //!
 //! Views are built from a [`Snapshot`] and the time of the read, never from the controller
 //! itself, so a read never waits for a decision, a disk flush or a cluster call.
+//!
+//! Every figure is in base units and says so in its name (`_w` watts, `_w_per_gpu`, `_s`),
+//! whatever unit the controller or the ledger keeps it in (the ledger records meter figures
+//! in kW, as the grid's documents give them); shares are fractions 0–1. Each type derives its
+//! schema for the generated OpenAPI document (`GET /openapi.json`).
 
 use crate::cluster::JobState;
 use chrono::{DateTime, Utc};
 use flexgate_policies::control::{AppliedCap, PlanInForce, Snapshot};
 use flexgate_policies::event::BookEntry;
-use flexgate_policies::units::{TokensPerSec, WattsPerGpu};
+use flexgate_policies::units::TokensPerSec;
 use serde::Serialize;
-use std::sync::Arc;
+use utoipa::ToSchema;
 
 /// `GET /v1/status`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct StatusView {
     /// Now, on the gateway's clock.
     pub at: DateTime<Utc>,
+    /// The site this gateway serves (events for another site are refused).
+    pub site: String,
     /// Events ramping, active or recovering.
     pub active_events: Vec<String>,
-    /// Meter ceiling in force.
-    pub meter_ceiling_kw: Option<f64>,
-    /// Phase of the binding event.
+    /// Meter ceiling in force, W; `null` when no event constrains the site.
+    pub meter_ceiling_w: Option<f64>,
+    /// Phase of the binding event (`ramping`, `active`, `recovering`).
     pub phase: Option<String>,
-    /// GPU-board budget of the plan in force (after trim and fixed load).
+    /// GPU-board budget of the plan in force (after trim and fixed load), W.
     pub gpu_budget_w: Option<f64>,
-    /// Closed-loop trim subtracted from the budget.
+    /// Closed-loop trim subtracted from the budget, W.
     pub trim_w: f64,
-    /// The last meter figure when it is the meter's own reading; `None` when the figure is a
-    /// model's (see `meter_kw` and `meter_quality`): an estimate is never shown as measured.
-    pub measured_meter_kw: Option<f64>,
-    /// The last meter figure the gateway acted on, measured or not.
-    pub meter_kw: Option<f64>,
-    /// Where `meter_kw` comes from: `measured`, `model` (no meter source: the facility model's
+    /// The last meter figure when it is the meter's own reading, W; `null` when the figure is
+    /// a model's (see `meter_w` and `meter_quality`): an estimate is never shown as measured.
+    pub measured_meter_w: Option<f64>,
+    /// The last meter figure the gateway acted on, measured or not, W.
+    pub meter_w: Option<f64>,
+    /// Where `meter_w` comes from: `measured`, `model` (no meter source: the facility model's
     /// estimate), `stale` or `missing` (a meter source failed: the model's upper estimate).
+    #[schema(value_type = Option<String>, example = "measured")]
     pub meter_quality: Option<flexgate_policies::meter::Quality>,
-    /// Last measured fleet GPU-board power.
+    /// Last measured fleet GPU-board power, W.
     pub measured_gpu_w: Option<f64>,
     /// Running jobs.
     pub jobs: usize,
@@ -44,16 +52,29 @@ pub struct StatusView {
     pub suspended_jobs: usize,
     /// Latest ledger hash (the checkpoint echoed in acks).
     pub log_checkpoint: String,
-    /// How far the site could lower its meter power now, kW (every job at its floor; the
-    /// facility model's upper meter estimate, so never an over-promise). `None` without
-    /// telemetry.
-    pub flex_available_kw: Option<f64>,
+    /// How far the site could lower its meter power now, W (every job at its floor; the
+    /// facility model's lower bound of the reduction, so never an over-promise). `null`
+    /// without telemetry.
+    pub flex_available_w: Option<f64>,
     /// Probe steps in flight outside events (`[probe]`): job, cap W per GPU, lease end.
     pub probes_in_flight: Vec<ProbeView>,
+    /// The meter figures as the controller keeps them (kW, exactly), for the grid's
+    /// documents, which speak kW: not part of the API's answer.
+    #[serde(skip)]
+    in_kw: MeterKw,
+}
+
+/// [`StatusView`]'s meter figures in kW, unconverted.
+#[derive(Debug, Clone, Copy, Default)]
+struct MeterKw {
+    measured_meter: Option<f64>,
+    meter: Option<f64>,
+    meter_ceiling: Option<f64>,
+    flex_available: Option<f64>,
 }
 
 /// One probe step in flight in `GET /v1/status`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ProbeView {
     /// The job.
     pub job: String,
@@ -64,28 +85,40 @@ pub struct ProbeView {
 }
 
 impl StatusView {
-    pub(crate) fn build(snapshot: &Snapshot, now: DateTime<Utc>, checkpoint: &str) -> Self {
+    pub(crate) fn build(snapshot: &Snapshot, now: DateTime<Utc>, checkpoint: &str, site: &str) -> Self {
         let ceiling = snapshot.book.effective_ceiling(now);
-        Self {
-            at: now,
-            active_events: ceiling.as_ref().map(|c| c.events.clone()).unwrap_or_default(),
-            meter_ceiling_kw: ceiling.as_ref().map(|c| c.ceiling_kw),
-            phase: ceiling.as_ref().map(|c| c.phase.as_str().to_string()),
-            gpu_budget_w: snapshot.plan.as_ref().map(|p| p.gpu_budget_w),
-            trim_w: snapshot.trim_w,
-            measured_meter_kw: snapshot
+        let in_kw = MeterKw {
+            measured_meter: snapshot
                 .telemetry
                 .as_ref()
                 .filter(|t| t.meter_quality.is_measured())
                 .map(|t| t.meter_kw.value()),
-            meter_kw: snapshot.telemetry.as_ref().map(|t| t.meter_kw.value()),
+            meter: snapshot.telemetry.as_ref().map(|t| t.meter_kw.value()),
+            meter_ceiling: ceiling.as_ref().map(|c| c.ceiling_kw),
+            flex_available: snapshot.flex_available_kw,
+        };
+        Self {
+            at: now,
+            site: site.to_string(),
+            in_kw,
+            active_events: ceiling.as_ref().map(|c| c.events.clone()).unwrap_or_default(),
+            meter_ceiling_w: ceiling.as_ref().map(|c| kw_to_w(c.ceiling_kw)),
+            phase: ceiling.as_ref().map(|c| c.phase.as_str().to_string()),
+            gpu_budget_w: snapshot.plan.as_ref().map(|p| p.gpu_budget_w),
+            trim_w: snapshot.trim_w,
+            measured_meter_w: snapshot
+                .telemetry
+                .as_ref()
+                .filter(|t| t.meter_quality.is_measured())
+                .map(|t| kw_to_w(t.meter_kw.value())),
+            meter_w: snapshot.telemetry.as_ref().map(|t| kw_to_w(t.meter_kw.value())),
             meter_quality: snapshot.telemetry.as_ref().map(|t| t.meter_quality),
             measured_gpu_w: snapshot.telemetry.as_ref().map(|t| t.gpu_board_power.value()),
             jobs: snapshot.jobs.len(),
             unconfirmed_jobs: snapshot.caps.values().filter(|c| !c.confirmed).count(),
             suspended_jobs: snapshot.suspended,
             log_checkpoint: checkpoint.to_string(),
-            flex_available_kw: snapshot.flex_available_kw,
+            flex_available_w: snapshot.flex_available_kw.map(kw_to_w),
             probes_in_flight: snapshot
                 .probes
                 .iter()
@@ -99,8 +132,41 @@ impl StatusView {
     }
 }
 
+/// The same figures in kW, for the grid's documents (`dr.status/1`, OpenADR reports), which
+/// speak kW.
+impl StatusView {
+    /// [`StatusView::measured_meter_w`] in kW.
+    #[must_use]
+    pub fn measured_meter_kw(&self) -> Option<f64> {
+        self.in_kw.measured_meter
+    }
+
+    /// [`StatusView::meter_w`] in kW.
+    #[must_use]
+    pub fn meter_kw(&self) -> Option<f64> {
+        self.in_kw.meter
+    }
+
+    /// [`StatusView::meter_ceiling_w`] in kW.
+    #[must_use]
+    pub fn meter_ceiling_kw(&self) -> Option<f64> {
+        self.in_kw.meter_ceiling
+    }
+
+    /// [`StatusView::flex_available_w`] in kW.
+    #[must_use]
+    pub fn flex_available_kw(&self) -> Option<f64> {
+        self.in_kw.flex_available
+    }
+}
+
+/// kW (the controller's and the grid's unit for the meter) to the API's watts.
+fn kw_to_w(kw: f64) -> f64 {
+    kw * 1000.0
+}
+
 /// One event in `GET /v1/events`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct EventView {
     /// Event id.
     pub id: String,
@@ -110,11 +176,11 @@ pub struct EventView {
     pub state: String,
     /// Test events are recorded and acknowledged, never acted on.
     pub test: bool,
-    /// This event's own meter ceiling in force now (before overlap resolution), kW; `None` when
-    /// it constrains nothing now (pending, over, opted out, or no target in this interval).
-    pub ceiling_kw: Option<f64>,
-    /// The tightest ceiling of any of its intervals, kW.
-    pub lowest_ceiling_kw: Option<f64>,
+    /// This event's own meter ceiling in force now (before overlap resolution), W; `null`
+    /// when it constrains nothing now (pending, over, opted out, or no target in this interval).
+    pub ceiling_w: Option<f64>,
+    /// The tightest ceiling of any of its intervals, W.
+    pub lowest_ceiling_w: Option<f64>,
     /// Window start (after any randomisation).
     pub start: DateTime<Utc>,
 }
@@ -126,15 +192,21 @@ impl EventView {
             revision: entry.revision(),
             state: entry.phase_at(now).as_str().to_string(),
             test: entry.event.test,
-            ceiling_kw: entry.ceiling_at(now),
-            lowest_ceiling_kw: entry.ceilings.iter().flatten().map(|c| c.ceiling_kw).reduce(f64::min),
+            ceiling_w: entry.ceiling_at(now).map(kw_to_w),
+            lowest_ceiling_w: entry
+                .ceilings
+                .iter()
+                .flatten()
+                .map(|c| c.ceiling_kw)
+                .reduce(f64::min)
+                .map(kw_to_w),
             start: entry.effective_start,
         }
     }
 }
 
 /// One job in `GET /v1/jobs`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct JobView {
     /// Job id.
     pub id: String,
@@ -142,8 +214,8 @@ pub struct JobView {
     pub gpus: u32,
     /// Nodes it runs on.
     pub nodes: Vec<String>,
-    /// Cap in force (per GPU).
-    pub cap_w: f64,
+    /// Cap in force, W per GPU.
+    pub cap_w_per_gpu: f64,
     /// Whether the backend confirmed the last cap sent.
     pub confirmed: bool,
     /// Generation of the last cap sent.
@@ -154,6 +226,7 @@ pub struct JobView {
     /// window); `null` when it reports nothing: unknown, never 0.
     pub measured_tokens_per_s: Option<f64>,
     /// `measured` when the job reports its throughput, `unknown` when it does not.
+    #[schema(value_type = String, example = "measured")]
     pub throughput: &'static str,
     /// Uncapped power and throughput (P_max, T_max).
     pub uncapped_power_w: f64,
@@ -183,7 +256,7 @@ impl JobView {
             id: job.spec.id.to_string(),
             gpus: job.spec.gpus,
             nodes: job.nodes.clone(),
-            cap_w: applied.map_or(job.applied_cap.value(), |a| a.cap.value()),
+            cap_w_per_gpu: applied.map_or(job.applied_cap.value(), |a| a.cap.value()),
             confirmed: applied.is_none_or(|a| a.confirmed),
             generation: applied.map_or(job.generation, |a| a.generation),
             measured_power_w: job.measured_power.value(),
@@ -202,13 +275,13 @@ impl JobView {
 }
 
 /// One job's line in `GET /v1/plan`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct PlanEntryView {
     /// Job id.
-    pub job: Arc<str>,
-    /// Per-GPU cap sent (W per GPU).
-    pub cap: WattsPerGpu,
-    /// Expected draw under it, W.
+    pub job: String,
+    /// Cap sent, W per GPU.
+    pub cap_w_per_gpu: f64,
+    /// Expected draw under it, W (the planner's estimate).
     pub expected_power_w: f64,
     /// Expected throughput under it, tokens/s (the planner's estimate, not a measurement).
     pub expected_tokens_per_s: f64,
@@ -227,62 +300,103 @@ pub struct PlanEntryView {
     pub expected_share: Option<f64>,
 }
 
-/// `GET /v1/plan`.
-#[derive(Debug, Clone, Serialize)]
+/// What a plan expects to keep, on both objectives.
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+pub struct ExpectedView {
+    /// Σ expected tokens/s ÷ Σ uncapped tokens/s, 0–1.
+    pub tokens_kept_share: f64,
+    /// GPU- and priority-weighted mean of each job's expected share of its own uncapped
+    /// throughput, 0–1.
+    pub progress_kept_share: f64,
+    /// Always `planner_estimate`: read off the planner's curves; what the jobs measured is in
+    /// `GET /v1/jobs` (`measured_tokens_per_s`) and the audit.
+    #[schema(value_type = String, example = "planner_estimate")]
+    pub source: &'static str,
+}
+
+/// `GET /v1/plan`: the plan in force, or an empty plan (`in_force: false`, no entries) when no
+/// event constrains the site.
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct PlanView {
+    /// Whether a plan is in force.
+    pub in_force: bool,
     /// The generation its caps were sent with.
-    pub generation: u64,
+    pub generation: Option<u64>,
     /// When it was made.
-    pub at: DateTime<Utc>,
+    pub at: Option<DateTime<Utc>>,
     /// Policy.
-    pub policy: String,
-    /// Meter ceiling it serves.
-    pub ceiling_kw: f64,
+    pub policy: Option<String>,
+    /// Meter ceiling it serves, W.
+    pub ceiling_w: Option<f64>,
     /// The event whose ceiling binds.
-    pub binding_event: String,
-    /// GPU budget after trim.
-    pub gpu_budget_w: f64,
-    /// Closed-loop trim.
+    pub binding_event: Option<String>,
+    /// GPU budget after trim, W.
+    pub gpu_budget_w: Option<f64>,
+    /// Closed-loop trim, W.
     pub trim_w: f64,
-    /// Planned total draw.
-    pub planned_power_w: f64,
-    /// Shortfall the policy could not cut.
+    /// Planned total draw, W (the planner's estimate).
+    pub planned_power_w: Option<f64>,
+    /// Shortfall the policy could not cut, W.
     pub shortfall_w: f64,
     /// Jobs capped through the unknown-elasticity fallback.
     pub fallbacks: Vec<String>,
     /// What the plan maximised: `progress` (GPU-weighted share of each job's own throughput)
     /// or `tokens` (Σ tokens/s).
     pub objective: Option<String>,
-    /// What the plan expects to keep on both objectives, by the planner's curves (estimates,
-    /// not measurements: measured throughput is in `/v1/jobs`).
-    pub expected: Option<flexgate_policies::control::entry::ExpectedOutcome>,
+    /// What the plan expects to keep on both objectives, by the planner's curves.
+    pub expected: Option<ExpectedView>,
     /// Per-job caps.
     pub entries: Vec<PlanEntryView>,
 }
 
 impl PlanView {
+    /// No plan in force.
+    pub(crate) fn none() -> Self {
+        Self {
+            in_force: false,
+            generation: None,
+            at: None,
+            policy: None,
+            ceiling_w: None,
+            binding_event: None,
+            gpu_budget_w: None,
+            trim_w: 0.0,
+            planned_power_w: None,
+            shortfall_w: 0.0,
+            fallbacks: Vec::new(),
+            objective: None,
+            expected: None,
+            entries: Vec::new(),
+        }
+    }
+
     pub(crate) fn build(p: &PlanInForce) -> Self {
         let a = &p.allocation;
         Self {
-            generation: p.generation,
-            at: p.at,
-            policy: a.policy.clone(),
-            ceiling_kw: p.ceiling_kw,
-            binding_event: p.binding_event.clone(),
-            gpu_budget_w: p.gpu_budget_w,
+            in_force: true,
+            generation: Some(p.generation),
+            at: Some(p.at),
+            policy: Some(a.policy.clone()),
+            ceiling_w: Some(kw_to_w(p.ceiling_kw)),
+            binding_event: Some(p.binding_event.clone()),
+            gpu_budget_w: Some(p.gpu_budget_w),
             trim_w: p.trim_w,
-            planned_power_w: a.planned_power,
+            planned_power_w: Some(a.planned_power),
             shortfall_w: a.shortfall,
             fallbacks: a.fallbacks.iter().map(ToString::to_string).collect(),
             objective: a.objective.clone(),
-            expected: a.expected.as_deref().copied(),
+            expected: a.expected.as_deref().map(|e| ExpectedView {
+                tokens_kept_share: e.tokens_kept_share,
+                progress_kept_share: e.progress_kept_share,
+                source: "planner_estimate",
+            }),
             entries: a
                 .rows
                 .iter()
                 .enumerate()
                 .map(|(i, r)| PlanEntryView {
-                    job: r.0.clone(),
-                    cap: WattsPerGpu(r.1),
+                    job: r.0.to_string(),
+                    cap_w_per_gpu: r.1,
                     expected_power_w: r.2,
                     expected_tokens_per_s: r.3,
                     floor_w: r.4,
@@ -295,4 +409,78 @@ impl PlanView {
                 .collect(),
         }
     }
+}
+
+/// `GET /v1/flexibility`: the site's flexibility curve now.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct FlexibilityView {
+    /// When it was computed (the telemetry it is based on).
+    pub at: DateTime<Utc>,
+    /// The objective its costs are in (`progress` or `tokens`).
+    pub objective: String,
+    /// Always `planner_estimate`: the costs are the planner's curves, not measurements.
+    #[schema(value_type = String, example = "planner_estimate")]
+    pub source: &'static str,
+    /// The plannable jobs' uncapped draw, W.
+    pub uncapped_power_w: f64,
+    /// From no shed to every plannable job at its floor (21 levels, 5 % steps).
+    pub points: Vec<FlexibilityPointView>,
+}
+
+/// One shed level of the flexibility curve.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct FlexibilityPointView {
+    /// GPU-board power shed, W.
+    pub gpu_shed_w: f64,
+    /// The meter reduction it gives at least (facility model, lower bound, cooling settled), W.
+    pub meter_shed_w: f64,
+    /// The nominal meter reduction, W.
+    pub meter_shed_w_nominal: f64,
+    /// Expected GPU-weighted progress lost, 0–1 (0 = none, 1 = every job stopped).
+    pub progress_lost: f64,
+    /// Expected tokens/s lost, summed over the jobs.
+    pub tokens_lost_per_s: f64,
+    /// `[low, high]` of the objective's loss over the plausible curve shapes, when the
+    /// planner hedges.
+    pub value_lost_range: Option<[f64; 2]>,
+    /// Jobs the plan would cap.
+    pub jobs_capped: usize,
+    /// The QoS tiers (largest slowdowns, fractions) of the capped jobs, ascending.
+    pub tiers_touched: Vec<f64>,
+}
+
+impl FlexibilityView {
+    pub(crate) fn build(curve: &flexgate_policies::control::flexibility::SiteFlexibility) -> Self {
+        Self {
+            at: curve.at,
+            objective: curve.objective.as_str().to_string(),
+            source: curve.source,
+            uncapped_power_w: curve.uncapped_power_w,
+            points: curve
+                .points
+                .iter()
+                .map(|p| FlexibilityPointView {
+                    gpu_shed_w: p.gpu_shed_w,
+                    meter_shed_w: kw_to_w(p.meter_shed_kw),
+                    meter_shed_w_nominal: kw_to_w(p.meter_shed_kw_nominal),
+                    progress_lost: p.progress_lost,
+                    tokens_lost_per_s: p.tokens_lost_per_s,
+                    value_lost_range: p.value_lost_range.map(|(lo, hi)| [lo, hi]),
+                    jobs_capped: p.jobs_capped,
+                    tiers_touched: p.tiers_touched.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// `GET /v1/events/{id}`: the summary, and the event as the event book holds it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct EventDetailView {
+    /// The same summary as in `GET /v1/events`.
+    pub summary: EventView,
+    /// The book's record of the event (its revisions, intervals and ceilings), in the
+    /// ledger's form: ceilings in kW as the grid's documents give them.
+    #[schema(value_type = Object)]
+    pub detail: serde_json::Value,
 }

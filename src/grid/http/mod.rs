@@ -1,26 +1,35 @@
 //! The HTTP API (axum). Reads are open on the listening address; every write needs the bearer
-//! token. Errors are JSON `{"error": {"field": ..., "message": ...}}` with the right 4xx/5xx.
+//! token. Every error is an RFC 9457 problem (`application/problem+json`, [`problem`]).
+//!
+//! The OpenAPI document (`GET /openapi.json`) is generated from the handlers' `#[utoipa::path]`
+//! attributes and the view types' schemas: a route is registered only through
+//! [`utoipa_axum::routes!`], which documents it in the same step, so the document cannot miss
+//! one. The grid's own documents (`dr.event/1` in, `dr.ack/1` out) are carried in it as their
+//! shipped JSON Schemas.
 
 use crate::grid::dr_event::ack_payload;
+use crate::runtime::views::{EventDetailView, EventView, FlexibilityView, JobView, PlanView, StatusView};
 use crate::runtime::{Gateway, OperatorError, SubmitError, Transport};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use flexgate_policies::control::OperatorError as OperatorRefusal;
+use problem::Problem;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use std::net::SocketAddr;
 use std::sync::Arc;
+use utoipa::OpenApi as _;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 /// Largest request body accepted (a `dr.event/1` document is a few hundred bytes).
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
-const OPENAPI: &str = include_str!("openapi.json");
-
 pub mod body;
+pub mod problem;
 pub mod server;
 
 use body::read_body;
@@ -37,6 +46,88 @@ struct Api {
     verifying: Arc<tokio::sync::Mutex<()>>,
 }
 
+/// The document's frame: what is not on a handler.
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    info(
+        title = "flexgate gateway API",
+        description = "Curtailment events in (`dr.event/1`), the gateway's state, plan, jobs and flexibility out. \
+            Figures are in base units (W, s; shares 0-1) and say where they come from: `meter_quality` for the meter, \
+            `source: planner_estimate` for what the planner expects. Reads are open; writes need `Authorization: Bearer <token>`. \
+            Errors are RFC 9457 problems (`application/problem+json`).",
+        license(name = "Apache-2.0")
+    ),
+    components(schemas(Problem, DrEventDocument, DrAckDocument)),
+    modifiers(&BearerAuth)
+)]
+struct ApiDoc;
+
+/// The bearer scheme every write requires.
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+/// Stands for `dr.event/1` in the handlers' attributes; [`openapi`] puts the shipped JSON
+/// Schema (`deploy/schemas/dr.event.schema.json`) in its place.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)] // a name for the document, never built
+struct DrEventDocument(serde_json::Value);
+
+/// Stands for `dr.ack/1`; replaced by `flexgate_dr`'s schema in [`openapi`].
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)] // a name for the document, never built
+struct DrAckDocument(serde_json::Value);
+
+/// Every route, each documented where it is registered.
+fn routes() -> OpenApiRouter<Api> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(list_events, post_event))
+        .routes(routes!(get_event))
+        .routes(routes!(operator_opt_out))
+        .routes(routes!(status))
+        .routes(routes!(jobs))
+        .routes(routes!(plan))
+        .routes(routes!(flexibility))
+        .routes(routes!(verify_ledger))
+        .routes(routes!(metrics))
+        .routes(routes!(healthz))
+        .routes(routes!(openapi_json))
+}
+
+/// The generated document as JSON, with the grid documents' JSON Schemas in place of their
+/// stand-ins (each keeps its `$id`, so its internal `$ref`s resolve inside it).
+fn openapi(doc: &utoipa::openapi::OpenApi) -> serde_json::Value {
+    let mut value = serde_json::to_value(doc).unwrap_or_else(|_| json!({}));
+    let parse = |text: &str| serde_json::from_str::<serde_json::Value>(text).unwrap_or_else(|_| json!({}));
+    if let Some(schemas) = value.pointer_mut("/components/schemas").and_then(|s| s.as_object_mut()) {
+        schemas.insert(
+            "DrEventDocument".into(),
+            parse(include_str!("../../../deploy/schemas/dr.event.schema.json")),
+        );
+        schemas.insert("DrAckDocument".into(), parse(flexgate_dr::payloads::DR_ACK_JSON_SCHEMA));
+    }
+    value
+}
+
+/// The document served at `/openapi.json`, built once per process (it depends on the code only).
+static OPENAPI_TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// The OpenAPI document of [`router`], for tests and tools.
+#[must_use]
+pub fn openapi_document() -> serde_json::Value {
+    let (_, doc) = routes().split_for_parts();
+    openapi(&doc)
+}
+
 /// The router, ready to serve.
 pub fn router(gateway: Arc<Gateway>, token: &str) -> Router {
     let api = Api {
@@ -44,31 +135,43 @@ pub fn router(gateway: Arc<Gateway>, token: &str) -> Router {
         token_digest: Sha256::digest(token.as_bytes()).into(),
         verifying: Arc::default(),
     };
-    Router::new()
-        .route("/v1/events", get(list_events).post(post_event))
-        .route("/v1/events/{id}", get(get_event))
-        .route("/v1/operator/opt-out", axum::routing::post(operator_opt_out))
-        .route("/v1/status", get(status))
-        .route("/v1/jobs", get(jobs))
-        .route("/v1/plan", get(plan))
-        .route("/v1/flexibility", get(flexibility))
-        .route("/v1/ledger/verify", get(verify_ledger))
-        .route("/metrics", get(metrics))
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route(
-            "/openapi.json",
-            get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }),
-        )
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+    let (router, doc) = routes().split_for_parts();
+    let _ = OPENAPI_TEXT.set(serde_json::to_string_pretty(&openapi(&doc)).unwrap_or_default());
+    router
         .with_state(api)
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
 }
 
-fn error(status: StatusCode, field: Option<&str>, message: impl Into<String>) -> Response {
-    (
-        status,
-        axum::Json(json!({"error": {"field": field, "message": message.into()}})),
+async fn not_found(request: Request) -> Problem {
+    Problem::new(
+        StatusCode::NOT_FOUND,
+        format!("no endpoint {}; GET /openapi.json lists them", request.uri().path()),
     )
-        .into_response()
+}
+
+async fn method_not_allowed(request: Request) -> Problem {
+    Problem::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!(
+            "{} is not allowed on {}; GET /openapi.json lists what is",
+            request.method(),
+            request.uri().path()
+        ),
+    )
+}
+
+fn unauthorized() -> Response {
+    let mut response = Problem::new(
+        StatusCode::UNAUTHORIZED,
+        "missing or wrong bearer token (Authorization: Bearer <token>)",
+    )
+    .into_response();
+    response
+        .headers_mut()
+        .insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
+    response
 }
 
 /// The credentials of an `Authorization: Bearer …` header. The scheme name is matched without
@@ -99,13 +202,38 @@ impl Api {
     }
 }
 
+/// A refused request's problem with the ack it was recorded with.
+fn refused(status: StatusCode, field: Option<&str>, detail: String, ack: &flexgate_policies::event::Ack) -> Response {
+    let problem = Problem::new(status, detail).ack(serde_json::to_value(ack_payload(ack)).unwrap_or_default());
+    match field {
+        Some(field) => problem.field(field),
+        None => problem,
+    }
+    .into_response()
+}
+
+/// Submit a curtailment event.
+///
+/// The answer, a `dr.ack/1`, is given only after the records of the decision are durably in
+/// the ledger; its `log_checkpoint` and `log_seq` name the record that holds it.
+#[utoipa::path(
+    post,
+    path = "/v1/events",
+    tag = "events",
+    security(("bearer" = [])),
+    request_body(content = DrEventDocument, content_type = "application/json", description = "A `dr.event/1` document"),
+    responses(
+        (status = 200, description = "Acknowledged (opt in, or opt out with the reason)", body = DrAckDocument),
+        (status = 400, description = "Invalid: names the field; nothing changed", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Missing or wrong bearer token", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "A lower revision than held, or the same revision with another body (the first answer stands; `ack` carries it)", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Refused with an opt-out ack (another site, a window already over): `ack` carries it", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Could not be recorded: not acknowledged, retry", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 async fn post_event(State(api): State<Api>, request: Request) -> Response {
     if !api.authorized(request.headers()) {
-        return error(
-            StatusCode::UNAUTHORIZED,
-            None,
-            "missing or wrong bearer token (Authorization: Bearer <token>)",
-        );
+        return unauthorized();
     }
     let transport = Transport::Http {
         peer: request
@@ -115,112 +243,165 @@ async fn post_event(State(api): State<Api>, request: Request) -> Response {
     };
     let body: Bytes = match read_body(request.into_body(), MAX_BODY_BYTES, api.body_timeout()).await {
         Ok(body) => body,
-        Err(e) => return error(e.status(), None, e.to_string()),
+        Err(e) => return Problem::new(e.status(), e.to_string()).into_response(),
     };
     match api.gateway.submit_event(&body, transport).await {
         // Same revision, different body: the first answer stands and the new body was ignored;
         // say so with a conflict rather than a plain 200.
-        Ok(outcome) if outcome.differs => (
+        Ok(outcome) if outcome.differs => refused(
             StatusCode::CONFLICT,
-            axum::Json(json!({
-                "error": {"field": "revision", "message": outcome.ack.reason.clone().unwrap_or_default()},
-                "ack": ack_payload(&outcome.ack),
-            })),
-        )
-            .into_response(),
+            Some("revision"),
+            outcome.ack.reason.clone().unwrap_or_default(),
+            &outcome.ack,
+        ),
         Ok(outcome) => (StatusCode::OK, axum::Json(ack_payload(&outcome.ack))).into_response(),
-        Err(SubmitError::Invalid(e)) => error(StatusCode::BAD_REQUEST, Some(&e.field), e.message),
-        Err(SubmitError::Refused { reason, ack }) => (
-            StatusCode::UNPROCESSABLE_ENTITY,
-            axum::Json(json!({"error": {"field": null, "message": reason}, "ack": ack_payload(&ack)})),
-        )
+        Err(SubmitError::Invalid(e)) => Problem::new(StatusCode::BAD_REQUEST, e.message)
+            .field(e.field)
             .into_response(),
-        Err(e @ SubmitError::Stale { .. }) => error(StatusCode::CONFLICT, Some("revision"), e.to_string()),
+        Err(SubmitError::Refused { reason, ack }) => refused(StatusCode::UNPROCESSABLE_ENTITY, None, reason, &ack),
+        Err(e @ SubmitError::Stale { .. }) => Problem::new(StatusCode::CONFLICT, e.to_string())
+            .field("revision")
+            .into_response(),
         Err(SubmitError::Ledger(e)) => {
             tracing::error!("ledger failure on submit: {e}");
-            error(
+            Problem::new(
                 StatusCode::SERVICE_UNAVAILABLE,
-                None,
                 "the event could not be recorded; it was not acknowledged, retry",
             )
+            .into_response()
         }
     }
 }
 
+/// Every event the book holds, with its state now.
+#[utoipa::path(get, path = "/v1/events", tag = "events",
+    responses((status = 200, description = "Events", body = Vec<EventView>)))]
 async fn list_events(State(api): State<Api>) -> Response {
     axum::Json(api.gateway.events().await).into_response()
 }
 
+/// One event: its summary and the book's record of it.
+#[utoipa::path(get, path = "/v1/events/{id}", tag = "events",
+    params(("id" = String, Path, description = "The event id")),
+    responses(
+        (status = 200, description = "The event", body = EventDetailView),
+        (status = 404, description = "No such event", body = Problem, content_type = "application/problem+json"),
+    ))]
 async fn get_event(State(api): State<Api>, Path(id): Path<String>) -> Response {
-    match api.gateway.event(&id).await {
+    match api.gateway.event_view(&id).await {
         Some(event) => axum::Json(event).into_response(),
-        None => error(StatusCode::NOT_FOUND, Some("id"), format!("no event {id:?}")),
+        None => Problem::new(StatusCode::NOT_FOUND, format!("no event {id:?}"))
+            .field("id")
+            .into_response(),
     }
 }
 
+/// The gateway now: site, ceiling and phase, budget, the meter and where its figure comes
+/// from, jobs and caps, the ledger head.
+#[utoipa::path(get, path = "/v1/status", tag = "state",
+    responses((status = 200, description = "Status", body = StatusView)))]
 async fn status(State(api): State<Api>) -> Response {
     axum::Json(api.gateway.status().await).into_response()
 }
 
+/// The running jobs with their caps, confirmation, measured power and throughput.
+#[utoipa::path(get, path = "/v1/jobs", tag = "state",
+    responses((status = 200, description = "Jobs", body = Vec<JobView>)))]
 async fn jobs(State(api): State<Api>) -> Response {
     axum::Json(api.gateway.jobs().await).into_response()
 }
 
+/// The plan in force, or an empty plan (`in_force: false`) when no event constrains the site.
+#[utoipa::path(get, path = "/v1/plan", tag = "state",
+    responses((status = 200, description = "The plan", body = PlanView)))]
 async fn plan(State(api): State<Api>) -> Response {
-    match api.gateway.plan().await {
-        Some(plan) => axum::Json(plan).into_response(),
-        None => error(
+    axum::Json(api.gateway.plan_view().await).into_response()
+}
+
+/// The site's flexibility curve now: for shed levels from none to every plannable job at its
+/// floor, the meter reduction they give at least and what each is expected to cost (the
+/// planner's estimate).
+#[utoipa::path(get, path = "/v1/flexibility", tag = "state",
+    responses(
+        (status = 200, description = "The curve", body = FlexibilityView),
+        (status = 404, description = "No curve yet (no telemetry), or a proportional policy, which costs none", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn flexibility(State(api): State<Api>) -> Response {
+    match api.gateway.flexibility().await {
+        Some(curve) => axum::Json(FlexibilityView::build(&curve)).into_response(),
+        None => Problem::new(
             StatusCode::NOT_FOUND,
-            None,
-            "no plan in force: no event constrains the site",
-        ),
+            "no flexibility curve: no telemetry yet, or the policy is a proportional rule (only `flexgate` costs a curve)",
+        )
+        .into_response(),
     }
 }
 
-async fn flexibility(State(api): State<Api>) -> Response {
-    match api.gateway.flexibility().await {
-        Some(curve) => axum::Json(&*curve).into_response(),
-        None => error(
-            StatusCode::NOT_FOUND,
-            None,
-            "no flexibility curve: no telemetry yet, or the policy is a proportional rule (only `flexgate` costs a curve)",
-        ),
-    }
+/// The answer of `GET /v1/ledger/verify`.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+struct VerifyAnswer {
+    /// Whether the whole chain checks out.
+    intact: bool,
+    /// Records walked (when intact).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    records: Option<u64>,
+    /// The last record's hash (when intact): compare it with anchored checkpoints.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    head_hash: Option<String>,
+    /// The first record that was altered, removed or reordered (when not intact).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    failed_at_record: Option<u64>,
+    /// What is wrong with it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
 }
 
 /// Walk the live ledger's hash chain (what `flexgate log verify --data` does on a stopped
-/// gateway's directory, which a running gateway holds locked). A broken chain is an answer, not
-/// an HTTP error: `intact: false` with the first bad record.
+/// gateway's directory, which a running gateway holds locked). A broken chain is an answer,
+/// not an HTTP error: `intact: false` with the first bad record.
+#[utoipa::path(get, path = "/v1/ledger/verify", tag = "ledger",
+    responses(
+        (status = 200, description = "The verification", body = VerifyAnswer),
+        (status = 429, description = "A verification is already running", body = Problem, content_type = "application/problem+json"),
+    ))]
 async fn verify_ledger(State(api): State<Api>) -> Response {
     let Ok(_one_at_a_time) = api.verifying.clone().try_lock_owned() else {
-        return error(
+        return Problem::new(
             StatusCode::TOO_MANY_REQUESTS,
-            None,
             "a verification of the ledger is already running; retry when it has answered",
-        );
+        )
+        .into_response();
     };
     let ledger = api.gateway.ledger().clone();
     match tokio::task::spawn_blocking(move || ledger.verify()).await {
-        Ok(Ok(report)) => axum::Json(json!({
-            "intact": true,
-            "records": report.records,
-            "head_hash": report.head_hash,
-        }))
+        Ok(Ok(report)) => axum::Json(VerifyAnswer {
+            intact: true,
+            records: Some(report.records),
+            head_hash: Some(report.head_hash),
+            failed_at_record: None,
+            reason: None,
+        })
         .into_response(),
-        Ok(Err(failure)) => axum::Json(json!({
-            "intact": false,
-            "failed_at_record": failure.seq,
-            "reason": failure.reason,
-        }))
+        Ok(Err(failure)) => axum::Json(VerifyAnswer {
+            intact: false,
+            records: None,
+            head_hash: None,
+            failed_at_record: Some(failure.seq),
+            reason: Some(failure.reason),
+        })
         .into_response(),
-        Err(join) => error(
+        Err(join) => Problem::new(
             StatusCode::INTERNAL_SERVER_ERROR,
-            None,
             format!("the verification did not complete: {join}"),
-        ),
+        )
+        .into_response(),
     }
 }
 
+/// Prometheus metrics (OpenMetrics text): base units, no NaN; README lists the series.
+#[utoipa::path(get, path = "/metrics", tag = "operations",
+    responses((status = 200, description = "OpenMetrics text", body = String,
+        content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8")))]
 async fn metrics(State(api): State<Api>) -> Response {
     (
         [(header::CONTENT_TYPE, crate::runtime::metrics::CONTENT_TYPE)],
@@ -229,35 +410,63 @@ async fn metrics(State(api): State<Api>) -> Response {
         .into_response()
 }
 
+/// Liveness: the gateway answers.
+#[utoipa::path(get, path = "/healthz", tag = "operations",
+    responses((status = 200, description = "`ok`", body = String, content_type = "text/plain")))]
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// This document.
+#[utoipa::path(get, path = "/openapi.json", tag = "operations",
+    responses((status = 200, description = "OpenAPI 3.1", body = Object)))]
+async fn openapi_json() -> Response {
+    let text = OPENAPI_TEXT
+        .get_or_init(|| serde_json::to_string_pretty(&openapi_document()).unwrap_or_default())
+        .clone();
+    ([(header::CONTENT_TYPE, "application/json")], text).into_response()
+}
+
 /// Body of `POST /v1/operator/opt-out`.
-#[derive(Debug, serde::Deserialize)]
+#[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct OptOutRequest {
+    /// The event to opt the site out of.
     event_id: String,
+    /// Who decided it (recorded).
     operator: String,
+    /// Why (recorded, and told to the event's sender where the protocol allows).
     reason: String,
 }
 
+/// An operator opts the site out of an event: its ceiling stops counting at once, the event
+/// ends as `opted_out` (for every later revision too), recorded with the name and reason.
+#[utoipa::path(post, path = "/v1/operator/opt-out", tag = "events",
+    security(("bearer" = [])),
+    request_body(content = OptOutRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The opt-out ack", body = DrAckDocument),
+        (status = 400, description = "Invalid body", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Missing or wrong bearer token", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such event", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Could not be recorded: nothing changed, retry", body = Problem, content_type = "application/problem+json"),
+    ))]
 async fn operator_opt_out(State(api): State<Api>, request: Request) -> Response {
     if !api.authorized(request.headers()) {
-        return error(
-            StatusCode::UNAUTHORIZED,
-            None,
-            "missing or wrong bearer token (Authorization: Bearer <token>)",
-        );
+        return unauthorized();
     }
     let body = match read_body(request.into_body(), MAX_BODY_BYTES, api.body_timeout()).await {
         Ok(body) => body,
-        Err(e) => return error(e.status(), None, e.to_string()),
+        Err(e) => return Problem::new(e.status(), e.to_string()).into_response(),
     };
     let req: OptOutRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => {
-            return error(
+            return Problem::new(
                 StatusCode::BAD_REQUEST,
-                None,
                 format!("expected {{\"event_id\", \"operator\", \"reason\"}}: {e}"),
-            );
+            )
+            .into_response();
         }
     };
     match api
@@ -267,18 +476,22 @@ async fn operator_opt_out(State(api): State<Api>, request: Request) -> Response 
     {
         Ok(ack) => (StatusCode::OK, axum::Json(ack_payload(&ack))).into_response(),
         Err(OperatorError::Refused(OperatorRefusal::UnknownEvent(id))) => {
-            error(StatusCode::NOT_FOUND, Some("event_id"), format!("no event {id:?}"))
+            Problem::new(StatusCode::NOT_FOUND, format!("no event {id:?}"))
+                .field("event_id")
+                .into_response()
         }
         Err(OperatorError::Refused(OperatorRefusal::Invalid { field, message })) => {
-            error(StatusCode::BAD_REQUEST, Some(field), message)
+            Problem::new(StatusCode::BAD_REQUEST, message)
+                .field(field)
+                .into_response()
         }
         Err(OperatorError::Ledger(e)) => {
             tracing::error!("ledger failure on operator action: {e}");
-            error(
+            Problem::new(
                 StatusCode::SERVICE_UNAVAILABLE,
-                None,
                 "the action could not be recorded; nothing changed, retry",
             )
+            .into_response()
         }
     }
 }

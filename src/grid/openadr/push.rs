@@ -6,6 +6,7 @@
 //! deployments terminate mutual TLS at a reverse proxy that adds the token.
 
 use super::ven2b::Pushed;
+use crate::grid::http::problem::Problem;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, State};
@@ -65,43 +66,47 @@ fn pushed_service(message: &Message) -> Option<&'static str> {
 
 async fn receive(State(push): State<Push>, Path(service): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
     if !PUSH_SERVICES.contains(&service.as_str()) {
-        return (
+        return Problem::new(
             StatusCode::NOT_FOUND,
             format!(
-                "no OpenADR 2.0b push service {:?}: a VTN pushes to {}\n",
+                "no OpenADR 2.0b push service {:?}: a VTN pushes to {}",
                 service.chars().take(64).collect::<String>(),
                 PUSH_SERVICES.join(", ")
             ),
         )
-            .into_response();
+        .into_response();
     }
     if !authorized(&push, &headers) {
         return (
-            StatusCode::UNAUTHORIZED,
             [(header::WWW_AUTHENTICATE, "Bearer")],
-            "push needs Authorization: Bearer <openadr2b.push_token>\n",
+            Problem::new(
+                StatusCode::UNAUTHORIZED,
+                "push needs Authorization: Bearer <openadr2b.push_token>",
+            ),
         )
             .into_response();
     }
     let message = match decode(&body) {
         Ok(m) => m,
-        Err(e) => return (StatusCode::BAD_REQUEST, format!("not an OpenADR 2.0b message: {e}\n")).into_response(),
+        Err(e) => {
+            return Problem::new(StatusCode::BAD_REQUEST, format!("not an OpenADR 2.0b message: {e}")).into_response();
+        }
     };
     match pushed_service(&message) {
         Some(belongs) if belongs == service => {}
         Some(belongs) => {
-            return (
+            return Problem::new(
                 StatusCode::BAD_REQUEST,
-                format!("{} belongs to the {belongs} service, not {service}\n", message.name()),
+                format!("{} belongs to the {belongs} service, not {service}", message.name()),
             )
-                .into_response();
+            .into_response();
         }
         None => {
-            return (
+            return Problem::new(
                 StatusCode::BAD_REQUEST,
-                format!("{} is not a message a VTN pushes to a VEN\n", message.name()),
+                format!("{} is not a message a VTN pushes to a VEN", message.name()),
             )
-                .into_response();
+            .into_response();
         }
     }
     // Accepted for processing only once the VEN task has it; a full queue is back-pressure.
@@ -111,8 +116,10 @@ async fn receive(State(push): State<Push>, Path(service): Path<String>, headers:
     }) {
         Ok(()) => StatusCode::OK.into_response(),
         Err(mpsc::error::TrySendError::Full(_)) => {
-            (StatusCode::SERVICE_UNAVAILABLE, "VEN busy; retry\n").into_response()
+            Problem::new(StatusCode::SERVICE_UNAVAILABLE, "VEN busy; retry").into_response()
         }
-        Err(mpsc::error::TrySendError::Closed(_)) => (StatusCode::SERVICE_UNAVAILABLE, "VEN stopped\n").into_response(),
+        Err(mpsc::error::TrySendError::Closed(_)) => {
+            Problem::new(StatusCode::SERVICE_UNAVAILABLE, "VEN stopped").into_response()
+        }
     }
 }

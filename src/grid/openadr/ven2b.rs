@@ -224,7 +224,7 @@ impl Ven2b {
     /// reports, `dr.telemetry/1`).
     async fn sample(&mut self) {
         let status = self.gateway.status().await;
-        let Some(meter_kw) = status.measured_meter_kw else {
+        let Some(meter_kw) = status.measured_meter_kw() else {
             return;
         };
         let flexible_kw = self.gateway.flexibility().await.map(|c| c.most_meter_shed_kw());

@@ -165,7 +165,7 @@ impl Ven3 {
             self.meter.clear();
             return;
         }
-        if let Some(kw) = self.gateway.status().await.measured_meter_kw {
+        if let Some(kw) = self.gateway.status().await.measured_meter_kw() {
             self.meter.push((now, kw));
         }
         let begun = |s: &ReportSpan| s.start <= now && s.offered.is_none();

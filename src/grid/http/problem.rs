@@ -1,0 +1,96 @@
+//! The one error shape of the HTTP API: RFC 9457 problem details
+//! (`application/problem+json`), with two extension members where they apply: `field`, the
+//! path of the input that was refused (as the sender wrote it: `target.kw`, `revision`), and
+//! `ack`, the `dr.ack/1` the refusal was recorded with (an event for another site, a stale
+//! revision, a changed body under the same revision).
+
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+/// The media type of every error answer.
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// An error answer. `type` is always `about:blank` (RFC 9457 §4.2.1): the status and its
+/// title say what kind of problem it is, `detail` says what to do about this one.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct Problem {
+    /// `about:blank`: the HTTP status is the problem type.
+    #[serde(rename = "type")]
+    #[schema(example = "about:blank")]
+    pub kind: &'static str,
+    /// The status's reason phrase (`Bad Request`, `Not Found`, …).
+    pub title: String,
+    /// The HTTP status code, repeated for clients that keep only the body.
+    pub status: u16,
+    /// What went wrong with this request and what to do next.
+    pub detail: String,
+    /// The input that was refused, as a path into the request body (`target.kw`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    /// The acknowledgement recorded with the refusal (`dr.ack/1`), where one was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub ack: Option<serde_json::Value>,
+}
+
+impl Problem {
+    /// A problem with `status` and `detail`.
+    pub fn new(status: StatusCode, detail: impl Into<String>) -> Self {
+        Self {
+            kind: "about:blank",
+            title: status.canonical_reason().unwrap_or("Error").to_string(),
+            status: status.as_u16(),
+            detail: detail.into(),
+            field: None,
+            ack: None,
+        }
+    }
+
+    /// Name the refused input.
+    #[must_use]
+    pub fn field(mut self, field: impl Into<String>) -> Self {
+        self.field = Some(field.into());
+        self
+    }
+
+    /// Carry the acknowledgement the refusal was recorded with.
+    #[must_use]
+    pub fn ack(mut self, ack: serde_json::Value) -> Self {
+        self.ack = Some(ack);
+        self
+    }
+}
+
+impl IntoResponse for Problem {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let body = serde_json::to_vec(&self).unwrap_or_else(|_| b"{\"type\":\"about:blank\"}".to_vec());
+        (status, [(header::CONTENT_TYPE, PROBLEM_JSON)], body).into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_problem_has_the_rfc_9457_members_and_ours_only_when_set() {
+        let plain = serde_json::to_value(Problem::new(StatusCode::NOT_FOUND, "no event \"x\"")).expect("json");
+        assert_eq!(
+            plain,
+            serde_json::json!({"type": "about:blank", "title": "Not Found", "status": 404, "detail": "no event \"x\""})
+        );
+        let full = serde_json::to_value(
+            Problem::new(StatusCode::CONFLICT, "stale")
+                .field("revision")
+                .ack(serde_json::json!({"schema": "dr.ack/1"})),
+        )
+        .expect("json");
+        assert_eq!(full["field"], "revision");
+        assert_eq!(full["ack"]["schema"], "dr.ack/1");
+        let response = Problem::new(StatusCode::BAD_REQUEST, "x").into_response();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(response.headers()[header::CONTENT_TYPE], PROBLEM_JSON);
+    }
+}
