@@ -107,7 +107,7 @@ struct Cli {
     config: Option<PathBuf>,
 
     /// Address to listen on [default: 127.0.0.1:9450].
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", env = "FLEXGATE_AGENT_LISTEN")]
     listen: Option<SocketAddr>,
 
     /// Control token (may change caps). Visible in `ps`: prefer --token-file or the env variable.
