@@ -236,6 +236,15 @@ impl Config {
         if self.gateway.site.trim().is_empty() {
             return invalid("gateway.site", "must not be empty".into());
         }
+        if self.site.time_zone.parse::<chrono_tz::Tz>().is_err() {
+            return invalid(
+                "site.time_zone",
+                format!(
+                    "{:?} is not an IANA time zone name (e.g. \"America/New_York\", \"Europe/Berlin\", \"UTC\")",
+                    self.site.time_zone
+                ),
+            );
+        }
         if !(self.site.facility_max_kw.is_finite() && self.site.facility_max_kw >= 0.0) {
             return invalid("site.facility_max_kw", "must be a number ≥ 0".into());
         }
@@ -561,6 +570,18 @@ mod tests {
             let parsed = Config::parse(&format!("[gateway]\nhedge_tolerance = {bad}\n")).expect("parses");
             let err = parsed.validate().expect_err(bad).to_string();
             assert!(err.contains("hedge_tolerance"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_site_time_zone_is_an_iana_name() {
+        assert_eq!(Config::default().site.time_zone, "UTC");
+        let ny = Config::parse("[site]\ntime_zone = \"America/New_York\"\n").expect("parses");
+        assert!(ny.validate().is_ok());
+        for bad in ["EST5", "America/Gotham", "", "+02:00"] {
+            let parsed = Config::parse(&format!("[site]\ntime_zone = \"{bad}\"\n")).expect("parses");
+            let err = parsed.validate().expect_err(bad).to_string();
+            assert!(err.contains("site.time_zone") && err.contains("IANA"), "{bad}: {err}");
         }
     }
 }

@@ -111,6 +111,8 @@ fn simulate_writes_csv_and_svg() {
     assert!(csv.starts_with("cut,strategy,tokens_per_s_per_job,progress,gap_closure"));
     let svg = std::fs::read_to_string(svg).expect("svg written");
     assert!(svg.starts_with("<svg") && svg.contains("xmlns"));
+    // The y axis starts at zero: differences are not blown up.
+    assert!(svg.contains(">0</text>"), "no zero tick on the y axis");
     for name in STRATEGIES {
         assert!(svg.contains(name), "plot legend lacks {name}");
     }
@@ -578,6 +580,26 @@ fn demo_then_audit_verify_export_and_a_tampered_ledger_is_caught() {
         flexgate(&["audit", "--event", "nope", "--data", data_s]).status.code(),
         Some(1)
     );
+    // The baseline says which it is: the demo's ledger has no days of history, so no CBL.
+    assert_eq!(audit["baseline"]["method"], "meter_before_after");
+    assert!(
+        audit["baseline"]["cbl_unavailable"]
+            .as_str()
+            .is_some_and(|w| w.contains("days")),
+        "{}",
+        audit["baseline"]
+    );
+    let zoned = flexgate(&[
+        "audit",
+        "--event",
+        "demo-001",
+        "--data",
+        data_s,
+        "--time-zone",
+        "Mars/Olympus",
+    ]);
+    assert_eq!(zoned.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&zoned.stderr).contains("IANA"));
 
     let verify = flexgate(&["log", "verify", "--data", data_s]);
     assert!(verify.status.success(), "{}", String::from_utf8_lossy(&verify.stderr));

@@ -531,7 +531,7 @@ async fn an_operator_opt_out_lifts_the_ceiling_is_recorded_and_survives_a_restar
     // The audit shows the opt-out with the operator's name and reason, the lifecycle ends
     // with it, and no interval is reported as if its ceiling were still in force after it.
     let records = flexgate::commands::audit::read_records(dir.path()).expect("records");
-    let report = flexgate::reports::audit::build(&records, "ev-op", 900)
+    let report = flexgate::reports::audit::build(&records, "ev-op", 900, chrono_tz::Tz::UTC)
         .expect("typed entries")
         .expect("report");
     assert_eq!(report.opt_outs.len(), 1);
@@ -1100,7 +1100,7 @@ async fn a_tiered_job_measured_slower_than_its_tier_is_backed_off_within_one_pas
     // The audit gives the job's measured cost: its tier, both figures, the slowdown, and the
     // minutes it spent beyond its tier before the back-off took hold.
     let records: Vec<_> = gw.ledger().iter_from(1).filter_map(Result::ok).collect();
-    let audit = flexgate::reports::audit::build(&records, "ev-tier", 300)
+    let audit = flexgate::reports::audit::build(&records, "ev-tier", 300, chrono_tz::Tz::UTC)
         .expect("typed entries")
         .expect("the event is in the ledger");
     let row = audit

@@ -123,7 +123,7 @@ async fn a_schema_1_ledger_is_refused_then_migrated_and_replayed() {
         .await
         .expect("close");
     let records = flexgate::commands::audit::read_records(&new).expect("records");
-    let audit = flexgate::reports::audit::build(&records, "ev-old", 900)
+    let audit = flexgate::reports::audit::build(&records, "ev-old", 900, chrono_tz::Tz::UTC)
         .expect("typed entries")
         .expect("the event's audit");
     assert_eq!(audit.opt_outs.len(), 1);

@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 pub mod alloc;
+pub mod baseline;
 pub mod control;
 pub mod curve;
 pub mod estimate;

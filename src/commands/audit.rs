@@ -9,15 +9,19 @@ use std::path::PathBuf;
 ///
 /// The raw event, its interpretation (target → ceiling → GPU budget with every multiplier),
 /// every plan and confirmation, per interval the ceiling against measured meter power, the
-/// baseline (highest 4 of the previous 5 days when the ledger holds them, else meter
-/// before/after), delivered reduction, shortfall and over-delivery, the fallbacks used, and a
-/// chart of meter power against the ceiling.
+/// baseline (PJM's Economic CBL: high 4 of the 5 previous eligible weekdays, or high 2 of 3
+/// weekend days and holidays, event days and low-usage days passed over, on the site's local
+/// days, with the same-day adjustment; and the meter before and after, which stands in when
+/// the ledger holds too little history), delivered reduction, shortfall and over-delivery, the
+/// fallbacks used, and a chart of meter power against the ceiling and the baseline in the
+/// site's local time.
 ///
 /// Reads a stopped gateway's data directory (or a copy; sled allows one process at a time).
 ///
 /// Examples:
 ///   flexgate audit --event ev-2026-0142
 ///   flexgate audit --event ev-2026-0142 --format json --plot ev.svg
+///   flexgate audit --event ev-2026-0142 --time-zone America/New_York
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub struct AuditArgs {
@@ -33,9 +37,13 @@ pub struct AuditArgs {
     /// Data directory of the gateway.
     #[arg(long, env = "FLEXGATE_DATA", default_value = "./flexgate-data", value_name = "DIR")]
     data: PathBuf,
-    /// Seconds of meter history before and after the event used for the baseline.
+    /// Seconds of meter history before and after the event for the meter-before/after baseline.
     #[arg(long, default_value_t = 900, value_name = "S")]
     baseline_window_s: u64,
+    /// The site's IANA time zone (its `[site] time_zone`): local days for the CBL, local clock
+    /// time on the chart.
+    #[arg(long, env = "FLEXGATE_TIME_ZONE", default_value = "UTC", value_name = "ZONE")]
+    time_zone: String,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -64,8 +72,14 @@ pub fn read_records(data: &std::path::Path) -> Result<Vec<crate::ledger::Record>
 
 /// Run the command.
 pub fn run(args: &AuditArgs) -> Result<()> {
+    let time_zone: chrono_tz::Tz = args.time_zone.parse().map_err(|_| {
+        anyhow::anyhow!(
+            "--time-zone {:?} is not an IANA time zone name (e.g. America/New_York, Europe/Berlin, UTC)",
+            args.time_zone
+        )
+    })?;
     let records = read_records(&args.data)?;
-    let report = crate::reports::audit::build(&records, &args.event, args.baseline_window_s)?
+    let report = crate::reports::audit::build(&records, &args.event, args.baseline_window_s, time_zone)?
         .with_context(|| format!("no event {:?} in the ledger at {}", args.event, args.data.display()))?;
     match args.format {
         Format::Md => crate::out!("{}", report.to_markdown()),

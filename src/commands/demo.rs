@@ -191,8 +191,8 @@ async fn demo(args: &DemoArgs) -> Result<()> {
 
     let records = super::audit::read_records(&data)?;
     let verified = crate::ledger::verify(&data.join("ledger"));
-    let report =
-        crate::reports::audit::build(&records, "demo-001", 600)?.context("the demo event is not in the ledger")?;
+    let report = crate::reports::audit::build(&records, "demo-001", 600, chrono_tz::Tz::UTC)?
+        .context("the demo event is not in the ledger")?;
     // The command to read the audit again only where the ledger outlives the demo.
     match &args.data {
         Some(kept) => crate::outln!(
@@ -205,8 +205,15 @@ async fn demo(args: &DemoArgs) -> Result<()> {
         ),
     }
     crate::outln!(
-        "  baseline (meter before/after) {} kW; {} plans, {} dispatches, {} closed-loop trims, fallbacks: {}",
+        "  baseline {} kW ({}); {} plans, {} dispatches, {} closed-loop trims, fallbacks: {}",
         fmt_kw(report.baseline.kw),
+        match report.baseline.method.as_str() {
+            "pjm_economic_cbl" => "PJM Economic CBL".to_string(),
+            _ => format!(
+                "meter before/after; no PJM CBL: {}",
+                report.baseline.cbl_unavailable.as_deref().unwrap_or("not computed")
+            ),
+        },
         report.plans.len(),
         report.dispatches.len(),
         report.trims.len(),

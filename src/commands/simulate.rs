@@ -671,8 +671,10 @@ fn render_plot(report: &ExperimentReport) -> String {
         "Throughput under a GPU power cut — {:?} mix, {} × {} jobs, {}",
         report.mix, report.workloads, report.jobs, report.source
     );
-    let mut chart =
-        Chart::new(title, "cut of total uncapped GPU power", "tokens/s per job (mean)").x_format(AxisFormat::Percent);
+    let mut chart = Chart::new(title, "cut of total uncapped GPU power", "tokens/s per job (mean)")
+        .x_format(AxisFormat::Percent)
+        // From zero: a y axis starting at 52 k tokens/s made a few percent look like halves.
+        .y_from_zero(true);
     for name in STRATEGIES {
         let points: Vec<(f64, f64)> = report
             .results

@@ -2,7 +2,7 @@
 //! meter shows, rebuilt from the ledger alone so an auditor can reproduce it from an export.
 
 use crate::ledger::{Entry, NotAnEntry, Record};
-use crate::reports::plot::{AxisFormat, Chart, LineStyle, Series};
+use crate::reports::plot::{self, AxisFormat, Chart, LineStyle, Series};
 use chrono::{DateTime, Duration as ChronoDuration, Utc};
 use flexgate_policies::control::entry::{EventInterpreted, EventReceived, OperatorOptOut, Received, Trimmed};
 use flexgate_policies::event::{Ack, Participation, Phase, Transition};
@@ -47,6 +47,8 @@ pub struct AuditReport {
     pub promised: Option<flexgate_policies::control::flexibility::FlexPromise>,
     /// Meter samples `(time, meter kW, ceiling kW in force)` from baseline window to the end.
     pub series: Vec<(DateTime<Utc>, f64, Option<f64>)>,
+    /// The site's time zone the report's local days and clock are in.
+    pub time_zone: String,
 }
 
 /// One plan.
@@ -92,66 +94,29 @@ pub struct DispatchSummary {
     pub failed: usize,
 }
 
-/// An X-of-Y-days baseline (PJM "high 4 of 5", CAISO "10 in 10"): the mean of the X highest
-/// of the previous Y days' mean meter over the same time-of-day window as the event.
-#[derive(Debug, Clone, Serialize)]
-pub struct XOfYBaseline {
-    /// X.
-    pub x: usize,
-    /// Y.
-    pub y: usize,
-    /// Mean meter of each of the Y previous days over the event window, most recent first.
-    pub day_means_kw: Vec<f64>,
-    /// Mean of the X highest.
-    pub kw: f64,
-}
-
-/// Baseline evidence (meter-before / meter-after, and X-of-Y days when the log has the history).
+/// Baseline evidence: the program's customer baseline (PJM's Economic CBL, when the ledger
+/// holds enough metered history) and the meter before and after the event, both always shown.
 #[derive(Debug, Clone, Serialize)]
 pub struct BaselineSummary {
-    /// Method of `kw`: `x_of_y` when the ledger holds Y previous days, else `meter_before_after`.
+    /// Method of `kw`: `pjm_economic_cbl` when the CBL could be computed, else
+    /// `meter_before_after` (the mean of the meter before and after the event).
     pub method: String,
     /// Mean meter over the window before the event.
     pub before_kw: Option<f64>,
     /// Mean meter over the window after recovery.
     pub after_kw: Option<f64>,
-    /// Baseline used for delivered reduction: the mean of before and after where both exist.
+    /// Mean of `before_kw` and `after_kw` (either alone when the other is missing).
+    pub before_after_kw: Option<f64>,
+    /// Baseline used for the delivered reduction (see `method`).
     pub kw: Option<f64>,
     /// Samples before / after.
     pub samples: (usize, usize),
     /// Baseline recorded at interpretation time.
     pub recorded_at_interpretation_kw: Option<f64>,
-    /// The X-of-Y-days baseline, when the ledger holds the history.
-    pub x_of_y: Option<XOfYBaseline>,
-}
-
-/// Days in the X-of-Y baseline: the highest 4 of the previous 5 days (PJM's economic CBL).
-pub const BASELINE_DAYS: (usize, usize) = (4, 5);
-
-fn x_of_y(meter: &[(DateTime<Utc>, f64, Option<f64>)], from: DateTime<Utc>, to: DateTime<Utc>) -> Option<XOfYBaseline> {
-    let (x, y) = BASELINE_DAYS;
-    let mut day_means = Vec::with_capacity(y);
-    for day in 1..=y as i64 {
-        let shift = ChronoDuration::days(day);
-        let xs: Vec<f64> = meter
-            .iter()
-            .filter(|(t, _, _)| *t >= from - shift && *t < to - shift)
-            .map(|(_, kw, _)| *kw)
-            .collect();
-        if xs.is_empty() {
-            return None;
-        }
-        day_means.push(xs.iter().sum::<f64>() / xs.len() as f64);
-    }
-    let mut highest = day_means.clone();
-    highest.sort_by(|a, b| b.total_cmp(a));
-    let kw = highest.iter().take(x).sum::<f64>() / x as f64;
-    Some(XOfYBaseline {
-        x,
-        y,
-        day_means_kw: day_means,
-        kw,
-    })
+    /// PJM's Economic CBL with every day it used or passed over and the same-day adjustment.
+    pub cbl: Option<flexgate_policies::baseline::Cbl>,
+    /// Why there is no CBL (too little history, no event window).
+    pub cbl_unavailable: Option<String>,
 }
 
 /// Which of the jobs the event's plans covered reported their throughput for the whole event
@@ -259,10 +224,16 @@ pub struct IntervalAudit {
     pub note: Option<String>,
 }
 
-/// Build the audit of `event_id` from all ledger records, `window_s` seconds of baseline.
-/// `Ok(None)` when the ledger holds nothing of the event; an error names a record that is not
-/// a typed entry of this version.
-pub fn build(records: &[Record], event_id: &str, window_s: u64) -> Result<Option<AuditReport>, NotAnEntry> {
+/// Build the audit of `event_id` from all ledger records, `window_s` seconds of meter before
+/// and after for that baseline, and the site's `time_zone` for its CBL's local days and its
+/// chart's clock. `Ok(None)` when the ledger holds nothing of the event; an error names a
+/// record that is not a typed entry of this version.
+pub fn build(
+    records: &[Record],
+    event_id: &str,
+    window_s: u64,
+    time_zone: chrono_tz::Tz,
+) -> Result<Option<AuditReport>, NotAnEntry> {
     let mut received = Vec::new();
     let mut interpretations: Vec<EventInterpreted> = Vec::new();
     let mut acks = Vec::new();
@@ -398,29 +369,43 @@ pub fn build(records: &[Record], event_id: &str, window_s: u64) -> Result<Option
     };
     let (before_kw, n_before) = started.map_or((None, 0), |s| mean_in(s - window, s));
     let (after_kw, n_after) = ended.map_or((None, 0), |e| mean_in(e, e + window));
-    let history = match (started, ended) {
-        (Some(s), Some(e)) => x_of_y(&meter, s, e),
-        _ => None,
+    // PJM's CBL over the curtailment (ramp start to recovery), on the site's local days; the
+    // days the site curtailed on (a ceiling in force in a sample) are not baseline days.
+    let measured: Vec<(DateTime<Utc>, f64)> = meter.iter().map(|(t, kw, _)| (*t, *kw)).collect();
+    let event_days: std::collections::BTreeSet<chrono::NaiveDate> = meter
+        .iter()
+        .filter(|(_, _, ceiling)| ceiling.is_some())
+        .map(|(t, _, _)| t.with_timezone(&time_zone).date_naive())
+        .collect();
+    let cbl = match (started, recovering.or(ended)) {
+        (Some(s), Some(e)) => flexgate_policies::baseline::pjm_economic_cbl(&measured, s, e, time_zone, &event_days)
+            .map_err(|e| e.to_string()),
+        _ => Err("the event has not run (no curtailment window in the ledger)".to_string()),
     };
-    let baseline_kw = match (&history, before_kw, after_kw) {
-        (Some(h), _, _) => Some(h.kw),
-        (None, Some(b), Some(a)) => Some((a + b) / 2.0),
-        (None, Some(b), None) => Some(b),
-        (None, None, a) => a,
+    let before_after_kw = match (before_kw, after_kw) {
+        (Some(b), Some(a)) => Some((a + b) / 2.0),
+        (b, a) => b.or(a),
     };
+    let (cbl, cbl_unavailable) = match cbl {
+        Ok(cbl) => (Some(cbl), None),
+        Err(why) => (None, Some(why)),
+    };
+    let baseline_kw = cbl.as_ref().map(|c| c.kw).or(before_after_kw);
     let baseline = BaselineSummary {
-        method: if history.is_some() {
-            "x_of_y"
+        method: if cbl.is_some() {
+            "pjm_economic_cbl"
         } else {
             "meter_before_after"
         }
         .to_string(),
         before_kw,
         after_kw,
+        before_after_kw,
         kw: baseline_kw,
         samples: (n_before, n_after),
         recorded_at_interpretation_kw: latest.and_then(|i| i.baseline.as_ref()).map(|b| b.kw),
-        x_of_y: history,
+        cbl,
+        cbl_unavailable,
     };
 
     let mut intervals = Vec::new();
@@ -516,6 +501,7 @@ pub fn build(records: &[Record], event_id: &str, window_s: u64) -> Result<Option
         fallbacks,
         promised,
         series,
+        time_zone: time_zone.name().to_string(),
     }))
 }
 
@@ -775,25 +761,80 @@ impl AuditReport {
         let b = &self.baseline;
         let _ = writeln!(
             out,
-            "\n## Baseline ({})\n\nbefore {} kW ({} samples), after {} kW ({} samples), used {} kW; recorded at interpretation {} kW",
+            "\n## Baseline ({})\n\nmeter before {} kW ({} samples), after {} kW ({} samples), before/after {} kW; used {} kW; recorded at interpretation {} kW",
             b.method,
             kw(b.before_kw),
             b.samples.0,
             kw(b.after_kw),
             b.samples.1,
+            kw(b.before_after_kw),
             kw(b.kw),
             kw(b.recorded_at_interpretation_kw)
         );
-        if let Some(h) = &b.x_of_y {
-            let days: Vec<String> = h.day_means_kw.iter().map(|kw| format!("{kw:.1}")).collect();
-            let _ = writeln!(
-                out,
-                "\nX-of-Y days: highest {} of the previous {} days ({} kW) → {:.1} kW",
-                h.x,
-                h.y,
-                days.join(", "),
-                h.kw
-            );
+        match (&b.cbl, &b.cbl_unavailable) {
+            (Some(c), _) => {
+                let days: Vec<String> = c
+                    .days
+                    .iter()
+                    .map(|d| {
+                        format!(
+                            "{} {} kW{}",
+                            d.date,
+                            kw(d.mean_kw),
+                            if d.counted { "" } else { " (not counted)" }
+                        )
+                    })
+                    .collect();
+                let passed: Vec<String> = c
+                    .passed_over
+                    .iter()
+                    .take(12)
+                    .map(|(d, why)| {
+                        format!(
+                            "{d} {}",
+                            serde_json::to_value(why)
+                                .ok()
+                                .and_then(|v| v.as_str().map(str::to_string))
+                                .unwrap_or_default()
+                        )
+                    })
+                    .collect();
+                let _ = writeln!(
+                    out,
+                    "\nPJM Economic CBL ({} days, high {} of {}, time zone {}): {}; passed over: {}. Unadjusted {:.1} kW, \
+                     same-day adjustment {}, CBL {:.1} kW.",
+                    match c.day_type {
+                        flexgate_policies::baseline::DayType::Weekday => "weekday",
+                        flexgate_policies::baseline::DayType::WeekendOrHoliday => "weekend/holiday",
+                    },
+                    c.x_of_y.0,
+                    c.x_of_y.1,
+                    c.time_zone,
+                    days.join(", "),
+                    if passed.is_empty() {
+                        "none".to_string()
+                    } else {
+                        passed.join(", ")
+                    },
+                    c.unadjusted_kw,
+                    c.adjustment.as_ref().map_or_else(
+                        || "not applied (no readings in the three hours ending an hour before the start)".to_string(),
+                        |a| format!(
+                            "{:+.1} kW ({:.1} on the day against {:.1})",
+                            a.kw, a.event_day_kw, a.baseline_days_kw
+                        )
+                    ),
+                    c.kw
+                );
+            }
+            (None, Some(why)) => {
+                let _ = writeln!(
+                    out,
+                    "\nNo PJM Economic CBL: {}; the meter before and after stands in.",
+                    printable(why)
+                );
+            }
+            (None, None) => {}
         }
         let _ = writeln!(
             out,
@@ -902,26 +943,80 @@ impl AuditReport {
         out
     }
 
-    /// Meter power against the ceiling over the event, as SVG.
+    /// Meter power against the ceiling over the event, as SVG: the site's local clock on the
+    /// x axis (its zone and offset named), the event's ramp, hold and recovery shaded, the
+    /// baselines as dashed lines, operator opt-outs marked, the y axis from zero.
     #[must_use]
     pub fn chart(&self) -> String {
-        let origin = self.series.first().map(|s| s.0);
-        let x = |t: DateTime<Utc>| origin.map_or(0.0, |o| (t - o).num_milliseconds() as f64 / 1000.0);
+        let tz: chrono_tz::Tz = self.time_zone.parse().unwrap_or(chrono_tz::Tz::UTC);
+        let x = |t: DateTime<Utc>| t.timestamp_millis() as f64 / 1000.0;
         let meter: Vec<(f64, f64)> = self.series.iter().map(|(t, kw, _)| (x(*t), *kw)).collect();
         let ceiling: Vec<(f64, f64)> = self
             .series
             .iter()
             .filter_map(|(t, _, c)| Some((x(*t), (*c)?)))
             .collect();
-        Chart::new(
+        let first = self.series.first().map(|s| s.0);
+        let label_at = first.unwrap_or(DateTime::UNIX_EPOCH);
+        let mut chart = Chart::new(
             format!("Event {}: meter power against the ceiling", self.event_id),
-            "time since baseline window start (hh:mm)",
+            plot::clock_axis_label(tz, label_at),
             "kW at the meter",
         )
-        .x_format(AxisFormat::Time)
-        .series(Series::new("measured meter", meter))
-        .series(Series::new("ceiling in force", ceiling).style(LineStyle::Step))
-        .to_svg()
+        .x_format(AxisFormat::Clock(tz))
+        .y_from_zero(true)
+        .series(Series::new("metered power (kW)", meter))
+        .series(Series::new("ceiling in force (kW)", ceiling).style(LineStyle::Step));
+        // The event's phases, from its recorded transitions.
+        let at = |phase: Phase| self.transitions.iter().find(|t| t.to == phase).map(|t| t.at);
+        let end = self.transitions.iter().rev().find(|t| t.to.is_terminal()).map(|t| t.at);
+        let (ramp, active, recovering) = (at(Phase::Ramping), at(Phase::Active), at(Phase::Recovering));
+        // (from, to: open while it lasts, label, colour)
+        type PhaseBand = (DateTime<Utc>, Option<DateTime<Utc>>, &'static str, &'static str);
+        let mut bands: Vec<PhaseBand> = Vec::new();
+        if let Some(r) = ramp {
+            bands.push((r, active.or(recovering).or(end), "ramp", "#56b4e9"));
+        }
+        if let Some(a) = active {
+            bands.push((a, recovering.or(end), "event in force", "#e69f00"));
+        }
+        if let Some(r) = recovering {
+            bands.push((r, end, "recovery", "#56b4e9"));
+        }
+        let last = self.series.last().map(|s| s.0);
+        for (from, to, label, colour) in bands {
+            if let Some(to) = to.or(last) {
+                chart = chart.band(plot::Band {
+                    from: x(from),
+                    to: x(to),
+                    label: label.to_string(),
+                    colour,
+                });
+            }
+        }
+        // The baselines over the event window, where they exist.
+        let window = ramp.or(active).zip(end.or(last));
+        if let Some((from, to)) = window {
+            let flat = |kw: f64| [(x(from), kw), (x(to), kw)];
+            if let Some(cbl) = &self.baseline.cbl {
+                chart = chart.series(
+                    Series::new(format!("baseline: PJM Economic CBL, {:.1} kW", cbl.kw), flat(cbl.kw))
+                        .style(LineStyle::Dashed),
+                );
+            }
+            if let Some(kw) = self.baseline.before_after_kw {
+                chart = chart.series(
+                    Series::new(format!("baseline: meter before/after, {kw:.1} kW"), flat(kw)).style(LineStyle::Dashed),
+                );
+            }
+        }
+        for o in &self.opt_outs {
+            chart = chart.marker(plot::Marker {
+                at: x(o.at),
+                label: format!("opted out by {}", printable(&o.operator)),
+            });
+        }
+        chart.to_svg()
     }
 }
 
@@ -975,7 +1070,7 @@ mod tests {
     }
 
     #[test]
-    fn intervals_baselines_and_x_of_y_from_records() {
+    fn intervals_and_the_pjm_cbl_from_records() {
         let start: DateTime<Utc> = "2026-07-14T19:00:00Z".parse().expect("time");
         let mut records = Vec::new();
         let mut seq = 0;
@@ -983,9 +1078,10 @@ mod tests {
             seq += 1;
             records.push(record(seq, entry, event));
         };
-        // Six days of meter history every 10 minutes: day d before the event reads 100 + d kW.
-        for minutes in (0..6 * 24 * 60).step_by(10) {
-            let at = start - ChronoDuration::days(6) + ChronoDuration::minutes(minutes);
+        // Eight days of meter history every 10 minutes: the d-th 24 h before the event reads
+        // 100 + d kW (the event is on Tuesday 14 July; the weekend is not a weekday baseline).
+        for minutes in (0..8 * 24 * 60).step_by(10) {
+            let at = start - ChronoDuration::days(8) + ChronoDuration::minutes(minutes);
             let days_before = ((start - at).num_seconds() + 86_399) / 86_400; // 1 for the last 24 h
             push(sample(at, 100.0 + days_before as f64, None), None);
         }
@@ -1063,16 +1159,43 @@ mod tests {
             push(sample(end + ChronoDuration::minutes(minutes), 101.0, None), None);
         }
 
-        let report = build(&records, "ev", 900).expect("typed entries").expect("report");
-        let h = report
+        let report = build(&records, "ev", 900, chrono_tz::Tz::UTC)
+            .expect("typed entries")
+            .expect("report");
+        let cbl = report
             .baseline
-            .x_of_y
+            .cbl
             .as_ref()
-            .expect("five previous days are in the ledger");
-        // Day means 101..105 (most recent first); highest 4 of 5: 102..105 → 103.5.
-        assert_eq!(h.day_means_kw, vec![101.0, 102.0, 103.0, 104.0, 105.0]);
-        assert!((h.kw - 103.5).abs() < 1e-9);
-        assert_eq!(report.baseline.method, "x_of_y");
+            .expect("five previous weekdays are in the ledger");
+        // Weekdays 13, 10, 9, 8, 7 July (11–12 a weekend): 101, 104, 105, 106, 107 kW; the
+        // highest 4 of 5 → 105.5. Same day, 15:00–18:00: 101 kW against 108, 107, 106, 105 on
+        // the counted days → −5.5 kW, so the CBL is 100 kW.
+        let means: Vec<f64> = cbl.days.iter().filter_map(|d| d.mean_kw).collect();
+        assert_eq!(means, vec![101.0, 104.0, 105.0, 106.0, 107.0]);
+        assert!((cbl.unadjusted_kw - 105.5).abs() < 1e-9, "{cbl:?}");
+        let adjustment = cbl.adjustment.as_ref().expect("readings before the event");
+        assert!((adjustment.kw + 5.5).abs() < 1e-9, "{adjustment:?}");
+        assert!((cbl.kw - 100.0).abs() < 1e-9);
+        assert_eq!(report.baseline.method, "pjm_economic_cbl");
+        assert_eq!(report.baseline.kw, Some(cbl.kw));
+        assert_eq!(report.baseline.before_after_kw, Some(101.0));
+        let md = report.to_markdown();
+        assert!(
+            md.contains("PJM Economic CBL (weekday days, high 4 of 5, time zone UTC)"),
+            "{md}"
+        );
+        // The chart: local clock with the zone named, the event shaded, both baselines drawn.
+        let svg = report.chart();
+        for needle in [
+            "local time, UTC",
+            "19:00",
+            "event in force",
+            "baseline: PJM Economic CBL, 100.0 kW",
+            "baseline: meter before/after",
+        ] {
+            assert!(svg.contains(needle), "the chart lacks {needle:?}");
+        }
+        assert!(!svg.contains("hh:mm"));
         assert_eq!(report.baseline.before_kw, Some(101.0));
         assert_eq!(report.baseline.after_kw, Some(101.0));
         let i = &report.intervals[0];
@@ -1086,12 +1209,15 @@ mod tests {
         assert!((i.compliance.expect("compliance") - 5.0 / 6.0).abs() < 1e-9);
         let mean = (85.0 + 5.0 * 78.0) / 6.0;
         assert!((i.mean_meter_kw.expect("mean") - mean).abs() < 1e-9);
-        assert!((i.delivered_reduction_kw.expect("delivered") - (103.5 - mean)).abs() < 1e-9);
+        assert!((i.delivered_reduction_kw.expect("delivered") - (100.0 - mean)).abs() < 1e-9);
         assert_eq!(i.shortfall_kw, Some(0.0));
         assert!((i.over_delivery_kw.expect("over") - (80.0 - mean)).abs() < 1e-9);
-        assert!(report.to_markdown().contains("highest 4 of the previous 5 days"));
         assert!(report.chart().contains("ceiling in force"));
-        assert!(build(&records, "other", 900).expect("typed entries").is_none());
+        assert!(
+            build(&records, "other", 900, chrono_tz::Tz::UTC)
+                .expect("typed entries")
+                .is_none()
+        );
     }
 
     #[test]

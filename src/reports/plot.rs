@@ -42,6 +42,11 @@ pub enum LineStyle {
 /// How tick values on an axis are labelled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum AxisFormat {
+    /// Values are Unix seconds; labels are the wall-clock time in this zone (`14:30`, or
+    /// `12-02 14:30` when the axis spans days), each tick with that day's UTC offset (DST).
+    /// Ticks fall on whole local minutes and hours. For readers who compare the chart with a
+    /// utility's notice or the site's own logs, which speak local time.
+    Clock(chrono_tz::Tz),
     /// Plain numbers; large magnitudes get SI suffixes (`1.5k`, `12k`, `1.2M`) so labels stay
     /// short, tiny ones switch to scientific notation.
     #[default]
@@ -85,9 +90,36 @@ impl Series {
     }
 }
 
+/// A shaded span of the x axis behind the lines (an event window, its ramp), labelled at its
+/// top left.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Band {
+    /// Where it starts, in x units.
+    pub from: f64,
+    /// Where it ends.
+    pub to: f64,
+    /// Its label.
+    pub label: String,
+    /// Its fill, drawn at low opacity (`#e69f00`).
+    pub colour: &'static str,
+}
+
+/// A vertical line at one x value over the lines (an operator's opt-out), labelled at its top.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Marker {
+    /// Where, in x units.
+    pub at: f64,
+    /// Its label.
+    pub label: String,
+}
+
 /// A line chart. Build with [`Chart::new`] and the builder methods, or set fields directly.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Chart {
+    /// Shaded spans behind the lines.
+    pub bands: Vec<Band>,
+    /// Vertical lines over them.
+    pub markers: Vec<Marker>,
     /// Drawn centred above the plot; may be empty.
     pub title: String,
     /// Drawn below the x axis; may be empty.
@@ -114,6 +146,8 @@ impl Chart {
     /// An empty 900 × 500 chart with plain number axes.
     pub fn new(title: impl Into<String>, x_label: impl Into<String>, y_label: impl Into<String>) -> Self {
         Chart {
+            bands: Vec::new(),
+            markers: Vec::new(),
             title: title.into(),
             x_label: x_label.into(),
             y_label: y_label.into(),
@@ -129,6 +163,18 @@ impl Chart {
     /// Adds a series.
     pub fn series(mut self, series: Series) -> Self {
         self.series.push(series);
+        self
+    }
+
+    /// Adds a shaded span.
+    pub fn band(mut self, band: Band) -> Self {
+        self.bands.push(band);
+        self
+    }
+
+    /// Adds a vertical marker.
+    pub fn marker(mut self, marker: Marker) -> Self {
+        self.markers.push(marker);
         self
     }
 
@@ -179,7 +225,9 @@ impl Chart {
         // black, and converted PNGs would be transparent.
         out.push_str("<rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n");
         self.render_axes(&mut out, &layout);
+        self.render_bands(&mut out, &layout);
         self.render_series(&mut out, &layout, &data);
+        self.render_markers(&mut out, &layout);
         if data.iter().all(Vec::is_empty) {
             // On a white backing so the gridlines do not strike through the note.
             let (cx, cy) = (
@@ -292,6 +340,60 @@ impl Chart {
             );
         }
         out.push_str("</g>\n");
+    }
+
+    fn render_bands(&self, out: &mut String, l: &Layout) {
+        for band in &self.bands {
+            if !(band.from.is_finite() && band.to.is_finite()) {
+                continue;
+            }
+            let x0 = l.x_px(band.from.min(band.to)).clamp(l.plot_left, l.plot_right);
+            let x1 = l.x_px(band.from.max(band.to)).clamp(l.plot_left, l.plot_right);
+            if x1 - x0 < 0.5 {
+                continue;
+            }
+            let _ = writeln!(
+                out,
+                r#"<g class="band"><title>{}</title><rect x="{}" y="{}" width="{}" height="{}" fill="{}" fill-opacity="0.16"/>"#,
+                escape(&band.label),
+                num(x0),
+                num(l.plot_top),
+                num(x1 - x0),
+                num(l.plot_bottom - l.plot_top),
+                band.colour,
+            );
+            let label = fit_text(&band.label, (x1 - x0 - 6.0).max(0.0), TICK_FONT);
+            if !label.is_empty() {
+                let _ = write!(
+                    out,
+                    r##"<text x="{}" y="{}" font-size="{}" fill="#5a4300">{}</text>"##,
+                    num(x0 + 4.0),
+                    num(l.plot_top + TICK_FONT + 3.0),
+                    num(TICK_FONT),
+                    escape(&label),
+                );
+            }
+            out.push_str("</g>\n");
+        }
+    }
+
+    fn render_markers(&self, out: &mut String, l: &Layout) {
+        for marker in self.markers.iter().filter(|m| m.at.is_finite()) {
+            let x = l.x_px(marker.at);
+            if x < l.plot_left - 0.5 || x > l.plot_right + 0.5 {
+                continue;
+            }
+            let x = num(crisp(x));
+            let _ = writeln!(
+                out,
+                r##"<g class="marker"><title>{label}</title><line x1="{x}" y1="{}" x2="{x}" y2="{}" stroke="#222222" stroke-width="1.5" stroke-dasharray="3 3"/><text x="{x}" y="{}" text-anchor="middle" font-size="{}" font-weight="bold" fill="#222222">{label}</text></g>"##,
+                num(l.plot_top + TICK_FONT * 2.4),
+                num(l.plot_bottom),
+                num(l.plot_top + TICK_FONT * 2.2),
+                num(TICK_FONT),
+                label = escape(&marker.label),
+            );
+        }
     }
 
     fn render_series(&self, out: &mut String, l: &Layout, data: &[Vec<(f64, f64)>]) {
@@ -546,7 +648,15 @@ impl Layout {
         let plot_bottom = height - OUTER - x_label_band - (TICK_LEN + 3.0 + TICK_FONT + 4.0);
 
         let finite = data.iter().flatten();
-        let x_range = min_max(finite.clone().map(|p| p.0));
+        // Bands and markers are part of what the reader must see: the x axis covers them.
+        let x_range = min_max(
+            finite
+                .clone()
+                .map(|p| p.0)
+                .chain(chart.bands.iter().flat_map(|b| [b.from, b.to]))
+                .chain(chart.markers.iter().map(|m| m.at))
+                .filter(|v| v.is_finite()),
+        );
         let y_range = min_max(finite.map(|p| p.1));
 
         let y = Scale::fit(
@@ -712,7 +822,7 @@ impl Scale {
         horizontal: bool,
     ) -> Self {
         let (mut lo, mut hi) = range.unwrap_or((0.0, 1.0));
-        let zero_anchored = include_zero && format != AxisFormat::Time;
+        let zero_anchored = include_zero && !matches!(format, AxisFormat::Time | AxisFormat::Clock(_));
         if zero_anchored {
             lo = lo.min(0.0);
             hi = hi.max(0.0);
@@ -734,6 +844,11 @@ impl Scale {
             AxisFormat::Time => {
                 let t = time_ticks(lo, hi, target);
                 let labels = time_labels(&t.values, t.step, lo);
+                (t, labels)
+            }
+            AxisFormat::Clock(tz) => {
+                let t = clock_ticks(lo, hi, target, tz);
+                let labels = clock_labels(&t.values, t.step, tz);
                 (t, labels)
             }
             AxisFormat::Number | AxisFormat::Percent => {
@@ -893,6 +1008,62 @@ fn time_ticks(lo: f64, hi: f64, target: usize) -> Ticks {
         values: rel.values.iter().map(|t| lo + t).collect(),
         step: rel.step,
     }
+}
+
+/// The zone's offset from UTC at Unix second `at`, in seconds.
+fn utc_offset_s(tz: chrono_tz::Tz, at: f64) -> f64 {
+    use chrono::{Offset as _, TimeZone as _};
+    let secs = at.clamp(-1e11, 1e11).floor() as i64;
+    chrono::DateTime::from_timestamp(secs, 0).map_or(0.0, |t| {
+        f64::from(tz.offset_from_utc_datetime(&t.naive_utc()).fix().local_minus_utc())
+    })
+}
+
+/// Ticks for a clock axis: whole local minutes and hours (the local offset at the axis start;
+/// a DST change inside the axis shifts later ticks by the change, which their labels show).
+fn clock_ticks(lo: f64, hi: f64, target: usize, tz: chrono_tz::Tz) -> Ticks {
+    let (lo, hi) = if lo <= hi { (lo, hi) } else { (hi, lo) };
+    let hi = if hi - lo >= 1.0 { hi } else { lo + 60.0 };
+    let offset = utc_offset_s(tz, lo);
+    let mut candidates = TIME_STEPS_S.to_vec();
+    candidates.extend([4.0, 7.0, 14.0, 28.0].map(|d| d * 86400.0));
+    let local = ticks_with_best_step(lo + offset, hi + offset, target, &candidates);
+    Ticks {
+        values: local.values.iter().map(|t| t - offset).collect(),
+        step: local.step,
+    }
+}
+
+/// Local wall-clock labels: `HH:MM` (`HH:MM:SS` when ticks are closer than a minute), with the
+/// date (`MM-DD HH:MM`) when the axis spans days.
+fn clock_labels(values: &[f64], step: f64, tz: chrono_tz::Tz) -> Vec<String> {
+    let with_seconds = (step.round() as i64) % 60 != 0;
+    let spans_days = match (values.first(), values.last()) {
+        (Some(a), Some(b)) => b - a >= 86400.0,
+        _ => false,
+    };
+    let pattern = match (spans_days, with_seconds) {
+        (true, _) => "%m-%d %H:%M",
+        (false, true) => "%H:%M:%S",
+        (false, false) => "%H:%M",
+    };
+    values
+        .iter()
+        .map(|&v| {
+            chrono::DateTime::from_timestamp(v.clamp(-1e11, 1e11).round() as i64, 0)
+                .map(|t| t.with_timezone(&tz).format(pattern).to_string())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// The x-axis label of a clock axis: the zone's name and its abbreviation and offset at `at`
+/// (`local time, America/New_York (EST, UTC−05:00)`), so no reader has to guess the zone.
+#[must_use]
+pub fn clock_axis_label(tz: chrono_tz::Tz, at: chrono::DateTime<chrono::Utc>) -> String {
+    let local = at.with_timezone(&tz);
+    let offset = local.format("%:z").to_string().replace('-', "−");
+    format!("local time, {} ({}, UTC{offset})", tz.name(), local.format("%Z"))
 }
 
 /// `hh:mm` since `origin`, or `hh:mm:ss` when ticks are not whole minutes apart.
@@ -1445,5 +1616,50 @@ mod tests {
             assert!(std::panic::catch_unwind(|| assert_well_formed(bad)).is_err(), "{bad}");
         }
         assert_well_formed("<svg a=\"&amp;\"><g/>x &lt; y</svg>\n");
+    }
+
+    /// A clock axis reads local wall-clock time in the zone, with each day's DST offset, and
+    /// ticks fall on whole local hours; bands and markers are drawn and well formed.
+    #[test]
+    fn a_clock_axis_reads_local_time_and_bands_and_markers_render() {
+        let tz: chrono_tz::Tz = "America/New_York".parse().expect("zone");
+        // 13:00–17:00 EDT on 14 July 2026 (UTC−4) = 17:00–21:00 UTC.
+        let t0 = 1_784_048_400.0; // 2026-07-14T17:00:00Z
+        let points: Vec<(f64, f64)> = (0..=16).map(|i| (t0 + 900.0 * f64::from(i), 100.0)).collect();
+        let svg = Chart::new(
+            "t",
+            clock_axis_label(tz, chrono::DateTime::from_timestamp(t0 as i64, 0).expect("t")),
+            "kW",
+        )
+        .x_format(AxisFormat::Clock(tz))
+        .y_from_zero(true)
+        .series(Series::new("meter", points))
+        .band(Band {
+            from: t0 + 3600.0,
+            to: t0 + 7200.0,
+            label: "event in force".into(),
+            colour: "#e69f00",
+        })
+        .marker(Marker {
+            at: t0 + 5400.0,
+            label: "opted out by a&b".into(),
+        })
+        .to_svg();
+        assert_well_formed(&svg);
+        assert!(svg.contains(">14:00<") && svg.contains(">16:00<"), "local hours: {svg}");
+        assert!(!svg.contains(">18:00<"), "UTC hours are not local ones");
+        assert!(svg.contains("local time, America/New_York (EDT, UTC−04:00)"));
+        assert!(svg.contains("class=\"band\"") && svg.contains("event in force"));
+        assert!(svg.contains("class=\"marker\"") && svg.contains("opted out by a&amp;b"));
+        assert!(svg.contains(">0</text>"), "the y axis from zero");
+        // Winter: the same local hours are UTC−5.
+        let winter = 1_796_234_400.0; // 2026-12-02T18:00:00Z = 13:00 EST
+        let labels = clock_labels(&[winter, winter + 3600.0], 3600.0, tz);
+        assert_eq!(labels, ["13:00", "14:00"]);
+        let ticks = clock_ticks(winter + 60.0, winter + 3.0 * 3600.0, 3, tz);
+        assert!(
+            ticks.values.iter().all(|v| (v - winter).rem_euclid(3600.0) == 0.0),
+            "{ticks:?}"
+        );
     }
 }

@@ -53,6 +53,9 @@ pub struct SiteConfig {
     /// highest matching row applies). Empty (default): price signals are recorded and
     /// acknowledged, never acted on.
     pub price_table: Vec<PriceRow>,
+    /// The site's IANA time zone (`America/New_York`): its local calendar days and clock, with
+    /// DST, for the customer baseline (`baseline::pjm_economic_cbl`) and the charts.
+    pub time_zone: String,
 }
 
 /// One row of the site's price policy.
@@ -73,6 +76,7 @@ impl Default for SiteConfig {
             baseline_window_s: 900,
             level_offset_percent_per_step: 5.0,
             price_table: Vec::new(),
+            time_zone: "UTC".to_string(),
         }
     }
 }
