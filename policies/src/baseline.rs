@@ -139,8 +139,9 @@ pub struct Cbl {
 pub enum CblUnavailable {
     /// Not enough eligible days within the look-back.
     #[error(
-        "{found} eligible {day_type:?} days with meter readings in the {LOOKBACK_DAYS} days before the event, \
-         {needed} needed"
+        "{found} eligible {} days with meter readings in the {LOOKBACK_DAYS} days before the event, {needed} \
+         needed",
+        match day_type { DayType::Weekday => "weekday", DayType::WeekendOrHoliday => "weekend or holiday" }
     )]
     TooFewDays {
         /// The event's day type.

@@ -596,6 +596,8 @@ mod tests {
             ceiling_w: None,
             lowest_ceiling_w: None,
             start: chrono::DateTime::UNIX_EPOCH,
+            pre_event_meter_w: 0.0,
+            phases: Vec::new(),
         }
     }
 

@@ -377,10 +377,12 @@ pub fn build(
         .filter(|(_, _, ceiling)| ceiling.is_some())
         .map(|(t, _, _)| t.with_timezone(&time_zone).date_naive())
         .collect();
-    let cbl = match (started, recovering.or(ended)) {
+    // An event still in force is baselined over its window so far (to the last reading).
+    let so_far = started.and_then(|s| meter.iter().rev().map(|m| m.0).find(|t| *t > s));
+    let cbl = match (started, recovering.or(ended).or(so_far)) {
         (Some(s), Some(e)) => flexgate_policies::baseline::pjm_economic_cbl(&measured, s, e, time_zone, &event_days)
             .map_err(|e| e.to_string()),
-        _ => Err("the event has not run (no curtailment window in the ledger)".to_string()),
+        _ => Err("the event has not started (no curtailment window in the ledger)".to_string()),
     };
     let before_after_kw = match (before_kw, after_kw) {
         (Some(b), Some(a)) => Some((a + b) / 2.0),

@@ -265,6 +265,52 @@ impl Gateway {
         .map(|_| ())
     }
 
+    /// The published snapshot, for readers that watch it change (`GET /v1/stream`).
+    pub(crate) fn published_snapshot(&self) -> Arc<Published> {
+        self.published()
+    }
+
+    /// The meter's recent history (`GET /v1/meter/history`): the last `seconds` of readings the
+    /// gateway keeps, with the ceiling in force at each and where each figure came from.
+    pub async fn meter_history(&self, seconds: u64) -> crate::grid::http::dashboard::MeterHistoryView {
+        let published = self.published();
+        let snapshot = &published.snapshot;
+        let since = self.clock.now() - chrono::Duration::seconds(i64::try_from(seconds).unwrap_or(21_600));
+        let points = snapshot
+            .meter_history
+            .iter()
+            .filter(|(at, _, _)| *at >= since)
+            .map(|(at, kw, measured)| crate::grid::http::dashboard::MeterPoint {
+                at: *at,
+                meter_w: kw * 1000.0,
+                quality: if *measured { "measured" } else { "model" },
+                ceiling_w: snapshot.book.effective_ceiling(*at).map(|c| c.ceiling_kw * 1000.0),
+            })
+            .collect();
+        crate::grid::http::dashboard::MeterHistoryView {
+            time_zone: self.config.site.time_zone.clone(),
+            points,
+        }
+    }
+
+    /// The audit of `event_id` from the live ledger (`GET /v1/events/{id}/audit`): `Ok(None)`
+    /// when the ledger holds nothing of it.
+    pub async fn audit(&self, event_id: &str) -> Result<Option<crate::reports::audit::AuditReport>, String> {
+        let ledger = self.ledger.clone();
+        let id = event_id.to_string();
+        let window_s = self.config.site.baseline_window_s;
+        let tz: chrono_tz::Tz = self.config.site.time_zone.parse().unwrap_or(chrono_tz::Tz::UTC);
+        tokio::task::spawn_blocking(move || {
+            let records = ledger
+                .iter_from(1)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| format!("reading the ledger: {e}"))?;
+            crate::reports::audit::build(&records, &id, window_s, tz).map_err(|e| e.to_string())
+        })
+        .await
+        .map_err(|e| format!("the audit did not complete: {e}"))?
+    }
+
     /// The snapshot reads are served from.
     pub(crate) fn published(&self) -> Arc<Published> {
         self.published.read().unwrap_or_else(PoisonError::into_inner).clone()
@@ -533,6 +579,7 @@ impl Gateway {
             self.clock.now(),
             &self.ledger.head().1,
             &self.config.gateway.site,
+            &self.config.site.time_zone,
         )
     }
 

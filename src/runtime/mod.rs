@@ -11,6 +11,7 @@ pub mod clock;
 mod control;
 mod gateway;
 pub mod metrics;
+pub(crate) use gateway::Published;
 mod recovery;
 pub mod views;
 

@@ -23,6 +23,8 @@ pub struct StatusView {
     pub at: DateTime<Utc>,
     /// The site this gateway serves (events for another site are refused).
     pub site: String,
+    /// The site's IANA time zone (`[site] time_zone`), for local clock times.
+    pub time_zone: String,
     /// Events ramping, active or recovering.
     pub active_events: Vec<String>,
     /// Meter ceiling in force, W; `null` when no event constrains the site.
@@ -85,7 +87,13 @@ pub struct ProbeView {
 }
 
 impl StatusView {
-    pub(crate) fn build(snapshot: &Snapshot, now: DateTime<Utc>, checkpoint: &str, site: &str) -> Self {
+    pub(crate) fn build(
+        snapshot: &Snapshot,
+        now: DateTime<Utc>,
+        checkpoint: &str,
+        site: &str,
+        time_zone: &str,
+    ) -> Self {
         let ceiling = snapshot.book.effective_ceiling(now);
         let in_kw = MeterKw {
             measured_meter: snapshot
@@ -100,6 +108,7 @@ impl StatusView {
         Self {
             at: now,
             site: site.to_string(),
+            time_zone: time_zone.to_string(),
             in_kw,
             active_events: ceiling.as_ref().map(|c| c.events.clone()).unwrap_or_default(),
             meter_ceiling_w: ceiling.as_ref().map(|c| kw_to_w(c.ceiling_kw)),
@@ -183,6 +192,20 @@ pub struct EventView {
     pub lowest_ceiling_w: Option<f64>,
     /// Window start (after any randomisation).
     pub start: DateTime<Utc>,
+    /// The meter reading before the event, W: where the ramp starts and the recovery returns
+    /// (the gateway's meter-before baseline; the audit adds the program's CBL).
+    pub pre_event_meter_w: f64,
+    /// When each phase begins, by the schedule (the ramp, the hold, the recovery, the end).
+    pub phases: Vec<PhaseAt>,
+}
+
+/// A phase and when it begins.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct PhaseAt {
+    /// `ramping`, `active`, `recovering`, `completed`, `cancelled`, `opted_out`.
+    pub phase: String,
+    /// When.
+    pub at: DateTime<Utc>,
 }
 
 impl EventView {
@@ -201,6 +224,15 @@ impl EventView {
                 .reduce(f64::min)
                 .map(kw_to_w),
             start: entry.effective_start,
+            pre_event_meter_w: kw_to_w(entry.pre_event_meter_kw),
+            phases: entry
+                .phase_points()
+                .into_iter()
+                .map(|(at, phase)| PhaseAt {
+                    phase: phase.as_str().to_string(),
+                    at,
+                })
+                .collect(),
         }
     }
 }

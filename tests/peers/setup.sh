@@ -7,11 +7,12 @@
 #   - Prometheus 2.42 and promtool (Debian package; the tests start their own server, and
 #     check the alert rules in deploy/prometheus with promtool)
 #   - systemd-analyze (Debian's systemd package) to verify the units in deploy/systemd
+#   - Chromium (Debian package, headless) for the dashboard test, tests/dashboard.rs
 #   - Slurm 22.05 (slurmctld, slurmd, slurmrestd, munge; Debian packages; the tests start a
 #     single-node cluster with 8 fake GPUs through tests/peers/slurm.sh)
 # Idempotent: each step is skipped when its result is already there. One line per step on
 # stdout; the tools' own output goes to target/peers/*.log and is shown only when a step fails.
-# Usage: tests/peers/setup.sh [--only oadr2b|oadr3|modbus|prometheus|systemd|mosquitto|strace|cargo-deny|slurm]
+# Usage: tests/peers/setup.sh [--only oadr2b|oadr3|modbus|prometheus|systemd|chromium|mosquitto|strace|cargo-deny|slurm]
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."   # workspace root
@@ -24,10 +25,10 @@ OADR3_ROOT=$PEERS/openadr
 OADR3_BIN=$OADR3_ROOT/bin/openadr
 ONLY=${2:-}
 if [[ ${1:-} == --only ]]; then
-    [[ $ONLY == oadr2b || $ONLY == oadr3 || $ONLY == modbus || $ONLY == prometheus || $ONLY == systemd || $ONLY == mosquitto || $ONLY == strace || $ONLY == cargo-deny || $ONLY == slurm ]] ||
-        { echo "setup: --only takes oadr2b, oadr3, modbus, prometheus, systemd, mosquitto, strace, cargo-deny or slurm" >&2; exit 2; }
+    [[ $ONLY == oadr2b || $ONLY == oadr3 || $ONLY == modbus || $ONLY == prometheus || $ONLY == systemd || $ONLY == chromium || $ONLY == mosquitto || $ONLY == strace || $ONLY == cargo-deny || $ONLY == slurm ]] ||
+        { echo "setup: --only takes oadr2b, oadr3, modbus, prometheus, systemd, chromium, mosquitto, strace, cargo-deny or slurm" >&2; exit 2; }
 elif [[ $# -gt 0 ]]; then
-    echo "usage: $0 [--only oadr2b|oadr3|modbus|prometheus|systemd|mosquitto|strace|cargo-deny|slurm]" >&2; exit 2
+    echo "usage: $0 [--only oadr2b|oadr3|modbus|prometheus|systemd|chromium|mosquitto|strace|cargo-deny|slurm]" >&2; exit 2
 fi
 mkdir -p "$PEERS"
 
@@ -171,23 +172,30 @@ setup_prometheus() {
     [[ -x /usr/bin/prometheus && -x /usr/bin/promtool ]] || fail "prometheus installed but /usr/bin/prometheus or promtool is missing" "$log"
 }
 
-# systemd-analyze (Debian's systemd package; nothing is started): tests/deploy.rs verifies the
-# service units in deploy/systemd with it.
-setup_systemd() {
-    if command -v systemd-analyze >/dev/null 2>&1; then
-        step "systemd-analyze already installed ($(systemd-analyze --version 2>&1 | head -n 1))"
+# One Debian package for a tool the tests run: `present` is the check that it is there,
+# `why` what it is for. Installed with apt-get as root; otherwise the step says what to do.
+apt_tool() {
+    local package=$1 present=$2 why=$3
+    if eval "$present" >/dev/null 2>&1; then
+        step "$package already installed"
         return
     fi
-    local log=$PEERS/systemd-install.log
+    local log=$PEERS/$package-install.log
     if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
-        step "apt-get install systemd (for systemd-analyze; no service is started)"
-        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd; } \
-            >"$log" 2>&1 || fail "apt-get install systemd failed" "$log"
+        step "apt-get install $package ($why; nothing is started)"
+        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$package"; } \
+            >"$log" 2>&1 || fail "apt-get install $package failed" "$log"
     else
-        fail "systemd-analyze is missing and this is not a root shell with apt-get: install the systemd package"
+        fail "$package is not installed and this is not a root shell with apt-get: install the $package package"
     fi
-    command -v systemd-analyze >/dev/null 2>&1 || fail "systemd installed but systemd-analyze is not on PATH" "$log"
+    eval "$present" >/dev/null 2>&1 || fail "$package installed but the check '$present' still fails" "$log"
 }
+
+# systemd-analyze: tests/deploy.rs verifies the service units in deploy/systemd with it.
+setup_systemd() { apt_tool systemd "command -v systemd-analyze" "systemd-analyze, for the units in deploy/systemd"; }
+
+# Chromium, run headless by tests/dashboard.rs.
+setup_chromium() { apt_tool chromium "test -x /usr/bin/chromium" "headless, for the dashboard test; about 1 min"; }
 
 setup_strace() {
     if command -v strace >/dev/null 2>&1; then
@@ -238,10 +246,11 @@ case $ONLY in
     modbus) setup_modbus ;;
     prometheus) setup_prometheus ;;
     systemd) setup_systemd ;;
+    chromium) setup_chromium ;;
     mosquitto) setup_mosquitto ;;
     slurm) setup_slurm ;;
     strace) setup_strace ;;
     cargo-deny) setup_cargo_deny ;;
-    *) setup_oadr2b; setup_modbus; setup_oadr3; setup_mosquitto; setup_prometheus; setup_systemd; setup_strace; setup_cargo_deny; setup_slurm ;;
+    *) setup_oadr2b; setup_modbus; setup_oadr3; setup_mosquitto; setup_prometheus; setup_systemd; setup_chromium; setup_strace; setup_cargo_deny; setup_slurm ;;
 esac
 step "done"

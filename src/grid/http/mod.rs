@@ -29,6 +29,7 @@ use utoipa_axum::routes;
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
 pub mod body;
+pub mod dashboard;
 pub mod problem;
 pub mod server;
 
@@ -36,7 +37,7 @@ use body::read_body;
 
 /// Shared state of the handlers.
 #[derive(Clone)]
-struct Api {
+pub(crate) struct Api {
     gateway: Arc<Gateway>,
     /// SHA-256 of the token: compared in constant time, and the token itself is not kept around
     /// in a form that a debug print could leak.
@@ -101,6 +102,14 @@ fn routes() -> OpenApiRouter<Api> {
         .routes(routes!(metrics))
         .routes(routes!(healthz))
         .routes(routes!(openapi_json))
+        .routes(routes!(dashboard::stream))
+        .routes(routes!(dashboard::meter_history))
+        .routes(routes!(dashboard::event_audit))
+        .routes(routes!(dashboard::event_audit_chart))
+        .routes(routes!(dashboard::root))
+        .routes(routes!(dashboard::overview))
+        .routes(routes!(dashboard::audit_page))
+        .routes(routes!(dashboard::asset))
 }
 
 /// The generated document as JSON, with the grid documents' JSON Schemas in place of their

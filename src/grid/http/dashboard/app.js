@@ -1,0 +1,327 @@
+// flexgate dashboard: the overview page. Reads the gateway's API only (same origin), updates
+// live from server-sent events (GET /v1/stream), writes text with textContent only (no markup
+// from data), and draws the meter chart as SVG itself: no library, no CDN.
+"use strict";
+
+const SVG = "http://www.w3.org/2000/svg";
+const HISTORY_S = 3600;
+// `now` is the gateway's clock (its status time), which runs faster than the wall in the demo.
+const state = { tz: "UTC", points: [], events: [], updates: 0, now: null };
+
+const $ = (id) => document.getElementById(id);
+const kw = (w) => (w === null || w === undefined || !Number.isFinite(w) ? "—" : (w / 1000).toFixed(1));
+const pct = (x) => (x === null || x === undefined || !Number.isFinite(x) ? "—" : (x * 100).toFixed(1));
+const set = (id, text) => { const el = $(id); if (el) el.textContent = text; };
+
+function clock(ms, withDate, withSeconds) {
+  const options = { hour: "2-digit", minute: "2-digit", hour12: false, timeZone: state.tz };
+  if (withSeconds) options.second = "2-digit";
+  if (withDate) { options.month = "2-digit"; options.day = "2-digit"; }
+  try { return new Intl.DateTimeFormat("en-GB", options).format(new Date(ms)); }
+  catch (_) { return new Date(ms).toISOString().slice(11, 16); }
+}
+
+function cell(row, text, className) {
+  const td = document.createElement("td");
+  td.textContent = text;
+  if (className) td.className = className;
+  row.appendChild(td);
+  return td;
+}
+
+function replaceRows(table, rows, empty, columns) {
+  const body = $(table).tBodies[0];
+  body.replaceChildren();
+  if (rows.length === 0) {
+    const tr = document.createElement("tr");
+    const td = cell(tr, empty, "muted");
+    td.colSpan = columns;
+    body.appendChild(tr);
+    return;
+  }
+  rows.forEach((tr) => body.appendChild(tr));
+}
+
+function showStatus(s) {
+  state.tz = s.time_zone || "UTC";
+  set("site", s.site);
+  set("time-zone", state.tz);
+  set("meter", kw(s.meter_w));
+  const quality = $("meter-quality");
+  quality.textContent = s.meter_quality || "none yet";
+  quality.className = "badge " + (s.meter_quality === "measured" ? "state-ok" : "state-warn");
+  set("ceiling", kw(s.meter_ceiling_w));
+  set("phase", s.phase || "none");
+  set("gpu-power", kw(s.measured_gpu_w));
+  set("gpu-budget", kw(s.gpu_budget_w));
+  set("trim", kw(s.trim_w));
+  set("flex", kw(s.flex_available_w));
+  set("ledger-head", s.log_checkpoint || "—");
+  const compliance = $("compliance");
+  const note = $("compliance-note");
+  if (s.meter_ceiling_w === null || s.meter_ceiling_w === undefined) {
+    compliance.textContent = "No event";
+    compliance.dataset.state = "none";
+    note.textContent = "No event constrains the site.";
+    set("margin", "—");
+  } else if (s.meter_w === null || s.meter_w === undefined) {
+    compliance.textContent = "No reading";
+    compliance.dataset.state = "warn";
+    note.textContent = "No meter figure yet.";
+  } else {
+    const margin = s.meter_ceiling_w - s.meter_w;
+    set("margin", kw(margin));
+    const measured = s.meter_quality === "measured";
+    if (margin >= 0) {
+      compliance.textContent = "Under the ceiling";
+      compliance.dataset.state = measured ? "ok" : "warn";
+    } else {
+      compliance.textContent = "OVER the ceiling";
+      compliance.dataset.state = "over";
+    }
+    note.textContent = measured
+      ? `${kw(Math.abs(margin))} kW ${margin >= 0 ? "below" : "above"} the ceiling, by the meter.`
+      : `The meter figure is the ${s.meter_quality} estimate: compliance is not shown by the meter now.`;
+  }
+}
+
+function showEvents(events) {
+  state.events = events;
+  const rows = events.map((e) => {
+    const tr = document.createElement("tr");
+    cell(tr, e.id);
+    cell(tr, String(e.revision), "num");
+    const st = cell(tr, e.state + (e.test ? " (test)" : ""));
+    st.className = e.state === "active" || e.state === "ramping" ? "state-warn" : "";
+    cell(tr, kw(e.ceiling_w), "num");
+    cell(tr, kw(e.lowest_ceiling_w), "num");
+    cell(tr, clock(Date.parse(e.start), true));
+    const td = document.createElement("td");
+    const a = document.createElement("a");
+    a.href = "/dashboard/events/" + encodeURIComponent(e.id);
+    a.textContent = "audit";
+    a.setAttribute("aria-label", "audit of event " + e.id);
+    td.appendChild(a);
+    tr.appendChild(td);
+    return tr;
+  });
+  replaceRows("events", rows, "No events.", 7);
+  const select = $("opt-event");
+  const chosen = select.value;
+  select.replaceChildren();
+  const none = document.createElement("option");
+  none.value = "";
+  none.textContent = "—";
+  select.appendChild(none);
+  events.filter((e) => !["completed", "cancelled", "opted_out"].includes(e.state)).forEach((e) => {
+    const o = document.createElement("option");
+    o.value = e.id;
+    o.textContent = `${e.id} (${e.state})`;
+    select.appendChild(o);
+  });
+  select.value = chosen;
+}
+
+function showPlan(p) {
+  set("plan-in-force", p.in_force ? `yes, generation ${p.generation}` : "no (no event constrains the site)");
+  set("plan-policy", p.in_force ? `${p.policy} · ${p.objective || "tokens"}` : "—");
+  set("plan-budget", kw(p.gpu_budget_w));
+  set("plan-planned", kw(p.planned_power_w));
+  set("plan-shortfall", kw(p.shortfall_w));
+  set("plan-fallbacks", p.fallbacks.length ? `${p.fallbacks.length} job(s): ${p.fallbacks.join(", ")}` : "none");
+  set("plan-progress", pct(p.expected ? p.expected.progress_kept_share : null));
+  set("plan-tokens", pct(p.expected ? p.expected.tokens_kept_share : null));
+}
+
+function showJobs(jobs, total, plan) {
+  set("jobs-count", `(${total} running; the ${jobs.length} capped deepest shown)`);
+  const shares = new Map((plan.entries || []).map((e) => [e.job, e]));
+  const rows = jobs.map((j) => {
+    const tr = document.createElement("tr");
+    cell(tr, j.id);
+    cell(tr, String(j.gpus), "num");
+    cell(tr, j.cap_w_per_gpu.toFixed(0), "num");
+    cell(tr, j.confirmed ? "yes" : "NOT confirmed", j.confirmed ? "" : "state-bad");
+    cell(tr, kw(j.measured_power_w), "num");
+    cell(tr, j.measured_tokens_per_s === null ? "unknown (not reported)" : `${j.measured_tokens_per_s.toFixed(0)} measured`, "num");
+    cell(tr, j.knowledge_evidence ? `${j.elasticity}: ${j.knowledge_evidence}` : j.elasticity);
+    const entry = shares.get(j.id);
+    cell(tr, entry && entry.expected_share !== null && entry.expected_share !== undefined ? `${pct(entry.expected_share)} % (estimate)` : "—", "num");
+    return tr;
+  });
+  replaceRows("jobs", rows, "No jobs.", 8);
+}
+
+// ---- the chart ---------------------------------------------------------------------------
+
+function el(name, attrs, text) {
+  const node = document.createElementNS(SVG, name);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+function niceStep(span, target) {
+  const raw = span / target;
+  const base = Math.pow(10, Math.floor(Math.log10(raw)));
+  for (const m of [1, 2, 5, 10]) if (base * m >= raw) return base * m;
+  return base * 10;
+}
+
+function drawChart() {
+  const host = $("chart");
+  const W = 1200, H = 360, L = 64, R = 16, T = 14, B = 40;
+  const now = state.now || Date.now();
+  // The last hour, or from the first reading when there is less (at least a minute shown).
+  const first = state.points.length ? state.points[0].t : now;
+  const from = Math.min(now - 60000, Math.max(now - HISTORY_S * 1000, first - 5000));
+  const pts = state.points.filter((p) => p.t >= from);
+  const svg = el("svg", { viewBox: `0 0 ${W} ${H}`, role: "presentation" });
+  const maxKw = Math.max(1, ...pts.map((p) => Math.max(p.meter, p.ceiling || 0)),
+    ...state.events.map((e) => e.pre_event_meter_w / 1000)) * 1.1;
+  const x = (t) => L + ((t - from) / (now - from)) * (W - L - R);
+  const y = (v) => H - B - (v / maxKw) * (H - T - B);
+  // Event windows.
+  for (const e of state.events) {
+    const phases = e.phases.map((p) => ({ phase: p.phase, at: Date.parse(p.at) }));
+    for (let i = 0; i < phases.length; i++) {
+      const p = phases[i];
+      if (!["ramping", "active", "recovering"].includes(p.phase)) continue;
+      const end = i + 1 < phases.length ? phases[i + 1].at : now;
+      const a = Math.max(p.at, from), b = Math.min(end, now);
+      if (b <= a) continue;
+      svg.appendChild(el("rect", { x: x(a), y: T, width: x(b) - x(a), height: H - T - B,
+        fill: p.phase === "active" ? "#e69f00" : "#56b4e9", "fill-opacity": 0.18 }));
+      svg.appendChild(el("text", { x: x(a) + 4, y: T + 14, "font-size": 12, fill: "#5a4300" }, `${e.id} ${p.phase}`));
+    }
+    // The pre-event meter: the event's own baseline, dashed over its window.
+    const start = phases.length ? phases[0].at : null;
+    const last = phases.length ? phases[phases.length - 1].at : null;
+    if (start !== null && last !== null && last > from && start < now) {
+      const a = x(Math.max(start, from)), b = x(Math.min(last, now));
+      svg.appendChild(el("line", { x1: a, x2: b, y1: y(e.pre_event_meter_w / 1000), y2: y(e.pre_event_meter_w / 1000),
+        stroke: "#555", "stroke-width": 1.5, "stroke-dasharray": "6 4" }));
+    }
+  }
+  // Axes and ticks.
+  const step = niceStep(maxKw, 5);
+  for (let v = 0; v <= maxKw; v += step) {
+    svg.appendChild(el("line", { x1: L, x2: W - R, y1: y(v), y2: y(v), stroke: "#e4e4e4" }));
+    svg.appendChild(el("text", { x: L - 6, y: y(v) + 4, "text-anchor": "end", "font-size": 12, fill: "#333" }, `${v.toFixed(step < 1 ? 1 : 0)}`));
+  }
+  const span = now - from;
+  const tick = [10, 15, 30, 60, 120, 300, 600, 900, 1800].map((m) => m * 1000).find((m) => span / m <= 8) || 3600000;
+  for (let t = Math.ceil(from / tick) * tick; t <= now; t += tick) {
+    svg.appendChild(el("line", { x1: x(t), x2: x(t), y1: T, y2: H - B, stroke: "#e4e4e4" }));
+    svg.appendChild(el("text", { x: x(t), y: H - B + 16, "text-anchor": "middle", "font-size": 12, fill: "#333" }, clock(t, false, tick < 60000)));
+  }
+  svg.appendChild(el("text", { x: 14, y: T + (H - T - B) / 2, transform: `rotate(-90 14 ${T + (H - T - B) / 2})`,
+    "text-anchor": "middle", "font-size": 12, fill: "#333" }, "kW at the meter"));
+  svg.appendChild(el("text", { x: L + (W - L - R) / 2, y: H - 6, "text-anchor": "middle", "font-size": 12, fill: "#333" },
+    `local time, ${state.tz}`));
+  svg.appendChild(el("path", { d: `M${L} ${T} V${H - B} H${W - R}`, stroke: "#555", fill: "none" }));
+  // The ceiling, stepped, and the meter.
+  let d = "";
+  let prev = null;
+  for (const p of pts) {
+    if (p.ceiling === null) { prev = null; continue; }
+    d += prev === null ? `M${x(p.t)} ${y(p.ceiling)}` : ` H${x(p.t)} V${y(p.ceiling)}`;
+    prev = p;
+  }
+  if (d) svg.appendChild(el("path", { d, stroke: "#d55e00", "stroke-width": 2.2, fill: "none" }));
+  if (pts.length) {
+    svg.appendChild(el("polyline", { points: pts.map((p) => `${x(p.t)},${y(p.meter)}`).join(" "),
+      stroke: "#0072b2", "stroke-width": 2.2, fill: "none" }));
+  }
+  host.replaceChildren(svg);
+}
+
+// ---- live updates ------------------------------------------------------------------------
+
+function onState(message) {
+  const m = JSON.parse(message.data);
+  state.now = Date.parse(m.status.at);
+  showStatus(m.status);
+  showEvents(m.events);
+  showPlan(m.plan);
+  showJobs(m.jobs, m.status.jobs, m.plan);
+  if (m.status.meter_w !== null && m.status.meter_w !== undefined) {
+    const t = Date.parse(m.status.at);
+    const last = state.points[state.points.length - 1];
+    if (!last || t > last.t) {
+      state.points.push({ t, meter: m.status.meter_w / 1000, ceiling: m.status.meter_ceiling_w === null ? null : m.status.meter_ceiling_w / 1000 });
+    }
+  }
+  drawChart();
+  state.updates += 1;
+  const live = $("live");
+  live.dataset.updates = String(state.updates);
+  live.textContent = `updated ${clock(Date.parse(m.status.at), false)} (${state.updates} updates)`;
+}
+
+function connect() {
+  // `?updates=N` on the page's address ends the live stream after N updates (for snapshots).
+  const limit = Number(new URLSearchParams(location.search).get("updates")) || 0;
+  const source = new EventSource(limit > 0 ? `/v1/stream?max=${limit}` : "/v1/stream");
+  source.addEventListener("state", (message) => {
+    onState(message);
+    if (limit > 0 && state.updates >= limit) source.close();
+  });
+  source.onerror = () => {
+    if (source.readyState !== EventSource.CLOSED) set("live", "reconnecting…");
+  };
+}
+
+async function loadHistory() {
+  try {
+    const r = await fetch(`/v1/meter/history?seconds=${HISTORY_S}`);
+    if (!r.ok) return;
+    const h = await r.json();
+    state.tz = h.time_zone || state.tz;
+    state.points = h.points.map((p) => ({ t: Date.parse(p.at), meter: p.meter_w / 1000, ceiling: p.ceiling_w === null ? null : p.ceiling_w / 1000 }));
+    if (state.points.length) state.now = state.points[state.points.length - 1].t;
+    drawChart();
+  } catch (_) {
+    set("chart-caption", "The meter history could not be read; the chart fills as updates arrive.");
+  }
+}
+
+async function verifyLedger() {
+  set("ledger-verify", "verifying…");
+  try {
+    const r = await fetch("/v1/ledger/verify");
+    const v = await r.json();
+    if (!r.ok) { set("ledger-verify", v.detail || `HTTP ${r.status}`); return; }
+    const out = $("ledger-verify");
+    out.textContent = v.intact ? `intact: ${v.records} records` : `FAILED at record ${v.failed_at_record}: ${v.reason}`;
+    out.className = v.intact ? "state-ok" : "state-bad";
+  } catch (_) {
+    set("ledger-verify", "the gateway did not answer");
+  }
+}
+
+async function optOut(event) {
+  event.preventDefault();
+  const token = $("opt-token").value.trim();
+  sessionStorage.setItem("flexgate-token", token);
+  const body = { event_id: $("opt-event").value, operator: $("opt-operator").value, reason: $("opt-reason").value };
+  try {
+    const r = await fetch("/v1/operator/opt-out", {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: `Bearer ${token}` },
+      body: JSON.stringify(body),
+    });
+    const answer = await r.json();
+    set("opt-result", r.ok ? `Opted out of ${body.event_id}; recorded (ledger ${String(answer.log_checkpoint || "").slice(0, 16)}…).` : `Refused (${r.status}): ${answer.detail}`);
+  } catch (_) {
+    set("opt-result", "The gateway did not answer.");
+  }
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  const saved = sessionStorage.getItem("flexgate-token");
+  if (saved) $("opt-token").value = saved;
+  $("verify-button").addEventListener("click", verifyLedger);
+  $("opt-out").addEventListener("submit", optOut);
+  loadHistory().then(() => { verifyLedger(); connect(); });
+});

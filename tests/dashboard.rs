@@ -1,0 +1,280 @@
+//! The operator dashboard in a real headless Chromium (Debian's `chromium`, installed by
+//! `tests/peers/setup.sh`; missing, the test fails loudly): the overview, the same page with an
+//! event in progress, and the event's audit page. Each page must load with no console message
+//! at all (an error, a refused resource, a CSP violation would print one), show live values
+//! that change when the event runs, and be written as a screenshot for a reviewer:
+//! `target/dashboard-screenshots/{overview,event,audit}.png`.
+//!
+//! Chromium runs with a virtual-time budget, so the page's scripts run to completion; the
+//! live stream is bounded with `?updates=N` (the page closes it after N updates), so the dump
+//! or the screenshot shows the page after N live updates.
+#![allow(clippy::disallowed_methods, reason = "the test event runs on the wall clock")]
+
+use flexgate::config::Config;
+use flexgate::runtime::Clock;
+use flexgate::serve::Server;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const TOKEN: &str = "dashboard-test-token-0123456789";
+
+fn chromium() -> PathBuf {
+    for path in ["/usr/bin/chromium", "/usr/bin/chromium-browser"] {
+        if Path::new(path).exists() {
+            return PathBuf::from(path);
+        }
+    }
+    panic!("Chromium is not installed: run `bash tests/peers/setup.sh --only chromium` (apt-get install chromium)");
+}
+
+/// What Chromium printed on stderr that came from the page (console messages, script
+/// errors), and the DOM after the page's scripts ran.
+struct Loaded {
+    dom: String,
+    console: Vec<String>,
+}
+
+fn run_chromium(url: &str, profile: &Path, extra: &[String]) -> (String, String) {
+    let out = Command::new(chromium())
+        .args([
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--hide-scrollbars",
+            "--no-first-run",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--virtual-time-budget=30000",
+            "--window-size=1400,1800",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(extra)
+        .arg(url)
+        .output()
+        .expect("chromium runs");
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn load(url: &str, profile: &Path) -> Loaded {
+    let (dom, stderr) = run_chromium(url, profile, &["--dump-dom".to_string()]);
+    let console = stderr
+        .lines()
+        .filter(|l| l.contains("CONSOLE") || l.contains("Uncaught") || l.contains("Content Security Policy"))
+        .map(str::to_string)
+        .collect();
+    Loaded { dom, console }
+}
+
+fn screenshot(url: &str, profile: &Path, file: &Path) {
+    let _ = std::fs::remove_file(file);
+    let (_, stderr) = run_chromium(url, profile, &[format!("--screenshot={}", file.display())]);
+    let size = std::fs::metadata(file).map(|m| m.len()).unwrap_or(0);
+    assert!(
+        size > 20_000,
+        "no screenshot at {} ({size} bytes): {stderr}",
+        file.display()
+    );
+}
+
+/// The text of the element with `id` in a dumped DOM (its first text run).
+fn text_of(dom: &str, id: &str) -> String {
+    let Some(at) = dom.find(&format!("id=\"{id}\"")) else {
+        return String::new();
+    };
+    let rest = &dom[at..];
+    let Some(open) = rest.find('>') else {
+        return String::new();
+    };
+    let rest = &rest[open + 1..];
+    rest[..rest.find('<').unwrap_or(rest.len())].trim().to_string()
+}
+
+/// [`load`] on the blocking pool (Chromium runs for seconds; the gateway keeps serving).
+async fn load_async(url: String, profile: &Path) -> Loaded {
+    let profile = profile.to_path_buf();
+    tokio::task::spawn_blocking(move || load(&url, &profile))
+        .await
+        .expect("chromium")
+}
+
+/// [`screenshot`] on the blocking pool.
+async fn screenshot_async(url: String, profile: &Path, file: PathBuf) {
+    let profile = profile.to_path_buf();
+    tokio::task::spawn_blocking(move || screenshot(&url, &profile, &file))
+        .await
+        .expect("chromium");
+}
+
+async fn status(addr: std::net::SocketAddr) -> serde_json::Value {
+    let r = flexgate::http_client::request(addr, "GET", "/v1/status", None, None)
+        .await
+        .expect("status");
+    r.json().expect("JSON")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_shows_the_site_live_in_a_real_browser() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let shots = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/dashboard-screenshots");
+    std::fs::create_dir_all(&shots).expect("screenshot directory");
+    let mut config = Config::default();
+    config.gateway.data_dir = dir.path().join("data");
+    config.gateway.api_token = TOKEN.into();
+    config.gateway.telemetry_interval_s = 1;
+    config.gateway.site = "dc-east".into();
+    config.site.time_zone = "America/New_York".into();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let server = Server::start(config, Clock::real(), None, listener)
+        .await
+        .expect("gateway");
+    let addr = server.addr;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while status(addr).await["measured_meter_w"].as_f64().is_none() {
+        assert!(Instant::now() < deadline, "no meter reading");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let profile = dir.path().join("chromium-profile");
+    let base = format!("http://{addr}");
+
+    // Before any event: the site, its zone, the meter, no event; the stream delivered updates.
+    let before = load_async(format!("{base}/dashboard/?updates=2"), &profile).await;
+    assert!(
+        before.console.is_empty(),
+        "console output on the overview: {:#?}",
+        before.console
+    );
+    assert_eq!(text_of(&before.dom, "site"), "dc-east");
+    assert_eq!(text_of(&before.dom, "time-zone"), "America/New_York");
+    assert!(
+        before.dom.contains("data-updates=\"2\""),
+        "two live updates: {}",
+        text_of(&before.dom, "live")
+    );
+    let meter_before: f64 = text_of(&before.dom, "meter").parse().expect("a meter figure in kW");
+    assert!(meter_before > 10.0, "{meter_before}");
+    assert_eq!(text_of(&before.dom, "compliance"), "No event");
+    assert!(before.dom.contains("<svg"), "the chart is drawn");
+    assert!(
+        text_of(&before.dom, "ledger-verify").starts_with("intact"),
+        "{}",
+        text_of(&before.dom, "ledger-verify")
+    );
+    screenshot_async(
+        format!("{base}/dashboard/?updates=2"),
+        &profile,
+        shots.join("overview.png"),
+    )
+    .await;
+
+    // An event: a ceiling 15 % under the meter, from now, for ten minutes.
+    let ceiling_kw = (meter_before * 0.85 * 10.0).round() / 10.0;
+    let start = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let body = serde_json::json!({"schema": "dr.event/1", "event_id": "ev-dash", "revision": 1, "site": "dc-east",
+        "target": {"form": "ceiling", "point": "meter", "kw": ceiling_kw},
+        "window": {"start": start, "ramp_s": 0, "duration_s": 600, "recovery_s": 0}})
+    .to_string();
+    let r = flexgate::http_client::request(addr, "POST", "/v1/events", Some(TOKEN), Some(body.as_bytes()))
+        .await
+        .expect("POST");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let s = status(addr).await;
+        if s["phase"] == "active" && s["gpu_budget_w"].as_f64().is_some() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the event did not become active: {s}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let during = load_async(format!("{base}/dashboard/?updates=3"), &profile).await;
+    assert!(
+        during.console.is_empty(),
+        "console output during the event: {:#?}",
+        during.console
+    );
+    assert!(
+        during.dom.contains("data-updates=\"3\""),
+        "three live updates: {}",
+        text_of(&during.dom, "live")
+    );
+    assert!(during.dom.contains("ev-dash"), "the event is listed");
+    assert!(during.dom.contains(">active<"), "its state is shown");
+    let ceiling_shown: f64 = text_of(&during.dom, "ceiling").parse().expect("a ceiling in kW");
+    assert!(
+        (ceiling_shown - ceiling_kw).abs() < 0.05,
+        "{ceiling_shown} vs {ceiling_kw}"
+    );
+    let compliance = text_of(&during.dom, "compliance");
+    assert!(
+        compliance == "Under the ceiling" || compliance == "OVER the ceiling",
+        "{compliance}"
+    );
+    assert!(
+        text_of(&during.dom, "plan-in-force").starts_with("yes"),
+        "{}",
+        text_of(&during.dom, "plan-in-force")
+    );
+    assert_ne!(text_of(&during.dom, "meter"), "", "a meter figure");
+    assert!(
+        during.dom.contains("event in force") || during.dom.contains("ev-dash active"),
+        "the window is shaded"
+    );
+    screenshot_async(
+        format!("{base}/dashboard/?updates=3"),
+        &profile,
+        shots.join("event.png"),
+    )
+    .await;
+
+    // The event's audit page, rebuilt from the live ledger.
+    let audit = load_async(format!("{base}/dashboard/events/ev-dash"), &profile).await;
+    assert!(
+        audit.console.is_empty(),
+        "console output on the audit page: {:#?}",
+        audit.console
+    );
+    assert_eq!(text_of(&audit.dom, "event-id"), "ev-dash");
+    assert_eq!(text_of(&audit.dom, "loading"), "Rebuilt from the ledger.");
+    assert!(
+        text_of(&audit.dom, "baseline-method").contains("meter before/after"),
+        "{}",
+        text_of(&audit.dom, "baseline-method")
+    );
+    assert_ne!(
+        text_of(&audit.dom, "compliance"),
+        "—",
+        "an interval has metered samples"
+    );
+    let chart = flexgate::http_client::request(addr, "GET", "/v1/events/ev-dash/audit.svg", None, None)
+        .await
+        .expect("chart");
+    assert_eq!(chart.status, 200);
+    assert!(chart.text().contains("event in force") && chart.text().contains("America/New_York"));
+    screenshot_async(
+        format!("{base}/dashboard/events/ev-dash"),
+        &profile,
+        shots.join("audit.png"),
+    )
+    .await;
+
+    // Read-only without the token: an action through the page's own endpoint needs it.
+    let refused = flexgate::http_client::request(
+        addr,
+        "POST",
+        "/v1/operator/opt-out",
+        None,
+        Some(br#"{"event_id":"ev-dash","operator":"x","reason":"y"}"#),
+    )
+    .await
+    .expect("POST");
+    assert_eq!(refused.status, 401);
+    eprintln!("screenshots in {}", shots.display());
+    server.shutdown().await;
+}
