@@ -527,9 +527,12 @@ fn demo_then_audit_verify_export_and_a_tampered_ledger_is_caught() {
         "(objective progress)",
         "hash chain verified",
         "interval 0",
+        // The ledger outlives the demo here (--data), so the audit command is offered for it.
+        "flexgate audit --event demo-001 --data",
     ] {
         assert!(text.contains(needle), "demo output lacks {needle:?}:\n{text}");
     }
+    assert!(!text.contains("1 jobs"), "{text}");
 
     let svg = dir.path().join("audit.svg");
     let audit = stdout_json(&flexgate(&[
@@ -993,4 +996,16 @@ fn json_logs_are_one_object_per_line() {
     let bad = flexgate(&["--log-format", "yaml", "run", "--print-config"]);
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("possible values: text, json"));
+}
+
+/// Reports print the names a user types, not Rust's `Debug` of the types behind them.
+#[test]
+fn simulate_prints_flag_values_not_rust_debug_text() {
+    let out = flexgate(&["simulate", "--workloads", "2", "--jobs", "10", "--cut", "0.3", "-q"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("tiers none, knowledge predicted"), "{text}");
+    for debug in ["None", "Predicted", "Some(", " { "] {
+        assert!(!text.contains(debug), "Debug text {debug:?} in:\n{text}");
+    }
 }
