@@ -7,6 +7,9 @@
 //!
 //! - `flexgate_allocate/N`: `Prepared::allocate` for a 30 % cut, curves estimated beforehand
 //!   (what a demand-response event costs once jobs are known);
+//! - `flexgate_allocate_hedged_progress/N`: the same plan as the gateway makes it by default,
+//!   maximising GPU-weighted progress with the hedge against the equal cut on;
+//! - `flexibility_curve_20_hedged_progress/N`: the site's 20-level flexibility curve, likewise;
 //! - `flexgate_plan_end_to_end/N`: `plan`, estimation of every curve and floor included;
 //! - `equal_plan/N`: the paper's equal-cut baseline, for comparison;
 //! - `oracle_allocate/N`: the oracle's allocation on the prepared true curves;
@@ -20,7 +23,9 @@
 //!
 //! Sample sizes and times are set so that the whole file runs in a few minutes on two cores.
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
-use flexgate_policies::alloc::{AllocationPolicy, Budget, CurveAware, Elasticity, JobSpec, Proportional, Weighting};
+use flexgate_policies::alloc::{
+    AllocationPolicy, Budget, CurveAware, Elasticity, JobSpec, Objective, Proportional, Weighting,
+};
 use flexgate_policies::control::entry::ThroughputPoint;
 use flexgate_policies::control::evidence::{JobEvidence, worth_recording};
 use flexgate_policies::estimate::CurveFamily;
@@ -104,6 +109,7 @@ fn scaling(c: &mut Criterion) {
             (n, jobs, oracle_jobs)
         })
         .collect();
+    let family_for_defaults = family.clone();
     let flexgate = CurveAware::flexgate(family.clone());
     let oracle = CurveAware::oracle(family.clone());
     let equal = Proportional::new(Weighting::Equal, family);
@@ -114,6 +120,29 @@ fn scaling(c: &mut Criterion) {
         let prepared = flexgate.prepare(jobs).expect("synthetic jobs are valid");
         group.bench_function(BenchmarkId::from_parameter(n), |b| {
             b.iter(|| black_box(prepared.allocate(black_box(cut()))));
+        });
+    }
+    group.finish();
+
+    // What the gateway runs by default: the progress objective, hedged.
+    let gateway_default = CurveAware::flexgate(family_for_defaults.clone())
+        .with_objective(Objective::Progress)
+        .with_hedging(true);
+    let mut group = c.benchmark_group("flexgate_allocate_hedged_progress");
+    for (n, jobs, _) in &fleets {
+        configure(&mut group, *n);
+        let prepared = gateway_default.prepare(jobs).expect("synthetic jobs are valid");
+        group.bench_function(BenchmarkId::from_parameter(n), |b| {
+            b.iter(|| black_box(prepared.allocate(black_box(cut()))));
+        });
+    }
+    group.finish();
+    let mut group = c.benchmark_group("flexibility_curve_20_hedged_progress");
+    for (n, jobs, _) in fleets.iter().filter(|(n, _, _)| *n <= 10_000) {
+        configure(&mut group, *n);
+        let prepared = gateway_default.prepare(jobs).expect("synthetic jobs are valid");
+        group.bench_function(BenchmarkId::from_parameter(n), |b| {
+            b.iter(|| black_box(prepared.flexibility_curve(black_box(20))));
         });
     }
     group.finish();

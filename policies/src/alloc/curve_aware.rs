@@ -96,9 +96,9 @@ impl CurveAware {
     }
 
     /// Turn hedging against the equal cut on or off (the oracle knows the true curves and
-    /// never hedges). Off by default: on the curve zoo the hedge does not yet meet its aim (it
-    /// passes 52 of 96 family × cut × objective rows against 49 unhedged, and costs the built-in
-    /// knee family 18 points at a 40 % cut; BENCHMARKS.md), so it is measured, not shipped.
+    /// never hedges). Off in this constructor; the gateway (`[gateway] hedge`) and `simulate`
+    /// (`--no-hedge` to turn it off) hedge by default. On the curve zoo it does not yet meet its
+    /// whole aim (BENCHMARKS.md has the table and what fails).
     #[must_use]
     pub fn with_hedging(mut self, hedging: bool) -> Self {
         self.hedging = hedging && self.mode == Mode::Flexgate;
