@@ -145,6 +145,8 @@ impl Server {
 
     /// Stop serving, stop the control loop, and close the ledger (which unlocks its directory).
     pub async fn shutdown(self) {
+        // Live streams end first, so that the HTTP server's grace period is not spent on them.
+        self.gateway.begin_shutdown();
         let _ = self.stop.send(true);
         for task in self.tasks {
             let _ = task.await;

@@ -172,6 +172,9 @@ pub struct Gateway {
     pub(crate) facility: flexgate_policies::facility::FacilityModel,
     /// Latency histograms and the ledger's flush failures (`GET /metrics`).
     pub(crate) metrics: Arc<super::metrics::GatewayMetrics>,
+    /// Set when the server begins to stop: long-lived answers (`GET /v1/stream`) end at once
+    /// instead of holding the shutdown for the HTTP server's grace period.
+    pub(crate) stopping: std::sync::atomic::AtomicBool,
 }
 
 impl Gateway {
@@ -223,6 +226,7 @@ impl Gateway {
             meter,
             facility,
             metrics,
+            stopping: std::sync::atomic::AtomicBool::new(false),
         });
         gateway.recover().await?;
         Ok(gateway)
@@ -263,6 +267,17 @@ impl Gateway {
         })
         .await
         .map(|_| ())
+    }
+
+    /// Tell long-lived readers that the gateway is stopping.
+    pub fn begin_shutdown(&self) {
+        self.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether [`Gateway::begin_shutdown`] was called.
+    #[must_use]
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The published snapshot, for readers that watch it change (`GET /v1/stream`).

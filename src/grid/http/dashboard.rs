@@ -142,8 +142,11 @@ pub(super) async fn stream(State(api): State<Api>, Query(query): Query<StreamQue
         if sent >= max {
             return None;
         }
-        // Wait for a new snapshot, or the heartbeat.
+        // Wait for a new snapshot, or the heartbeat; end when the gateway stops.
         loop {
+            if api.gateway.is_stopping() {
+                return None;
+            }
             let now = api.gateway.published_snapshot();
             let changed = last.as_ref().is_none_or(|l| !std::sync::Arc::ptr_eq(l, &now));
             if changed || last_sent.elapsed() >= STREAM_HEARTBEAT {
