@@ -147,8 +147,20 @@ async fn an_event_is_planned_capped_and_acknowledged() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     };
-    // Before the event, uncapped jobs offer flexibility, less than the whole meter.
-    let before = utility.next_on(&format!("dr/{SITE}/telemetry"), 10).await;
+    // Before the event, uncapped jobs offer flexibility, less than the whole meter. A message
+    // published before the first plannable telemetry carries none yet (null, never a made-up
+    // figure): take the first that has it.
+    let before = {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let message = utility.next_on(&format!("dr/{SITE}/telemetry"), 10).await;
+            if message["flex_available_kw"].is_number() {
+                break message;
+            }
+            assert!(message["flex_available_kw"].is_null(), "{message}");
+            assert!(Instant::now() < deadline, "no telemetry with flexibility: {message}");
+        }
+    };
     let flex = before["flex_available_kw"].as_f64().expect("flexibility advertised");
     assert!(
         flex > 0.0 && flex < before["meter_kw"].as_f64().unwrap_or(0.0),
