@@ -903,10 +903,12 @@ impl RunningGateway {
             .expect("flexgate run starts");
         let gateway = RunningGateway { child, addr, stderr };
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while std::net::TcpStream::connect(addr).is_err() {
+        // Listening is not serving: `flexgate run` binds its port before it opens the ledger,
+        // so wait for an answer to /healthz (the accept loop starts once the ledger is open).
+        while !healthy(addr) {
             assert!(
                 std::time::Instant::now() < deadline,
-                "the gateway did not listen on {addr}"
+                "the gateway did not answer on {addr}"
             );
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
@@ -916,6 +918,24 @@ impl RunningGateway {
     fn stderr(&self) -> String {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }
+}
+
+/// Whether the gateway at `addr` answers `GET /healthz` with 200.
+fn healthy(addr: std::net::SocketAddr) -> bool {
+    use std::io::{Read as _, Write as _};
+    let Ok(mut stream) = std::net::TcpStream::connect(addr) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(2)));
+    if stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    answer.starts_with("HTTP/1.1 200")
 }
 
 impl Drop for RunningGateway {
