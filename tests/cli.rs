@@ -138,7 +138,7 @@ fn simulate_zoo_judges_every_family_and_exits_by_its_verdict() {
     let report: serde_json::Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("JSON on stdout ({e}); stderr: {}", String::from_utf8_lossy(&out.stderr)));
     let rows = report["rows"].as_array().expect("rows");
-    assert_eq!(rows.len(), 12 * 2, "12 families × 2 objectives × 1 cut");
+    assert_eq!(rows.len(), 14 * 2, "14 families × 2 objectives × 1 cut");
     let mut all_pass = true;
     for row in rows {
         let v = |k: &str| row[k].as_f64().unwrap_or_else(|| panic!("{k} in {row}"));
@@ -161,6 +161,32 @@ fn simulate_zoo_judges_every_family_and_exits_by_its_verdict() {
         all_pass &= row["never_worse_than_equal"] == true && row["at_least_the_paper"] == true;
     }
     assert_eq!(out.status.success(), all_pass, "exit status follows the verdict");
+    // The knowledge bound: per objective (and for tokens at 30 % again with the paper
+    // reproduction's target), over the families told the same, bounds that bracket the answer.
+    let bounds = report["bounds"].as_array().expect("bounds");
+    assert_eq!(
+        bounds.len(),
+        3,
+        "tokens, tokens with the paper's target, progress: {bounds:?}"
+    );
+    for bound in bounds {
+        let families = bound["families"].as_array().expect("families");
+        assert!(
+            families.len() >= 2 && families.iter().any(|f| f == "physical"),
+            "{bound}"
+        );
+        assert!(
+            !families
+                .iter()
+                .any(|f| f == "equal_tpj" || f == "biased" || f == "noisy_sweep"),
+            "{bound}"
+        );
+        let (lower, upper) = (
+            bound["margin_lower"].as_f64().expect("lower"),
+            bound["margin_upper"].as_f64().expect("upper"),
+        );
+        assert!(lower <= upper + 1e-12 && upper.is_finite(), "{bound}");
+    }
 
     let simulate = |extra: &[&str]| {
         let mut args = vec![

@@ -163,7 +163,7 @@ fn kill_9_loses_no_acknowledged_record() {
         .build()
         .unwrap();
     let mut prng = Prng(seed);
-    let mut acked = BTreeSet::new();
+    let mut acked: BTreeSet<u64> = BTreeSet::new();
     let started = Instant::now();
     let mut rounds_with_acks = 0;
     for round in 0..rounds {

@@ -166,6 +166,57 @@ pub fn calibrate_monotone(
     Ok(0.5 * (lo + hi))
 }
 
+/// Points of the scan in [`calibrate_scanning`].
+const CALIBRATION_SCAN: usize = 400;
+
+/// The smallest θ in `[lo, hi]` (0 < lo < hi) with `pfi_of(θ) = target`, for shapes whose PFI
+/// is not monotone in θ: the first bracket of a geometric scan whose ends straddle the target is
+/// bisected, and kept if the PFI there is the target (a bracket around a jump is not); without
+/// one, the scanned θ whose PFI is nearest. θ where the PFI is undefined (no grid point loses ε)
+/// are skipped.
+///
+/// Why scan: the ε rule drops a grid point whose loss is below 1 %, so a shape whose loss starts
+/// just above a grid cap makes the PFI jump when that point's tiny loss crosses ε. A knee at 85 %
+/// of a 590 W draw has the 500 W cap 0.3 % below it: the PFI falls as 1.5/slope while that cap is
+/// dropped, then jumps when it counts. Bisecting [`calibrate_monotone`] over the whole range can
+/// land on the far side of the jump, on a member with the same PFI and another shape entirely (it
+/// did: until issue 14's third step the built-in knee family's four MoE fine-tuning groups, PFI
+/// 1.79–2.67, were cliffs that fell to 2 % throughput at 76 % of their draw, instead of slopes of
+/// 0.6–0.9). Where θ orders the shapes from gentle to steep, the first root is the gentlest
+/// member with that PFI.
+pub fn calibrate_scanning(
+    target: f64,
+    lo: f64,
+    hi: f64,
+    mut pfi_of: impl FnMut(f64) -> Result<f64, CalibrationError>,
+) -> f64 {
+    let ratio = (hi / lo).powf(1.0 / (CALIBRATION_SCAN as f64 - 1.0));
+    let thetas: Vec<f64> = (0..CALIBRATION_SCAN).map(|i| lo * ratio.powi(i as i32)).collect();
+    let values: Vec<Option<f64>> = thetas
+        .iter()
+        .map(|&t| pfi_of(t).ok().filter(|v| v.is_finite()))
+        .collect();
+    for k in 1..thetas.len() {
+        let (Some(a), Some(b)) = (values[k - 1], values[k]) else {
+            continue;
+        };
+        if (a - target) * (b - target) > 0.0 {
+            continue;
+        }
+        if let Ok(theta) = calibrate_monotone(target, thetas[k - 1], thetas[k], &mut pfi_of)
+            && pfi_of(theta).is_ok_and(|v| (v - target).abs() < 1e-6)
+        {
+            return theta;
+        }
+    }
+    thetas
+        .iter()
+        .zip(&values)
+        .filter_map(|(&t, v)| v.map(|v| ((v - target).abs(), t)))
+        .min_by(|a, b| a.0.total_cmp(&b.0))
+        .map_or(lo, |(_, t)| t)
+}
+
 /// Lowest compute share the calibration tries: below it a 200 W cap is unreachable at `f_min`
 /// and PFI exceeds 2.5 on both H200 grids already, above every published value.
 pub const MIN_COMPUTE_SHARE: f64 = 0.15;
@@ -244,5 +295,29 @@ mod tests {
             let got = pfi_on_grid(&c, &grid, 0.01).expect("pfi").value;
             assert!((got - target).abs() < 1e-6, "target {target} got {got} ({model:?})");
         }
+    }
+
+    #[test]
+    fn calibration_finds_the_gentlest_member_across_a_jump_of_the_pfi() {
+        // A knee at 0.6 of a 670 W draw on the fine grid: PFI = 2.98/k while the 400 W cap (x =
+        // 0.597) loses under ε, then jumps to ≈ 47/k; 1.22 is at k ≈ 2.44, on the first branch.
+        let draw = 670.0;
+        let xs: Vec<f64> = [200.0, 300.0, 400.0, 500.0, 600.0].iter().map(|c| c / draw).collect();
+        let pfi = |k: f64| -> Result<f64, CalibrationError> {
+            let kept: Vec<f64> = xs
+                .iter()
+                .filter_map(|&x| {
+                    let loss = 1.0 - (1.0 - k * (0.6 - x).max(0.0)).clamp(0.02, 1.0);
+                    (loss >= crate::pfi::DEFAULT_EPSILON).then(|| (1.0 - x) / loss)
+                })
+                .collect();
+            Ok(kept.iter().sum::<f64>() / kept.len().max(1) as f64)
+        };
+        let k = calibrate_scanning(1.22, 0.05, 20.0, pfi);
+        assert!((k - 2.44).abs() < 0.01, "slope {k}");
+        assert!((pfi(k).expect("pfi") - 1.22).abs() < 1e-6);
+        // Out of reach: the nearest PFI the scan saw.
+        let far = calibrate_scanning(0.1, 0.05, 20.0, pfi);
+        assert!(pfi(far).expect("pfi") < 0.9);
     }
 }

@@ -20,7 +20,7 @@
 pub mod bounds;
 pub mod curve_aware;
 pub mod proportional;
-mod select;
+pub(crate) mod select;
 mod types;
 
 pub use curve_aware::{CurveAware, Prepared};

@@ -459,14 +459,19 @@ pub fn mix_weights(mix: Mix, templates: &[JobTemplate]) -> Vec<f64> {
         .collect()
 }
 
-struct Drawn {
-    template: usize,
+/// One job of a drawn workload: which template, and what the policies are told of it.
+pub(crate) struct Drawn {
+    /// Index of the job's template.
+    pub(crate) template: usize,
     predicted_pfi: Option<f64>,
     max_slowdown: Option<Fraction>,
     index: usize,
 }
 
-fn draw_workload(
+/// The jobs of one workload (see the module docs: one prediction error per template, then per
+/// job its template and tier), drawn from `rng`. Whatever else reads the experiment's workloads
+/// (the zoo's knowledge bound) draws them here, so it sees the very same jobs.
+pub(crate) fn draw_workload(
     config: &ExperimentConfig,
     templates: &[JobTemplate],
     weights: &[f64],

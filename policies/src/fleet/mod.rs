@@ -3,6 +3,7 @@
 pub mod experiment;
 pub mod file;
 pub mod groups;
+pub mod knowledge_bound;
 pub mod rng;
 pub mod season;
 pub mod truth;

@@ -21,7 +21,7 @@ use super::groups::{Group, Regime};
 use crate::alloc::CapRange;
 use crate::curve::{CurveError, CurvePoint, PowerCurve};
 use crate::pfi::{CapGrid, DEFAULT_EPSILON, pfi_on_grid};
-use crate::physics::{CalibrationError, PhysicalModel, calibrate_monotone, calibrate_physical};
+use crate::physics::{CalibrationError, PhysicalModel, calibrate_physical, calibrate_scanning};
 use crate::units::{TokensPerSec, Watts, WattsPerGpu};
 use serde::Serialize;
 
@@ -183,7 +183,9 @@ pub(crate) fn truth_curve(g: &Group, family: TruthFamily) -> Result<PowerCurve, 
         }
         TruthFamily::Knee => {
             let build = |slope: f64| shaped_curve(g.gpus, draw, t_max, &caps, |x| 1.0 - slope * (KNEE_X - x).max(0.0));
-            let slope = calibrate_monotone(g.pfi, 0.05, 20.0, |s| grid_pfi(&build(s)?, &g.grid))?;
+            // The gentlest slope with the PFI (see `calibrate_scanning`: PFI is not monotone in
+            // the slope where a grid cap sits just below the knee).
+            let slope = calibrate_scanning(g.pfi, 0.05, 20.0, |s| grid_pfi(&build(s)?, &g.grid));
             Ok(build(slope)?)
         }
         TruthFamily::Powerlaw => {
@@ -192,7 +194,7 @@ pub(crate) fn truth_curve(g: &Group, family: TruthFamily) -> Result<PowerCurve, 
                     1.0 - c * (1.0 - x).powf(POWERLAW_EXPONENT)
                 })
             };
-            let c = calibrate_monotone(g.pfi, 0.1, 20.0, |c| grid_pfi(&build(c)?, &g.grid))?;
+            let c = calibrate_scanning(g.pfi, 0.1, 20.0, |c| grid_pfi(&build(c)?, &g.grid));
             Ok(build(c)?)
         }
     }

@@ -18,15 +18,18 @@
 //! | `biased` | physical; predictions ± 0.6 off (fine-tuning +, pretraining −) | a predictor 2.5 sd wrong that claims its usual sd |
 //! | `missing` | physical; every other group has no prediction | half the fleet unknown |
 //! | `mixed` | per group one of physical, knee 0.85, knee 0.6, power law, roofline, saturating | a fleet of many shapes |
+//! | `smooth_knee` | `1 − k·w·(sp((0.75 − x)/w) − sp(−0.25/w))`, `sp` the softplus, `w = 0.06` | a knee between the hedge's hinges, rounded (held out) |
+//! | `two_slope` | `1 − a·max(0, 0.9 − x) − 3a·max(0, 0.5 − x)` | loss from the top that steepens deep down (held out) |
 //!
 //! **Held out.** The estimator was not changed for the zoo: its constants predate it. The
-//! hedge's (tolerance, plausible PFI range, knee depths, multipliers) were chosen looking at
-//! seed 1 (30 workloads) of every family; the reported table is seed 7, first run after they
-//! were fixed. No family was held out of that choice, so the zoo tests the hedge on new draws,
-//! not on new shapes.
+//! hedge's (tolerance, plausible PFI range, knee depths) were chosen looking at seed 1 (30
+//! workloads) of the first twelve families; the reported table is seed 7. `smooth_knee` and
+//! `two_slope` were added only after every constant of the policy was fixed (issue 14's third
+//! step) and were never run before that: they test the hedge on shapes it was not chosen on.
 
 use super::experiment::{ExperimentConfig, ExperimentError, ExperimentReport, KnowledgeLevel, run_experiment};
 use super::groups::Group;
+use super::knowledge_bound::{BoundError, BoundFamily, KnowledgeBound, knowledge_bound};
 use super::rng::SplitMix64;
 use super::truth::{
     JobTemplate, Known, TemplateError, TruthFamily, estimated_tokens_max, grid_pfi, group_template, shaped_curve,
@@ -34,7 +37,7 @@ use super::truth::{
 };
 use crate::alloc::Objective;
 use crate::curve::{CurvePoint, PowerCurve};
-use crate::physics::{CalibrationError, calibrate_monotone};
+use crate::physics::{CalibrationError, calibrate_scanning};
 use crate::units::{Fraction, TokensPerSec, WattsPerGpu};
 use serde::Serialize;
 
@@ -62,11 +65,15 @@ pub enum ZooFamily {
     Missing,
     /// One of six shapes per group.
     Mixed,
+    /// A knee at 75 % rounded over ±6 % of the draw (held out: added after the policy was fixed).
+    SmoothKnee,
+    /// A gentle slope below 90 % that steepens fourfold below 50 % (held out, likewise).
+    TwoSlope,
 }
 
 impl ZooFamily {
     /// Every family, built-in ones first.
-    pub const ALL: [ZooFamily; 12] = [
+    pub const ALL: [ZooFamily; 14] = [
         ZooFamily::Builtin(TruthFamily::Physical),
         ZooFamily::Builtin(TruthFamily::Knee),
         ZooFamily::Builtin(TruthFamily::Powerlaw),
@@ -79,6 +86,8 @@ impl ZooFamily {
         ZooFamily::Biased,
         ZooFamily::Missing,
         ZooFamily::Mixed,
+        ZooFamily::SmoothKnee,
+        ZooFamily::TwoSlope,
     ];
 
     /// The name used on the command line and in tables.
@@ -97,6 +106,8 @@ impl ZooFamily {
             Self::Biased => "biased",
             Self::Missing => "missing",
             Self::Mixed => "mixed",
+            Self::SmoothKnee => "smooth_knee",
+            Self::TwoSlope => "two_slope",
         }
     }
 
@@ -140,12 +151,23 @@ impl ZooFamily {
             Self::Saturating => saturating(g)?,
             Self::NoisySweep => noisy(&truth_curve(g, TruthFamily::Physical)?, g.id, 0, &truth_caps())?,
             Self::EqualTpj | Self::Mixed => mixed_shape(g, position)?,
+            Self::SmoothKnee => smooth_knee(g)?,
+            Self::TwoSlope => two_slope(g)?,
             Self::Biased | Self::Missing => truth_curve(g, TruthFamily::Physical)?,
         };
         if self == Self::EqualTpj {
             truth = equal_tokens_per_joule(&truth, g.id)?;
         }
-        let true_pfi = grid_pfi(&truth, &g.grid)?;
+        // The calibration hits the published PFI to within its bisection's rounding; a group
+        // that reaches it is told exactly the published value, as the built-in families are, so
+        // that families whose truths reach every PFI give a policy the very same input (what the
+        // knowledge bound's coupling rests on).
+        let measured = grid_pfi(&truth, &g.grid)?;
+        let true_pfi = if (measured - g.pfi).abs() < 1e-6 {
+            g.pfi
+        } else {
+            measured
+        };
         let sweep = match self {
             Self::NoisySweep => Some(noisy(&truth, g.id, 1, g.grid.caps())?),
             _ => None,
@@ -188,32 +210,42 @@ fn draw_and_tokens(g: &Group) -> (f64, TokensPerSec) {
 }
 
 /// A shape `τ(x; θ)` calibrated on θ ∈ [lo, hi] so that its PFI on the group's grid is the
-/// published one; a PFI the shape cannot reach gives the nearest end of the range.
+/// published one; a PFI the shape cannot reach gives the parameter whose PFI is nearest.
+///
+/// PFI is not monotone in θ for every shape (see [`calibrate_scanning`]); until issue 14's third
+/// step a bisection across a jump gave two `knee_deep` groups PFI 2.68 instead of 1.22 and 1.27,
+/// with a slope of 20 that dropped them to 2 % throughput below the knee. The gentlest member
+/// with the PFI is taken.
 fn calibrated(g: &Group, lo: f64, hi: f64, tau: impl Fn(f64, f64) -> f64) -> Result<PowerCurve, CalibrationError> {
     let (draw, t_max) = draw_and_tokens(g);
     let caps = truth_caps();
     let build = |theta: f64| shaped_curve(g.gpus, draw, t_max, &caps, |x| tau(theta, x));
     let pfi_of = |theta: f64| grid_pfi(&build(theta)?, &g.grid);
-    // A gentle end of the range may lose too little on the grid for a PFI to exist at all
-    // (a deep knee below every grid cap but one): move it in until one does.
-    let mut lo = lo;
-    while pfi_of(lo).is_err() && lo * 1.25 < hi {
-        lo *= 1.25;
-    }
-    let theta = match calibrate_monotone(g.pfi, lo, hi, pfi_of) {
-        Ok(theta) => theta,
-        Err(CalibrationError::OutOfReach { target, lowest, .. }) => {
-            // The end of the range whose PFI is the nearest reachable one.
-            let lo_is_lowest = pfi_of(lo)? <= lowest + 1e-9;
-            if (target < lowest) == lo_is_lowest { lo } else { hi }
-        }
-        Err(e) => return Err(e),
-    };
+    let theta = calibrate_scanning(g.pfi, lo, hi, pfi_of);
     Ok(build(theta)?)
 }
 
 fn knee(g: &Group, at: f64) -> Result<PowerCurve, CalibrationError> {
     calibrated(g, 0.05, 20.0, |slope, x| 1.0 - slope * (at - x).max(0.0))
+}
+
+/// A hinge at 0.75 whose corner is a softplus of width 0.06: `1 − k·w·(sp((c − x)/w) −
+/// sp((c − 1)/w))`, `sp(z) = ln(1 + e^z)`, so `τ(1) = 1`; concave everywhere.
+fn smooth_knee(g: &Group) -> Result<PowerCurve, CalibrationError> {
+    const C: f64 = 0.75;
+    const W: f64 = 0.06;
+    let softplus = |z: f64| z.max(0.0) + (-z.abs()).exp().ln_1p();
+    calibrated(g, 0.05, 20.0, |k, x| {
+        1.0 - k * W * (softplus((C - x) / W) - softplus((C - 1.0) / W))
+    })
+}
+
+/// `1 − a·max(0, 0.9 − x) − 3a·max(0, 0.5 − x)`: a gentle loss from 90 % of the draw, four times
+/// as steep below half of it.
+fn two_slope(g: &Group) -> Result<PowerCurve, CalibrationError> {
+    calibrated(g, 0.02, 10.0, |a, x| {
+        1.0 - a * (0.9 - x).max(0.0) - 3.0 * a * (0.5 - x).max(0.0)
+    })
 }
 
 fn roofline(g: &Group) -> Result<PowerCurve, CalibrationError> {
@@ -291,7 +323,33 @@ pub struct ZooReport {
     pub hedging: bool,
     /// One row per family, objective and cut.
     pub rows: Vec<ZooRow>,
+    /// What any plan could do where families share their knowledge (module
+    /// [`super::knowledge_bound`]): per objective and cut, one bound over those families' rows.
+    pub bounds: Vec<ZooBound>,
 }
+
+/// The best any policy could do on the rows of the families that share their knowledge, at one
+/// objective and cut.
+#[derive(Debug, Clone, Serialize)]
+pub struct ZooBound {
+    /// Objective.
+    pub objective: Objective,
+    /// Cut.
+    pub cut: f64,
+    /// Whether the physical family was held to the paper reproduction's target as well (at least
+    /// [`PAPER_REPRODUCTION_TARGET`] of its gap, at [`PAPER_REPRODUCTION_CUT`] under `tokens`)
+    /// instead of its zoo row's.
+    pub with_paper_target: bool,
+    /// The bound.
+    #[serde(flatten)]
+    pub bound: KnowledgeBound,
+}
+
+/// The issue's target for the paper's own setting: `flexgate` closes at least this share of the
+/// equal → oracle gap on the physical truth at a 30 % cut (production mix, predicted PFI).
+pub const PAPER_REPRODUCTION_TARGET: f64 = 0.85;
+/// The cut of that target.
+pub const PAPER_REPRODUCTION_CUT: f64 = 0.3;
 
 /// One family at one cut under one objective.
 #[derive(Debug, Clone, Serialize)]
@@ -347,8 +405,10 @@ pub fn run_zoo(
     let total = families.len() * objectives.len();
     let mut rows = Vec::new();
     let mut done = 0;
+    let mut all_templates = Vec::with_capacity(families.len());
     for &family in families {
         let templates = family.templates(groups)?;
+        all_templates.push(templates.clone());
         for objective in objectives {
             let config = ExperimentConfig {
                 knowledge: family.knowledge(),
@@ -375,13 +435,123 @@ pub fn run_zoo(
             progress(done, total);
         }
     }
+    let bounds = zoo_bounds(families, &all_templates, base, &rows)?;
     Ok(ZooReport {
         workloads: base.workloads,
         jobs: base.jobs,
         seed: base.seed,
         hedging: base.hedging,
         rows,
+        bounds,
     })
+}
+
+/// Whether a policy is told the same about both templates' jobs (and they draw and deliver the
+/// same uncapped): then it plans them the same, whatever their truths.
+fn same_knowledge(a: &JobTemplate, b: &JobTemplate) -> bool {
+    let (ta, tb) = (a.truth.uncapped(), b.truth.uncapped());
+    a.gpus == b.gpus
+        && a.cap_range == b.cap_range
+        && ta.power == tb.power
+        // A shape's value at x = 1 may round to 1 − 1e-16.
+        && (ta.tokens.value() - tb.tokens.value()).abs() <= 1e-12 * ta.tokens.value().abs()
+        && a.true_pfi == b.true_pfi
+        && a.true_pfi_grid == b.true_pfi_grid
+        && a.predicted == b.predicted
+        && a.prediction_bias == b.prediction_bias
+        && a.max_slowdown == b.max_slowdown
+        && a.known.sweep.is_none()
+        && b.known.sweep.is_none()
+}
+
+/// The families of `families` (indices) that share their knowledge, in classes of two or more.
+fn knowledge_classes(families: &[ZooFamily], templates: &[Vec<JobTemplate>]) -> Vec<Vec<usize>> {
+    let mut classes: Vec<Vec<usize>> = Vec::new();
+    for (f, family) in families.iter().enumerate() {
+        let shares = |g: usize| {
+            families[g].knowledge() == family.knowledge()
+                && templates[g].len() == templates[f].len()
+                && templates[g]
+                    .iter()
+                    .zip(&templates[f])
+                    .all(|(a, b)| same_knowledge(a, b))
+        };
+        match classes.iter_mut().find(|c| shares(c[0])) {
+            Some(class) => class.push(f),
+            None => classes.push(vec![f]),
+        }
+    }
+    classes.retain(|c| c.len() > 1);
+    classes
+}
+
+/// One bound per knowledge class, objective and cut: every family of the class at its row's
+/// target (within 0.5 % of equal, and at least the paper's rule where it beats equal); under
+/// `tokens` at the paper's cut a second one with the physical family at the paper
+/// reproduction's target instead.
+fn zoo_bounds(
+    families: &[ZooFamily],
+    templates: &[Vec<JobTemplate>],
+    base: &ExperimentConfig,
+    rows: &[ZooRow],
+) -> Result<Vec<ZooBound>, ZooError> {
+    let mut bounds = Vec::new();
+    for class in knowledge_classes(families, templates) {
+        for objective in [Objective::Tokens, Objective::Progress] {
+            let config = ExperimentConfig {
+                objective,
+                tiers: super::experiment::TierMix::None,
+                ..base.clone()
+            };
+            for cut in &base.cuts {
+                let row_of = |f: usize| {
+                    rows.iter().find(|r| {
+                        r.family == families[f].name() && r.objective == objective && (r.cut - cut.value()).abs() < 1e-9
+                    })
+                };
+                let paper_case = objective == Objective::Tokens && (cut.value() - PAPER_REPRODUCTION_CUT).abs() < 1e-9;
+                for with_paper_target in [false, true] {
+                    if with_paper_target
+                        && !(paper_case
+                            && class
+                                .iter()
+                                .any(|&f| families[f] == ZooFamily::Builtin(TruthFamily::Physical)))
+                    {
+                        continue;
+                    }
+                    let members: Vec<BoundFamily<'_>> = class
+                        .iter()
+                        .filter_map(|&f| {
+                            let row = row_of(f)?;
+                            let mut target = row.equal - 0.005 * row.equal.abs();
+                            if row.pfi_paper > row.equal {
+                                target = target.max(row.pfi_paper);
+                            }
+                            if with_paper_target && families[f] == ZooFamily::Builtin(TruthFamily::Physical) {
+                                target = target.max(row.equal + PAPER_REPRODUCTION_TARGET * (row.oracle - row.equal));
+                            }
+                            Some(BoundFamily {
+                                name: families[f].name(),
+                                templates: &templates[f],
+                                target,
+                                unit: row.equal.abs(),
+                            })
+                        })
+                        .collect();
+                    if members.len() < 2 {
+                        continue;
+                    }
+                    bounds.push(ZooBound {
+                        objective,
+                        cut: cut.value(),
+                        with_paper_target,
+                        bound: knowledge_bound(&config, *cut, &members)?,
+                    });
+                }
+            }
+        }
+    }
+    Ok(bounds)
 }
 
 fn zoo_rows(
@@ -432,6 +602,9 @@ pub enum ZooError {
     /// An experiment could not run.
     #[error(transparent)]
     Experiment(#[from] ExperimentError),
+    /// A knowledge bound could not be computed.
+    #[error(transparent)]
+    Bound(#[from] BoundError),
 }
 
 /// The default cuts of the zoo table: 10, 20, 30 and 40 %.
@@ -454,20 +627,28 @@ mod tests {
         for family in ZooFamily::ALL {
             let templates = family.templates(&groups).expect("templates");
             assert_eq!(templates.len(), groups.len(), "{}", family.name());
-            let close = templates
-                .iter()
-                .zip(&groups)
-                .filter(|(t, g)| (t.true_pfi.unwrap_or(0.0) - g.pfi).abs() < 0.05)
-                .count();
-            // 4 % noise on points that lose little moves their PFI a lot (the truth's own PFI is
-            // what its predictions are centred on); the others hit it where reachable.
             assert!(
                 templates
                     .iter()
                     .all(|t| t.true_pfi.is_some_and(|p| p.is_finite() && p > 0.0))
             );
-            let want = if family == ZooFamily::NoisySweep { 0 } else { 20 };
-            assert!(close >= want, "{}: {close} of 25 groups near their PFI", family.name());
+            let missed: Vec<u32> = templates
+                .iter()
+                .zip(&groups)
+                .filter(|(t, g)| (t.true_pfi.unwrap_or(0.0) - g.pfi).abs() > 1e-6)
+                .map(|(_, g)| g.id)
+                .collect();
+            // 4 % noise on points that lose little moves every noisy truth's PFI (its own PFI is
+            // what its predictions are centred on). Group 5's varied knee (0.586 of a 690 W
+            // draw) sits 0.6 % above its 400 W grid cap: a slope gentle enough to leave that
+            // cap under ε gives PFI ≥ 1.84, a steeper one counts the cap at PFI ≈ 27, so 1.17 is
+            // out of reach. Every other group of every family hits its published PFI exactly
+            // (until issue 14's third step a bisection across such a jump missed two
+            // `knee_deep` groups by 1.4).
+            let allowed: &[u32] = if family == ZooFamily::KneeVaried { &[5] } else { &[] };
+            if family != ZooFamily::NoisySweep {
+                assert_eq!(missed, allowed, "{}: groups off their published PFI", family.name());
+            }
             assert_eq!(ZooFamily::by_name(family.name()), Some(family));
         }
     }
