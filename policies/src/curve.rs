@@ -295,35 +295,9 @@ impl ConcaveHull {
     /// Upper concave hull (monotone chain) of arbitrary points; points that lie beyond the
     /// throughput maximum are dropped, since more power for less throughput is never chosen.
     pub fn from_points(points: impl IntoIterator<Item = (f64, f64)>) -> Self {
-        let mut pts: Vec<(f64, f64)> = points
-            .into_iter()
-            .filter(|(p, t)| p.is_finite() && t.is_finite())
-            .collect();
-        pts.sort_by(|a, b| a.0.total_cmp(&b.0).then(b.1.total_cmp(&a.1)));
-        pts.dedup_by(|later, earlier| later.0 == earlier.0); // keep the best tokens per power
-        let mut hull: Vec<(f64, f64)> = Vec::with_capacity(pts.len());
-        for p in pts {
-            while hull.len() >= 2 {
-                let (a, b) = (hull[hull.len() - 2], hull[hull.len() - 1]);
-                // Remove b if it lies on or below the chord a→p.
-                let cross = (b.0 - a.0) * (p.1 - a.1) - (b.1 - a.1) * (p.0 - a.0);
-                if cross >= 0.0 {
-                    hull.pop();
-                } else {
-                    break;
-                }
-            }
-            hull.push(p);
-        }
-        // Keep only the non-decreasing part.
-        if let Some(best) = hull
-            .iter()
-            .enumerate()
-            .max_by(|a, b| a.1.1.total_cmp(&b.1.1))
-            .map(|(i, _)| i)
-        {
-            hull.truncate(best + 1);
-        }
+        let mut hull: Vec<(f64, f64)> = points.into_iter().collect();
+        let kept = upper_hull_in_place(&mut hull);
+        hull.truncate(kept);
         Self { vertices: hull }
     }
 
@@ -355,6 +329,51 @@ impl ConcaveHull {
         let (a, b) = (v[upper - 1], v[upper]);
         a.1 + (power - a.0) / (b.0 - a.0) * (b.1 - a.1)
     }
+}
+
+/// [`ConcaveHull::from_points`] without allocating: the hull's vertices are written to the front
+/// of `points` (any order, non-finite points ignored) and their number is returned. Planners that
+/// build one small hull per job per plan (the hedge's weighted curves) use it on a reused buffer.
+pub fn upper_hull_in_place(points: &mut [(f64, f64)]) -> usize {
+    let mut n = 0;
+    for k in 0..points.len() {
+        let (p, t) = points[k];
+        if p.is_finite() && t.is_finite() {
+            points[n] = (p, t);
+            n += 1;
+        }
+    }
+    let pts = &mut points[..n];
+    let order = |a: &(f64, f64), b: &(f64, f64)| a.0.total_cmp(&b.0).then(b.1.total_cmp(&a.1));
+    if !pts.is_sorted_by(|a, b| order(a, b).is_le()) {
+        pts.sort_unstable_by(order);
+    }
+    // Keep the best tokens per power, then build the chain in place (it never outruns the input).
+    let mut hull = 0;
+    for k in 0..n {
+        let point = pts[k];
+        if hull > 0 && pts[hull - 1].0 == point.0 {
+            continue;
+        }
+        while hull >= 2 {
+            let (a, b) = (pts[hull - 2], pts[hull - 1]);
+            // Remove b if it lies on or below the chord a→point.
+            let cross = (b.0 - a.0) * (point.1 - a.1) - (b.1 - a.1) * (point.0 - a.0);
+            if cross >= 0.0 {
+                hull -= 1;
+            } else {
+                break;
+            }
+        }
+        pts[hull] = point;
+        hull += 1;
+    }
+    // Keep only the non-decreasing part (up to the last of equal maxima).
+    pts[..hull]
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.1.total_cmp(&b.1.1))
+        .map_or(0, |(i, _)| i + 1)
 }
 
 #[cfg(test)]

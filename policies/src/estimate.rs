@@ -220,8 +220,55 @@ pub fn plausible_knot_x(k: usize) -> f64 {
 /// origin below the first knot, as the estimated hulls do).
 #[must_use]
 pub fn plausible_tau(shape: &PlausibleShape, x: f64) -> f64 {
-    interpolate_knots(shape, KNOT_STEP * HULL_KNOT_STRIDE as f64, x)
+    plausible_position(x).interpolate(|k| shape[k])
 }
+
+/// Where a relative power falls among the plausible knots: what [`plausible_tau`] computes before
+/// it reads a shape, so that a planner evaluating every plausible shape of a job at one power
+/// locates it once (the hedge does this for every job and scenario of every trial plan).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum KnotPosition {
+    /// Below the first knot: the first knot's value times this factor (in proportion to power).
+    Below(f64),
+    /// Between knot `.0` and the next, `.1` of the way.
+    Between(usize, f64),
+    /// At or above the last knot (relative power 1).
+    Top,
+}
+
+impl KnotPosition {
+    /// The value at this position of a curve whose value at knot `k` is `at(k)`.
+    #[inline]
+    pub fn interpolate(self, at: impl Fn(usize) -> f64) -> f64 {
+        match self {
+            Self::Below(factor) => at(0) * factor,
+            Self::Between(k, w) => {
+                let a = at(k);
+                a + w * (at(k + 1) - a)
+            }
+            Self::Top => at(PLAUSIBLE_KNOTS - 1),
+        }
+    }
+}
+
+/// The [`KnotPosition`] of relative power `x`.
+#[must_use]
+#[inline]
+pub fn plausible_position(x: f64) -> KnotPosition {
+    if x >= 1.0 {
+        return KnotPosition::Top;
+    }
+    if x <= KNOT_LO {
+        return KnotPosition::Below((x / KNOT_LO).max(0.0));
+    }
+    // A multiplication, not a division: the hedge locates every job at least twice a plan.
+    let pos = (x - KNOT_LO) * PLAUSIBLE_KNOTS_PER_UNIT;
+    let i = (pos as usize).min(PLAUSIBLE_KNOTS - 2);
+    KnotPosition::Between(i, pos - i as f64)
+}
+
+/// Plausible knots per unit of relative power (the reciprocal of their spacing, 0.1).
+const PLAUSIBLE_KNOTS_PER_UNIT: f64 = (PLAUSIBLE_KNOTS - 1) as f64 / (1.0 - KNOT_LO);
 
 /// Shapes of the plausible set per PFI: the hinges and the physical member.
 pub const PLAUSIBLE_PER_PFI: usize = PLAUSIBLE_KNEES.len() + 1;
@@ -236,11 +283,16 @@ impl CurveFamily {
     /// the loss happens. Every concave non-decreasing curve is a mixture of *hinges* (flat down
     /// to a knee, then linear), so hinges at every depth are the extreme members of the set
     /// consistent with one PFI: a knee high up loses throughput early and gently, a deep one
-    /// nothing at first and then steeply. One physical fact bounds how steeply: a power cap
-    /// lowers the SM clock and leaves the memory clock, so a capped GPU never makes fewer tokens
-    /// per joule than it did uncapped (every published H200 group has PFI > 1, "throughput falls
-    /// slower than power"): `τ(x) ≥ x`. A hinge at knee `c` meets that if its slope is at most
-    /// `1/c`; the deepest one that does is the *roofline* `min(1, x/r)`.
+    /// nothing at first and then steeply. One bound keeps the set from being everything: no
+    /// fewer tokens per joule under a cap than uncapped, `τ(x) ≥ x` (every published H200 group
+    /// has PFI > 1, "throughput falls slower than power", on average over its caps). A hinge at
+    /// knee `c` meets that if its slope is at most `1/c`; the deepest one that does is the
+    /// *roofline* `min(1, x/r)`. The bound is a modelling choice, not a law: the physical model
+    /// itself dips a little below it at the deepest caps of compute-bound jobs (group 1's truth
+    /// keeps 0.31 at x = 0.35), and steeper knees are what the curve zoo's `knee_deep` and
+    /// `smooth_knee` are made of. Admitting them would have the hedge guard them at the price of
+    /// most of the gain on every fleet; the zoo's knowledge bound shows that no plan can pass
+    /// `knee_deep`'s rows together with the paper's fleet at 30–40 % cuts.
     ///
     /// The set holds, at both ends of the PFI interval, hinges at knees 1.0, 0.9, …, 0.5 (each
     /// calibrated in closed form so that its PFI on the grid is the PFI asked; a knee too deep
@@ -347,17 +399,26 @@ fn interpolate_row(row: &[f64; KNOTS], x: f64) -> f64 {
 /// Linear interpolation on knots `KNOT_LO, KNOT_LO + step, …, 1` (`row` has at least two), and
 /// in proportion to power below the first.
 fn interpolate_knots(row: &[f64], step: f64, x: f64) -> f64 {
-    let last = row.len() - 1;
+    match knot_position(row.len(), step, x) {
+        KnotPosition::Top => row[row.len() - 1],
+        position => position.interpolate(|k| row[k]),
+    }
+}
+
+/// Where `x` falls on `knots` knots `KNOT_LO, KNOT_LO + step, …, 1` (at least two).
+#[inline]
+fn knot_position(knots: usize, step: f64, x: f64) -> KnotPosition {
+    let last = knots - 1;
     if x >= 1.0 {
-        return row[last];
+        return KnotPosition::Top;
     }
     if x <= KNOT_LO {
-        return row[0] * (x / KNOT_LO).max(0.0);
+        return KnotPosition::Below((x / KNOT_LO).max(0.0));
     }
     let pos = (x - KNOT_LO) / step;
-    let i = (pos.floor() as usize).min(last - 1);
-    let w = pos - i as f64;
-    row[i] + w * (row[i + 1] - row[i])
+    // `pos > 0` here, so truncation is the floor (without a libm call on baseline x86-64).
+    let i = (pos as usize).min(last - 1);
+    KnotPosition::Between(i, pos - i as f64)
 }
 
 /// Caps of a grid relative to the job's uncapped per-GPU draw, reference (largest cap) excluded.

@@ -37,12 +37,12 @@ use super::proportional::{ProportionalSplit, proportional_cuts};
 use super::select::{Segment, shed_cheapest};
 use super::types::{Budget, CapPlan, Elasticity, FloorKind, JobSpec, Objective, PlanEntry, PlanError, Reason};
 use crate::curve::{ConcaveHull, PowerCurve};
-use crate::estimate::CurveFamily;
+use crate::estimate::{CurveFamily, PLAUSIBLE_KNOTS, PlausibleShape, plausible_knot_x};
 use crate::pfi::CapGrid;
 use crate::units::{TokensPerSec, Watts};
 pub use flexibility::{FlexPoint, FlexibilityCurve, MAX_LEVELS};
 use hedge::PlausibleSet;
-pub use hedge::{Hedge, PLAUSIBLE_PFI_SDS, REGRET_TOLERANCE};
+pub use hedge::{Hedge, PLAUSIBLE_PFI_SDS, REGRET_TOLERANCE, SEARCH_SAMPLE};
 use std::borrow::Cow;
 use std::sync::Arc;
 
@@ -138,6 +138,8 @@ impl CurveAware {
             segments: Vec::with_capacity(segments),
             unknown: Vec::new(),
             measured: Vec::new(),
+            hedged: hedge::HedgeJobs::default(),
+            hedge_sample: hedge::HedgeJobs::default(),
             plausible: PlausibleSet::with_capacity(jobs),
             equal_split: ProportionalSplit::default(),
         }
@@ -156,9 +158,16 @@ impl CurveAware {
         }
         prepared.offsets.push(prepared.vertices.len() as u32);
         if self.hedging {
-            prepared.plausible.push(&self.plausible_for(job));
+            // The estimate at the plausible knots, for the hedge's passes.
+            let p_max = job.uncapped_power.value();
+            let t_max = job.uncapped_tokens.value();
+            let estimate: PlausibleShape = std::array::from_fn(|k| {
+                let tokens = prepared.hull_tokens(index, plausible_knot_x(k) * p_max).unwrap_or(0.0);
+                if t_max > 0.0 { tokens / t_max } else { 0.0 }
+            });
+            prepared.plausible.push(&self.plausible_for(job), &estimate);
         } else {
-            prepared.plausible.push(&[]);
+            prepared.plausible.push(&[], &[0.0; PLAUSIBLE_KNOTS]);
         }
         Ok(())
     }
@@ -237,7 +246,7 @@ impl CurveAware {
                         prepared.unknown.push(index);
                     }
                     prepared.offsets.push(prepared.vertices.len() as u32);
-                    prepared.plausible.push(previous.plausible.of(k));
+                    prepared.plausible.push_from(&previous.plausible, k);
                 }
                 _ => self.prepare_job(&mut prepared, index, job)?,
             }
@@ -312,6 +321,11 @@ pub struct Prepared<'a> {
     /// stretch, so the only ones [`Prepared::repair_bridged_split`] looks at (scanning every
     /// job for them cost a tenth of a 100 k-job plan).
     measured: Vec<usize>,
+    /// Jobs planned on a hull (every job but the unknown ones): the hedge's jobs.
+    hedged: hedge::HedgeJobs,
+    /// The jobs the hedge searches its shrink on: `hedged` itself up to
+    /// [`hedge::SEARCH_SAMPLE`] of them, else that many stratified by value per watt.
+    hedge_sample: hedge::HedgeJobs,
     /// Each job's plausible shapes, for the hedge (empty when hedging is off).
     plausible: PlausibleSet,
     /// The equal rule's split over these jobs and floors, sorted once: every plan needs the
@@ -566,7 +580,7 @@ impl Prepared<'_> {
         if unmet <= 0.0 {
             self.repair_bridged_split(&base, need_known, &mut shed);
             if self.hedging {
-                hedge = self.hedge(&equal, &base, need_known, &mut shed);
+                hedge = self.hedge(&equal, &mut shed);
             }
         }
 
@@ -615,6 +629,21 @@ impl Prepared<'_> {
         self.measured = (0..self.jobs.len())
             .filter(|&i| self.has_hull(i) && matches!(self.jobs[i].elasticity, Elasticity::Measured { .. }))
             .collect();
+        let mut hedged = hedge::HedgeJobs::default();
+        for (i, job) in self.jobs.iter().enumerate() {
+            if self.has_hull(i) {
+                let value = self.scale[i] * job.uncapped_tokens.value();
+                hedged.push(i, job.uncapped_power.value(), value, self.plausible.place(i));
+            }
+        }
+        // Stratified by value per watt, what the expected-value plan ranks jobs by.
+        let density =
+            |i: usize| self.scale[i] * self.jobs[i].uncapped_tokens.value() / self.jobs[i].uncapped_power.value();
+        self.hedge_sample = hedged.stratified(hedge::SEARCH_SAMPLE, density);
+        if hedged.len() > self.hedge_sample.len() {
+            hedged.sum_rows(&self.plausible);
+        }
+        self.hedged = hedged;
         self
     }
 }

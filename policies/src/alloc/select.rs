@@ -49,7 +49,7 @@ pub(crate) fn shed_cheapest(segments: &[Segment], need: f64, shed: &mut [f64]) -
             return need - total;
         }
         let mut sorted = segments.to_vec();
-        sorted.sort_by(|a, b| a.slope.total_cmp(&b.slope));
+        sorted.sort_unstable_by(|a, b| a.slope.total_cmp(&b.slope));
         return take_in_order(&sorted, need, shed);
     }
     let mut histogram = vec![0.0f64; 1 << BUCKET_BITS];
@@ -79,8 +79,46 @@ pub(crate) fn shed_cheapest(segments: &[Segment], need: f64, shed: &mut [f64]) -
             std::cmp::Ordering::Greater => {}
         }
     }
-    boundary.sort_by(|a, b| a.slope.total_cmp(&b.slope));
-    take_in_order(&boundary, need - below, shed)
+    let mut left = need - below;
+    if boundary.len() >= SORT_BELOW {
+        // Slopes cluster where many jobs are alike (a fleet of a few job types), and the one
+        // bucket can hold tens of thousands of segments: a second histogram, on the next 16 bits
+        // of the same image, narrows it before the sort (which took a twelfth of a 100 k-job plan).
+        let (narrowed, taken) = narrow(&boundary, left, shed);
+        boundary = narrowed;
+        left -= taken;
+    }
+    // Equal slopes share pro rata in `take_in_order`, so their order does not matter.
+    boundary.sort_unstable_by(|a, b| a.slope.total_cmp(&b.slope));
+    take_in_order(&boundary, left, shed)
+}
+
+/// Within one top-level bucket: shed every segment of the sub-buckets below the one that holds
+/// the threshold, and return that sub-bucket's segments with the watts shed.
+fn narrow(boundary: &[Segment], need: f64, shed: &mut [f64]) -> (Vec<Segment>, f64) {
+    let sub = |slope: f64| (ordered_bits(slope) >> (64 - 2 * BUCKET_BITS)) as usize & ((1 << BUCKET_BITS) - 1);
+    let mut histogram = vec![0.0f64; 1 << BUCKET_BITS];
+    for s in boundary {
+        histogram[sub(s.slope)] += s.width;
+    }
+    let mut below = 0.0;
+    let mut threshold = histogram.len() - 1;
+    for (b, width) in histogram.iter().enumerate() {
+        if below + width >= need {
+            threshold = b;
+            break;
+        }
+        below += width;
+    }
+    let mut narrowed = Vec::new();
+    for s in boundary {
+        match sub(s.slope).cmp(&threshold) {
+            std::cmp::Ordering::Less => shed[s.job as usize] += s.width,
+            std::cmp::Ordering::Equal => narrowed.push(*s),
+            std::cmp::Ordering::Greater => {}
+        }
+    }
+    (narrowed, below)
 }
 
 /// Shed from slope-sorted segments until `need` is met; equal slopes share pro rata.
@@ -104,9 +142,14 @@ fn take_in_order(sorted: &[Segment], need: f64, shed: &mut [f64]) -> f64 {
 
 /// Histogram bucket of a slope: the top bits of an integer image that orders like the float.
 fn bucket(slope: f64) -> usize {
-    let bits = slope.to_bits();
-    let ordered = if bits >> 63 == 1 { !bits } else { bits | (1 << 63) };
-    (ordered >> (64 - BUCKET_BITS)) as usize
+    (ordered_bits(slope) >> (64 - BUCKET_BITS)) as usize
+}
+
+/// An integer image of a float that orders like it (negative numbers flipped, positive ones
+/// with the sign bit set).
+fn ordered_bits(value: f64) -> u64 {
+    let bits = value.to_bits();
+    if bits >> 63 == 1 { !bits } else { bits | (1 << 63) }
 }
 
 #[cfg(test)]

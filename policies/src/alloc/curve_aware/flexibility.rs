@@ -16,7 +16,7 @@
 
 use super::Prepared;
 use crate::alloc::Objective;
-use crate::estimate::{PLAUSIBLE_SHAPES, plausible_tau};
+use crate::estimate::{PLAUSIBLE_SHAPES, plausible_position};
 use crate::units::{TokensPerSec, Watts};
 use serde::Serialize;
 
@@ -51,6 +51,9 @@ pub struct FlexibilityCurve {
     pub objective: Objective,
     /// The jobs' total uncapped draw.
     pub uncapped_power: Watts,
+    /// The jobs' value uncapped under the objective (Σ T_max, or Σ GPUs × priority): what
+    /// `value_lost` is a share of.
+    pub uncapped_value: f64,
     /// The most the jobs can shed (every job at its floor).
     pub max_shed: Watts,
     /// From no shed to `max_shed`, ascending.
@@ -115,6 +118,12 @@ impl Prepared<'_> {
         FlexibilityCurve {
             objective: self.objective,
             uncapped_power: uncapped,
+            uncapped_value: self
+                .jobs
+                .iter()
+                .zip(&self.scale)
+                .map(|(j, scale)| scale * j.uncapped_tokens.value())
+                .sum(),
             max_shed: Watts(max_shed),
             points,
         }
@@ -130,13 +139,11 @@ impl Prepared<'_> {
         let mut losses = [0.0; PLAUSIBLE_SHAPES];
         let mut any = false;
         for (i, (job, &power)) in self.jobs.iter().zip(powers).enumerate() {
-            let shapes = self.plausible.of(i);
-            if shapes.len() == PLAUSIBLE_SHAPES {
+            if let Some(taus) = self.plausible.taus(i, plausible_position(power / job.uncapped_power)) {
                 any = true;
-                let x = power / job.uncapped_power;
                 let value = self.scale[i] * job.uncapped_tokens.value();
-                for (loss, shape) in losses.iter_mut().zip(shapes) {
-                    *loss += value * (1.0 - plausible_tau(shape, x)).max(0.0);
+                for (loss, tau) in losses.iter_mut().zip(taus) {
+                    *loss += value * (1.0 - tau).max(0.0);
                 }
             } else {
                 let expected = self.expected_tokens(i, power, self.hull_tokens(i, power.value()));

@@ -9,28 +9,47 @@
 //!
 //! **Regret against the equal cut.** Each job that is not measured has
 //! [`PLAUSIBLE_SHAPES`] plausible shapes ([`crate::estimate::CurveFamily::plausible_shapes`]):
-//! hinges at every depth, a power law and the physical member, at both ends of its PFI
-//! interval, always in the same order. Scenario `s` gives every job its shape `s` at once: a
-//! fleet whose curves all share one shape the estimate did not expect, or whose predictions are
-//! all too high (the systematic errors that do not average out over many jobs, unlike a
-//! prediction's random error, which the expected curve already averages over). Under scenario
-//! `s` the plan gains `R_s = Σ_j V_j·(τ_js(p_j/P_j) − τ_js(e_j/P_j))` over the equal cut (`e_j`
-//! the job's equal-cut power, `V_j` its uncapped value under the objective; a measured job
-//! counts its own hull in every scenario; an unknown job is held at `e_j` and counts nothing).
+//! hinges at every depth and the physical member, at both ends of its PFI interval, always in the
+//! same order. Scenario `s` gives every job its shape `s` at once: a fleet whose curves all share
+//! one shape the estimate did not expect, or whose predictions are all too high (the systematic
+//! errors that do not average out over many jobs, unlike a prediction's random error, which the
+//! expected curve already averages over). Under scenario `s` the plan gains
+//! `R_s = Σ_j V_j·(τ_js(p_j/P_j) − τ_js(e_j/P_j))` over the equal cut (`e_j` the job's
+//! equal-cut power, `V_j` its uncapped value under the objective; a measured job counts its own
+//! hull in every scenario; an unknown job is held at `e_j` and counts nothing).
 //!
 //! **The hedge.** The expected-value plan stands if `min_s R_s ≥ −REGRET_TOLERANCE × V_equal`
-//! (the equal cut's expected value; [`REGRET_TOLERANCE`] by default). Otherwise it is shrunk toward the equal cut: the plan
-//! `e + α·(p − e)` keeps the budget and every floor for any α ∈ [0, 1], each `R_s` is concave
-//! along that line (a sum of concave curves) and 0 at α = 0, so the largest α that meets the
-//! bound is found by bisection, and it always exists (α = 0 is the equal cut). Where the
-//! knowledge pins the curves (measured sweeps, tokens per joule that differ ten-fold) the
-//! bound allows the expected plan and nothing changes; where it does not, the plan moves toward
-//! the equal cut as far as the spread of plausible curves asks, and no further.
+//! (the equal cut's expected value; [`REGRET_TOLERANCE`] by default). Otherwise it is moved
+//! toward the equal cut: the plan `e + α·(p − e)` keeps the budget and every floor for any
+//! α ∈ [0, 1], each `R_s` is concave along that line (a sum of concave curves) and 0 at α = 0,
+//! so the largest α that meets the bound is found by bisection, and it always exists (α = 0 is
+//! the equal cut). Where the knowledge pins the curves (measured sweeps, tokens per joule that
+//! differ ten-fold) the bound allows the expected plan and nothing changes; where it does not,
+//! the plan moves toward the equal cut as far as the spread of plausible curves asks, and no
+//! further.
+//!
+//! Until issue 14's third step the hedge first tried Lagrangian steps (weighing the violated
+//! scenarios into every job's curve, up to four scenarios and eleven multipliers each) and only
+//! then shrank. On the curve zoo the steps bought nothing (57 rows passing with them, 59 without,
+//! seed 7) and cost a few dozen whole-fleet plans per plan: 470 ms at 100,000 jobs.
+//!
+//! **Cost.** The gains of a plan in all scenarios are one pass over the jobs; each job's shapes
+//! (and its estimate, so the same pass sums the plan's expected value) are stored knot-major in
+//! units of 1/65535, 270 bytes a job, so that the pass reads two adjacent rows per job in job
+//! order. A bisection takes [`SHRINK_STEPS`] such passes. Up to [`SEARCH_SAMPLE`] planned jobs it
+//! runs on all of them, exactly (the fleet experiment and the zoo are planned this way). Beyond,
+//! it runs on a sample of that many, stratified by value per watt (the gains are whole-fleet
+//! sums, which a sample estimates), searched for [`SAMPLE_MARGIN`] of its share of the tolerance;
+//! the equal cut's gains and value for every job come from row sums prepared once (every job an
+//! equal cut does not clip sits at one common fraction of its draw); and the kept plan is then
+//! checked on every job in one pass. Should the sample have misjudged it, the plan moves further
+//! toward the equal cut: a gain `R < 0` at the plan is at least `β·R` at `β` of the way
+//! (concavity), so `β = tolerance / −R` restores the bound for every job, not for the sample,
+//! and [`Hedge::bound`] says so. At 100,000 jobs a hedged plan costs about 1.4× an unhedged one
+//! (BENCHMARKS.md).
 
 use super::Prepared;
-use crate::alloc::select::{Segment, shed_cheapest};
-use crate::curve::ConcaveHull;
-use crate::estimate::{PLAUSIBLE_KNOTS, PLAUSIBLE_SHAPES, PlausibleShape, plausible_knot_x, plausible_tau};
+use crate::estimate::{KnotPosition, PLAUSIBLE_KNOTS, PLAUSIBLE_SHAPES, PlausibleShape, plausible_position};
 use serde::Serialize;
 
 /// The default of how far the plan's gain over the equal cut may fall below zero in its worst
@@ -39,338 +58,458 @@ use serde::Serialize;
 /// This is the knob between betting and hedging, and no value serves every fleet: on the curve
 /// zoo (BENCHMARKS.md) at 0.25 % the paper's reproduction closes only half its gap (a fleet of
 /// rooflines with the same PFIs would punish its plan, and a PFI cannot tell the two apart),
-/// while at 2 % it keeps 93 % of it and the hedge still cuts the worst losses of the roofline
-/// and equal-tokens-per-joule fleets by a third. `flexgate simulate --hedge --hedge-tolerance`
-/// sets it.
+/// while at 2 % it keeps most of it and the hedge still cuts the worst losses of the roofline
+/// and equal-tokens-per-joule fleets. `flexgate simulate --hedge-tolerance` sets it.
 pub const REGRET_TOLERANCE: f64 = 0.02;
 
 /// How far a predicted PFI's plausible range reaches each side of its mean, in standard
 /// deviations (≈ 95 % two-sided under a normal error).
 pub const PLAUSIBLE_PFI_SDS: f64 = 2.0;
 
+/// Planned jobs beyond which the hedge's bisection runs on a sample of this many (see the module
+/// docs).
+pub const SEARCH_SAMPLE: usize = 256;
+
+/// The share of its tolerance a sample is searched for (see [`Prepared::hedge`]).
+const SAMPLE_MARGIN: f64 = 0.9;
+
+/// Bisection steps on the shrink factor: 2⁻¹² of the way between the plans.
+const SHRINK_STEPS: usize = 12;
+
 /// What the hedge found for one plan (recorded with it, so a reader sees why a plan is closer to
 /// the equal cut than its estimates alone would make it).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Hedge {
-    /// The weight each scenario's gain got in the plan kept (0 everywhere when the
-    /// expected-value plan met the bound; infinite when only shrinking toward the equal cut did).
-    pub multipliers: [f64; PLAUSIBLE_SHAPES],
-    /// How much of the way from the equal cut to the expected-value plan was kept: 1 when the
-    /// expected-value plan met the bound, 0 when only the equal cut did.
+    /// How much of the way from the equal cut to the expected-value plan was kept: 1 when that
+    /// plan met the bound, 0 when only the equal cut did.
     pub shrink: f64,
     /// The expected-value plan's worst scenario gain over the equal cut, in objective units.
     pub expected_plan_bound: f64,
-    /// The kept plan's worst scenario gain over the equal cut.
+    /// The kept plan's worst scenario gain over the equal cut: measured on every job, or after a
+    /// sample's step back (module docs, [`Hedge::bound_measured`] false) the least it can be by
+    /// concavity, −tolerance.
     pub bound: f64,
+    /// Whether `bound` was measured on the kept plan (false only after a step back).
+    pub bound_measured: bool,
     /// Which scenario is the worst for the kept plan (index into the plausible shapes: knees
-    /// at 1.0, 0.9, …, 0.5, the power law, the physical member; the first eight at the low end
-    /// of each job's PFI interval).
+    /// at 1.0, 0.9, …, 0.5 and the physical member, at the low end of each job's PFI interval,
+    /// then the same at its high end).
     pub worst_scenario: usize,
     /// The equal cut's expected value (the tolerance is a share of it).
     pub equal_value: f64,
+    /// Jobs the shrink factor was searched on: every planned job, or [`SEARCH_SAMPLE`] of them.
+    pub searched_jobs: usize,
 }
 
 impl Hedge {
     /// No hedge was computed (hedging off, or the budget cannot be met anyway).
     pub(super) fn not_needed() -> Self {
         Self {
-            multipliers: [0.0; PLAUSIBLE_SHAPES],
             shrink: 1.0,
             expected_plan_bound: 0.0,
             bound: 0.0,
+            bound_measured: true,
             worst_scenario: 0,
             equal_value: 0.0,
+            searched_jobs: 0,
         }
     }
 
     /// Whether the plan was moved toward the equal cut.
     #[must_use]
     pub fn moved(&self) -> bool {
-        self.shrink < 1.0 || self.multipliers.iter().any(|&m| m > 0.0)
+        self.shrink < 1.0
     }
 }
 
-/// Every job's plausible shapes, concatenated.
+/// One job's plausible shapes, knot-major (`[k][s]`: scenario `s` at plausible knot `k`, so that
+/// every scenario at one power reads two adjacent rows), each relative throughput in units of
+/// 1/65535. A pass over 100,000 jobs reads what it needs of 25 MB in job order, which the CPU
+/// streams and its cache holds: stored as `f64`, the same shapes weighed 100 MB, every pass ran
+/// from memory, and the hedge spent most of its time waiting for it. The rounding (at most
+/// 7.6·10⁻⁶ of a job's uncapped value, unbiased) is far below anything a shape is known to, and
+/// below any tolerance a plan is held to.
+pub(super) type ShapeGrid = [[u16; COLUMNS]; PLAUSIBLE_KNOTS];
+
+/// Columns of a [`ShapeGrid`]: the plausible shapes, then the estimate itself ([`ESTIMATE`]), so
+/// that the pass which sums every scenario's value of a plan sums its expected value too.
+const COLUMNS: usize = PLAUSIBLE_SHAPES + 1;
+/// The estimate's column.
+const ESTIMATE: usize = PLAUSIBLE_SHAPES;
+
+/// What one unit of a [`ShapeGrid`] entry is in relative throughput.
+const TAU_UNIT: f64 = 1.0 / 65535.0;
+
+/// Every job's plausible shapes (none for a measured or unknown job).
 #[derive(Debug, Clone)]
 pub(super) struct PlausibleSet {
-    shapes: Vec<PlausibleShape>,
-    /// `shapes[offsets[i]..offsets[i+1]]` are job i's.
-    offsets: Vec<u32>,
+    grids: Vec<ShapeGrid>,
+    /// `index[i]`: job i's place in `grids`; [`NONE`] when it has no shapes.
+    index: Vec<u32>,
 }
+
+const NONE: u32 = u32::MAX;
 
 impl PlausibleSet {
     pub(super) fn with_capacity(jobs: usize) -> Self {
-        let mut offsets = Vec::with_capacity(jobs + 1);
-        offsets.push(0);
         Self {
-            shapes: Vec::new(),
-            offsets,
+            grids: Vec::new(),
+            index: Vec::with_capacity(jobs),
         }
     }
 
-    /// Add the next job's shapes.
-    pub(super) fn push(&mut self, shapes: &[PlausibleShape]) {
-        self.shapes.extend_from_slice(shapes);
-        self.offsets.push(self.shapes.len() as u32);
+    /// Add the next job's shapes: [`PLAUSIBLE_SHAPES`] of them, or none, and its estimate's
+    /// relative throughput at the same knots.
+    pub(super) fn push(&mut self, shapes: &[PlausibleShape], estimate: &PlausibleShape) {
+        if shapes.len() != PLAUSIBLE_SHAPES {
+            self.index.push(NONE);
+            return;
+        }
+        let grid: ShapeGrid = std::array::from_fn(|k| {
+            std::array::from_fn(|s| {
+                let tau = if s == ESTIMATE { estimate[k] } else { shapes[s][k] };
+                // In [0, 65535] by the clamp, so the cast neither wraps nor truncates.
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                let units = (tau.clamp(0.0, 1.0) / TAU_UNIT).round() as u16;
+                units
+            })
+        });
+        self.push_grid(Some(&grid));
     }
 
-    pub(super) fn of(&self, job: usize) -> &[PlausibleShape] {
-        &self.shapes[self.offsets[job] as usize..self.offsets[job + 1] as usize]
+    /// Add the next job's shapes as `other` holds job `job`'s.
+    pub(super) fn push_from(&mut self, other: &Self, job: usize) {
+        self.push_grid(other.place(job).map(|g| &other.grids[g]));
+    }
+
+    fn push_grid(&mut self, grid: Option<&ShapeGrid>) {
+        match grid {
+            Some(grid) => {
+                self.index.push(u32::try_from(self.grids.len()).unwrap_or(NONE));
+                self.grids.push(*grid);
+            }
+            None => self.index.push(NONE),
+        }
+    }
+
+    pub(super) fn place(&self, job: usize) -> Option<usize> {
+        let g = *self.index.get(job)?;
+        (g != NONE).then_some(g as usize)
+    }
+
+    /// Every scenario's relative throughput for job `job` at `position`; `None` when the job has
+    /// no plausible shapes.
+    pub(super) fn taus(&self, job: usize, position: KnotPosition) -> Option<[f64; PLAUSIBLE_SHAPES]> {
+        let mut taus = [0.0; COLUMNS];
+        self.accumulate(self.place(job)?, position, 1.0, &mut taus);
+        Some(std::array::from_fn(|s| taus[s]))
+    }
+
+    /// Add `value` × every scenario's relative throughput at `position` of the job at place `g`
+    /// to `sums`: the inner loop of every pass, two rows and two coefficients, which vectorises.
+    #[inline]
+    fn accumulate(&self, g: usize, position: KnotPosition, value: f64, sums: &mut ScenarioValues) {
+        let (k, low, high) = interval(position, value * TAU_UNIT);
+        let grid = &self.grids[g];
+        let (a, b) = (&grid[k], &grid[k + 1]);
+        for s in 0..COLUMNS {
+            sums[s] += low * f64::from(a[s]) + high * f64::from(b[s]);
+        }
+    }
+}
+
+/// The knot interval of `position` and the weights of its lower and upper knot, times `value`.
+fn interval(position: KnotPosition, value: f64) -> (usize, f64, f64) {
+    match position {
+        KnotPosition::Below(factor) => (0, value * factor, 0.0),
+        KnotPosition::Between(k, w) => (k, value * (1.0 - w), value * w),
+        KnotPosition::Top => (PLAUSIBLE_KNOTS - 2, 0.0, value),
+    }
+}
+
+/// Jobs a pass of the hedge goes over, as it reads them: a pass reads these arrays and the
+/// shapes in order, and nothing of the jobs' specs (one more cache line a job, which at 100,000
+/// jobs cost a third of a pass).
+#[derive(Debug, Clone, Default)]
+pub(super) struct HedgeJobs {
+    job: Vec<u32>,
+    /// `1 / P_max`: a job's relative power is `1 − shed / P_max`.
+    inv_p_max: Vec<f64>,
+    /// Uncapped value under the objective.
+    value: Vec<f64>,
+    /// Place in the plausible rows; [`NONE`] for a measured job, counted by its own hull.
+    place: Vec<u32>,
+    /// `Σ value × row` over these jobs' shapes, knot by knot ([`HedgeJobs::sum_rows`]): every
+    /// job whose equal-cut power is the common fraction of its draw (all but the few an equal
+    /// cut clips at their floors) is then summed at once.
+    row_sums: Option<Box<[[f64; COLUMNS]; PLAUSIBLE_KNOTS]>>,
+}
+
+impl HedgeJobs {
+    pub(super) fn push(&mut self, job: usize, p_max: f64, value: f64, place: Option<usize>) {
+        self.job.push(u32::try_from(job).unwrap_or(NONE));
+        self.inv_p_max.push(1.0 / p_max);
+        self.value.push(value);
+        self.place
+            .push(place.and_then(|g| u32::try_from(g).ok()).unwrap_or(NONE));
+    }
+
+    /// `count` of these jobs (all of them when there are no more), stratified by `key`: the
+    /// middle job of each of `count` equal slices of the jobs ordered by `key`, kept in their
+    /// original order. With the key the plan is most driven by (value per watt), the sample
+    /// spans the fleet's range of it evenly, and its estimate of a whole-fleet sum varies much
+    /// less than an evenly spaced pick's (at 100,000 jobs the shrink found on 256 of them was
+    /// 0.708 against the exact 0.719 at a 20 % cut; an evenly spaced pick found 0.646).
+    pub(super) fn stratified(&self, count: usize, key: impl Fn(usize) -> f64) -> Self {
+        let n = self.job.len();
+        if n <= count {
+            return self.clone();
+        }
+        let keys: Vec<f64> = self.job.iter().map(|&i| key(i as usize)).collect();
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_by(|&a, &b| keys[a].total_cmp(&keys[b]));
+        let mut picked: Vec<usize> = (0..count).map(|k| order[(2 * k + 1) * n / (2 * count)]).collect();
+        picked.sort_unstable();
+        Self {
+            job: picked.iter().map(|&k| self.job[k]).collect(),
+            inv_p_max: picked.iter().map(|&k| self.inv_p_max[k]).collect(),
+            value: picked.iter().map(|&k| self.value[k]).collect(),
+            place: picked.iter().map(|&k| self.place[k]).collect(),
+            row_sums: None,
+        }
+    }
+
+    /// Sum these jobs' rows of `set`, weighted by their values (once per preparation).
+    pub(super) fn sum_rows(&mut self, set: &PlausibleSet) {
+        let mut sums = Box::new([[0.0; COLUMNS]; PLAUSIBLE_KNOTS]);
+        for (&g, &value) in self.place.iter().zip(&self.value) {
+            if g == NONE {
+                continue;
+            }
+            for (sum, row) in sums.iter_mut().zip(&set.grids[g as usize]) {
+                for (total, &units) in sum.iter_mut().zip(row) {
+                    *total += value * TAU_UNIT * f64::from(units);
+                }
+            }
+        }
+        self.row_sums = Some(sums);
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.job.len()
+    }
+}
+
+/// Every scenario's value of a plan, in objective units, and in the last column
+/// ([`ESTIMATE`]) its expected value.
+type ScenarioValues = [f64; COLUMNS];
+
+/// The worst gain of `values` over `at_equal`, and in which scenario.
+fn worst_gain(values: &ScenarioValues, at_equal: &ScenarioValues) -> (f64, usize) {
+    values[..PLAUSIBLE_SHAPES]
+        .iter()
+        .zip(at_equal)
+        .map(|(v, e)| v - e)
+        .enumerate()
+        .fold(
+            (f64::INFINITY, 0),
+            |(w, at), (s, g)| if g < w { (g, s) } else { (w, at) },
+        )
+}
+
+/// Move `shed` `alpha` of the way from `equal` to where it is: `e + α·(p − e)`, which keeps the
+/// budget and every floor for any α ∈ [0, 1].
+fn along(shed: &mut [f64], equal: &[f64], alpha: f64) {
+    for (s, &e) in shed.iter_mut().zip(equal) {
+        *s = e + alpha * (*s - e);
     }
 }
 
 impl Prepared<'_> {
-    /// The plan's gain over the equal cut under every scenario, in objective units.
-    fn scenario_gains(&self, shed: &[f64], equal: &[f64]) -> [f64; PLAUSIBLE_SHAPES] {
-        let mut gains = [0.0; PLAUSIBLE_SHAPES];
-        for i in 0..self.jobs.len() {
-            if !self.has_hull(i) || (shed[i] - equal[i]).abs() <= 1e-12 {
-                continue;
-            }
-            let job = &self.jobs[i];
-            let p_max = job.uncapped_power.value();
-            let (power, equal_power) = (p_max - shed[i], p_max - equal[i]);
-            let shapes = self.plausible.of(i);
-            if shapes.len() == PLAUSIBLE_SHAPES {
-                let value = self.scale[i] * job.uncapped_tokens.value();
-                let (x, x_equal) = (power / p_max, equal_power / p_max);
-                for (gain, shape) in gains.iter_mut().zip(shapes) {
-                    *gain += value * (plausible_tau(shape, x) - plausible_tau(shape, x_equal));
-                }
-            } else if let (Some(at), Some(at_equal)) = (self.hull_tokens(i, power), self.hull_tokens(i, equal_power)) {
-                // A measured curve is the same in every scenario.
-                let gain = self.scale[i] * (at - at_equal);
-                for g in &mut gains {
-                    *g += gain;
+    /// Every scenario's value of `shed` over `jobs`, in objective units (a measured job counts
+    /// its own curve in every scenario).
+    fn scenario_values(&self, jobs: &HedgeJobs, shed: &[f64]) -> ScenarioValues {
+        let mut values = [0.0; COLUMNS];
+        let mut common = 0.0;
+        for k in 0..jobs.len() {
+            let i = jobs.job[k] as usize;
+            match jobs.place[k] {
+                NONE => common += self.scale[i] * self.hull_tokens(i, self.power_of(i, shed)).unwrap_or(0.0),
+                g => {
+                    let position = plausible_position(1.0 - shed[i] * jobs.inv_p_max[k]);
+                    self.plausible
+                        .accumulate(g as usize, position, jobs.value[k], &mut values);
                 }
             }
         }
-        gains
+        values.map(|v| v + common)
     }
 
-    /// Hedge the plan `shed` against the equal cut `equal` (see the module docs). `base` holds
-    /// the unknown jobs' equal shares and `need_known` the watts the other jobs must shed.
-    pub(super) fn hedge(&self, equal: &[f64], base: &[f64], need_known: f64, shed: &mut Vec<f64>) -> Hedge {
-        let equal_value = self.total_delivered(equal);
+    /// Every scenario's value of the equal cut over `jobs`: from their row sums, at the equal
+    /// cut's common fraction, corrected for the jobs it clips; by a pass when there are no sums.
+    fn scenario_values_at_equal(&self, jobs: &HedgeJobs, equal: &[f64]) -> ScenarioValues {
+        let Some(sums) = &jobs.row_sums else {
+            return self.scenario_values(jobs, equal);
+        };
+        // The common fraction: that of any job the equal cut did not clip (nor leave uncut for
+        // lack of room). Jobs at another fraction are moved from it to their own.
+        let unclipped = (0..jobs.len()).find(|&k| {
+            let i = jobs.job[k] as usize;
+            let room = (self.jobs[i].uncapped_power - self.floors[i].0).value();
+            jobs.place[k] != NONE && room > 0.0 && equal[i] < room * (1.0 - 1e-9)
+        });
+        let Some(reference) = unclipped else {
+            return self.scenario_values(jobs, equal);
+        };
+        let common = equal[jobs.job[reference] as usize] * jobs.inv_p_max[reference];
+        let position = plausible_position(1.0 - common);
+        let mut values: ScenarioValues = [0.0; COLUMNS];
+        let (k, low, high) = interval(position, 1.0);
+        for s in 0..COLUMNS {
+            values[s] = low * sums[k][s] + high * sums[k + 1][s];
+        }
+        let mut measured = 0.0;
+        for k in 0..jobs.len() {
+            let i = jobs.job[k] as usize;
+            match jobs.place[k] {
+                NONE => measured += self.scale[i] * self.hull_tokens(i, self.power_of(i, equal)).unwrap_or(0.0),
+                g => {
+                    let fraction = equal[i] * jobs.inv_p_max[k];
+                    if (fraction - common).abs() > 1e-12 {
+                        let (g, value) = (g as usize, jobs.value[k]);
+                        self.plausible
+                            .accumulate(g, plausible_position(1.0 - fraction), value, &mut values);
+                        self.plausible.accumulate(g, position, -value, &mut values);
+                    }
+                }
+            }
+        }
+        values.map(|v| v + measured)
+    }
+
+    /// One pass over `jobs` for two plans: every scenario's value at `equal` and at `shed`.
+    fn scenario_values_pair(&self, jobs: &HedgeJobs, equal: &[f64], shed: &[f64]) -> (ScenarioValues, ScenarioValues) {
+        let (mut at_equal, mut at_plan) = ([0.0; COLUMNS], [0.0; COLUMNS]);
+        let (mut common_equal, mut common_plan) = (0.0, 0.0);
+        for k in 0..jobs.len() {
+            let i = jobs.job[k] as usize;
+            match jobs.place[k] {
+                NONE => {
+                    common_equal += self.scale[i] * self.hull_tokens(i, self.power_of(i, equal)).unwrap_or(0.0);
+                    common_plan += self.scale[i] * self.hull_tokens(i, self.power_of(i, shed)).unwrap_or(0.0);
+                }
+                g => {
+                    let (g, value, inv) = (g as usize, jobs.value[k], jobs.inv_p_max[k]);
+                    self.plausible
+                        .accumulate(g, plausible_position(1.0 - equal[i] * inv), value, &mut at_equal);
+                    self.plausible
+                        .accumulate(g, plausible_position(1.0 - shed[i] * inv), value, &mut at_plan);
+                }
+            }
+        }
+        (at_equal.map(|v| v + common_equal), at_plan.map(|v| v + common_plan))
+    }
+
+    /// Expected value of the jobs of unknown elasticity at `shed` (in proportion to power, as
+    /// [`Prepared::total_delivered`] counts them).
+    fn unknown_value(&self, shed: &[f64]) -> f64 {
+        self.unknown
+            .iter()
+            .map(|&i| {
+                let job = &self.jobs[i];
+                let power = job.uncapped_power.value() - shed[i];
+                self.scale[i] * job.uncapped_tokens.value() * power / job.uncapped_power.value()
+            })
+            .sum()
+    }
+
+    /// Job `i`'s power when `shed` watts are taken from it.
+    fn power_of(&self, i: usize, shed: &[f64]) -> f64 {
+        self.jobs[i].uncapped_power.value() - shed[i]
+    }
+
+    /// Hedge the expected-value plan `shed` against the equal cut `equal` (see the module docs).
+    pub(super) fn hedge(&self, equal: &[f64], shed: &mut [f64]) -> Hedge {
+        let sampled = self.hedged.len() > self.hedge_sample.len();
+        let search = &self.hedge_sample;
+        // Every job's gains are measured against the equal cut's; for a sample those of every
+        // job come from the row sums, and so does the equal cut's expected value, read on the
+        // estimate's knots instead of its hull (a pass over every job's hull cost a tenth of a
+        // 100,000-job plan).
+        let at_equal = sampled.then(|| self.scenario_values_at_equal(&self.hedged, equal));
+        let equal_value = match &at_equal {
+            Some(at_equal) => at_equal[ESTIMATE] + self.unknown_value(equal),
+            None => self.total_delivered(equal),
+        };
         let tolerance = self.hedge_tolerance * equal_value.abs();
-        let worst = |shed: &[f64]| {
-            let gains = self.scenario_gains(shed, equal);
-            gains.iter().enumerate().fold(
-                (f64::INFINITY, 0usize),
-                |(w, at), (s, &g)| {
-                    if g < w { (g, s) } else { (w, at) }
-                },
-            )
+        let (search_at_equal, search_at_expected) = self.scenario_values_pair(search, equal, shed);
+        // The searched jobs' share of the tolerance: all of it, or the sample's share of the
+        // planned jobs' value at the equal cut (the unknown jobs' part is theirs alone).
+        let share = match &at_equal {
+            Some(at_equal) => {
+                (search_at_equal[ESTIMATE] / at_equal[ESTIMATE].max(f64::MIN_POSITIVE)).clamp(f64::MIN_POSITIVE, 1.0)
+            }
+            None => 1.0,
         };
-        let (expected_plan_bound, scenario) = worst(shed);
+        // A sample's estimate of the fleet's gains errs both ways; searching it for a little less
+        // than its share keeps the step back (below) rare.
+        let search_tolerance = tolerance * share * if sampled { SAMPLE_MARGIN } else { 1.0 };
+        let (expected_bound, expected_scenario) = worst_gain(&search_at_expected, &search_at_equal);
         let mut hedge = Hedge {
-            multipliers: [0.0; PLAUSIBLE_SHAPES],
             shrink: 1.0,
-            expected_plan_bound,
-            bound: expected_plan_bound,
-            worst_scenario: scenario,
+            expected_plan_bound: expected_bound / share,
+            bound: expected_bound,
+            bound_measured: true,
+            worst_scenario: expected_scenario,
             equal_value,
+            searched_jobs: search.len(),
         };
-        if expected_plan_bound >= -tolerance {
+        if expected_bound < -search_tolerance {
+            // The largest α whose plan meets the bound on the searched jobs: every gain is
+            // concave along the line and 0 at the equal cut.
+            // The trials are written into `shed` itself, at the searched jobs only (a pass reads
+            // nothing else), and their expected values put back after.
+            let expected: Vec<f64> = search.job.iter().map(|&i| shed[i as usize]).collect();
+            let (mut feasible, mut infeasible) = (0.0, 1.0);
+            for _ in 0..SHRINK_STEPS {
+                let alpha = 0.5 * (feasible + infeasible);
+                for (&i, &p) in search.job.iter().zip(&expected) {
+                    let i = i as usize;
+                    shed[i] = equal[i] + alpha * (p - equal[i]);
+                }
+                if worst_gain(&self.scenario_values(search, shed), &search_at_equal).0 >= -search_tolerance {
+                    feasible = alpha;
+                } else {
+                    infeasible = alpha;
+                }
+            }
+            for (&i, &p) in search.job.iter().zip(&expected) {
+                shed[i as usize] = p;
+            }
+            along(shed, equal, feasible);
+            hedge.shrink = feasible;
+        } else if !sampled {
+            // Every job was searched and the expected-value plan stands.
             return hedge;
         }
-        // Lagrangian steps: weigh the violated scenarios into every job's curve, more and more,
-        // until the plan meets the bound in every scenario.
-        let curves = self.hedge_curves(equal);
-        let mut active = [false; PLAUSIBLE_SHAPES];
-        active[scenario] = true;
-        let mut kept: Option<(Vec<f64>, [f64; PLAUSIBLE_SHAPES])> = None;
-        let mut last = shed.clone();
-        for _ in 0..ACTIVE_ROUNDS {
-            let weights = |mu: f64| {
-                let mut w = [0.0; PLAUSIBLE_SHAPES];
-                for (slot, &on) in w.iter_mut().zip(&active) {
-                    if on {
-                        *slot = mu;
-                    }
-                }
-                w
-            };
-            let plan = |mu: f64| {
-                let w = weights(mu);
-                let segments = combined_segments(&curves, &w);
-                let mut trial = base.to_vec();
-                let unmet = shed_cheapest(&segments, need_known, &mut trial);
-                (unmet <= 1e-9 * need_known.max(1.0)).then_some(trial)
-            };
-            let meets_active = |trial: &[f64]| {
-                let gains = self.scenario_gains(trial, equal);
-                gains.iter().zip(&active).all(|(&g, &on)| !on || g >= -tolerance)
-            };
-            // The first multiplier on a geometric ladder that meets the active scenarios, then a
-            // few bisection steps back toward the one before it.
-            let mut found = None;
-            let mut below = 0.0;
-            for mu in MULTIPLIERS {
-                if let Some(trial) = plan(mu)
-                    && meets_active(&trial)
-                {
-                    found = Some((mu, trial));
-                    break;
-                }
-                below = mu;
-            }
-            let Some((mut above, mut trial)) = found else { break };
-            for _ in 0..REFINE_STEPS {
-                let mid = if below > 0.0 {
-                    (below * above).sqrt()
-                } else {
-                    0.5 * above
-                };
-                match plan(mid) {
-                    Some(t) if meets_active(&t) => {
-                        above = mid;
-                        trial = t;
-                    }
-                    _ => below = mid,
-                }
-            }
-            let (bound, worst_now) = worst(&trial);
-            last.clone_from(&trial);
-            if bound >= -tolerance {
-                kept = Some((trial, weights(above)));
-                break;
-            }
-            active[worst_now] = true;
+        // The kept plan on every job: for a sample, the first time the whole fleet is looked at.
+        let at_equal = at_equal.unwrap_or(search_at_equal);
+        let at_plan = self.scenario_values(&self.hedged, shed);
+        let (mut bound, scenario) = worst_gain(&at_plan, &at_equal);
+        if bound < -tolerance {
+            // Only a sample can misjudge the whole fleet: one exact step back along the line,
+            // whose gains are then at least β times those measured (concavity), -tolerance.
+            let beta = (tolerance / -bound).clamp(0.0, 1.0);
+            along(shed, equal, beta);
+            hedge.shrink *= beta;
+            bound *= beta;
+            hedge.bound_measured = false;
         }
-        let (plan, multipliers) = match kept {
-            Some(found) => found,
-            None => {
-                // Shrink the last plan toward the equal cut until it meets the bound: on the line
-                // between them every scenario's gain is concave and 0 at the equal cut.
-                let along = |alpha: f64, out: &mut [f64]| {
-                    for ((o, &p), &e) in out.iter_mut().zip(&last).zip(equal) {
-                        *o = e + alpha * (p - e);
-                    }
-                };
-                let (mut feasible, mut infeasible) = (0.0, 1.0);
-                let mut trial = last.clone();
-                for _ in 0..SHRINK_STEPS {
-                    let alpha = 0.5 * (feasible + infeasible);
-                    along(alpha, &mut trial);
-                    if worst(&trial).0 >= -tolerance {
-                        feasible = alpha;
-                    } else {
-                        infeasible = alpha;
-                    }
-                }
-                along(feasible, &mut trial);
-                hedge.shrink = feasible;
-                (trial, [f64::INFINITY; PLAUSIBLE_SHAPES])
-            }
-        };
-        *shed = plan;
-        let (bound, scenario) = worst(shed);
-        hedge.multipliers = multipliers;
         hedge.bound = bound;
         hedge.worst_scenario = scenario;
         hedge
     }
-
-    /// Each job with a hull, as its expected value and its gain over the equal cut in every
-    /// scenario, at its hull's vertices, the plausible shapes' knots and its equal-cut power.
-    fn hedge_curves(&self, equal: &[f64]) -> Vec<HedgeCurve> {
-        (0..self.jobs.len())
-            .filter(|&i| self.has_hull(i))
-            .map(|i| {
-                let job = &self.jobs[i];
-                let p_max = job.uncapped_power.value();
-                let floor = self.floors[i].0.value().min(p_max);
-                let equal_power = p_max - equal[i];
-                let vertices = &self.vertices[self.offsets[i] as usize..self.offsets[i + 1] as usize];
-                let shapes = self.plausible.of(i);
-                let mut powers: Vec<f64> = vertices.iter().map(|v| v.0).collect();
-                if shapes.len() == PLAUSIBLE_SHAPES {
-                    powers.extend(
-                        (0..PLAUSIBLE_KNOTS)
-                            .map(|k| plausible_knot_x(k) * p_max)
-                            .filter(|&p| p > floor && p < p_max),
-                    );
-                }
-                powers.push(equal_power);
-                let value = self.scale[i] * job.uncapped_tokens.value();
-                let at_equal = self.hull_tokens(i, equal_power).unwrap_or(0.0);
-                let points = powers
-                    .into_iter()
-                    .map(|p| {
-                        let expected = self.scale[i] * self.hull_tokens(i, p).unwrap_or(0.0);
-                        let mut gains = [0.0; PLAUSIBLE_SHAPES];
-                        if shapes.len() == PLAUSIBLE_SHAPES {
-                            let (x, x_equal) = (p / p_max, equal_power / p_max);
-                            for (g, shape) in gains.iter_mut().zip(shapes) {
-                                *g = value * (plausible_tau(shape, x) - plausible_tau(shape, x_equal));
-                            }
-                        } else {
-                            gains = [expected - self.scale[i] * at_equal; PLAUSIBLE_SHAPES];
-                        }
-                        (p, expected, gains)
-                    })
-                    .collect();
-                HedgeCurve {
-                    job: i as u32,
-                    p_max,
-                    points,
-                }
-            })
-            .collect()
-    }
 }
-
-/// One job's expected value and scenario gains at a few powers.
-struct HedgeCurve {
-    job: u32,
-    p_max: f64,
-    points: Vec<(f64, f64, [f64; PLAUSIBLE_SHAPES])>,
-}
-
-/// The sheddable segments of `E + Σ_s w_s·G_s` for every job (its concave hull: every part is
-/// concave, the hull only irons out rounding).
-fn combined_segments(curves: &[HedgeCurve], weights: &[f64; PLAUSIBLE_SHAPES]) -> Vec<Segment> {
-    let mut segments = Vec::with_capacity(curves.len() * PLAUSIBLE_KNOTS);
-    for c in curves {
-        let hull = ConcaveHull::from_points(c.points.iter().map(|(p, expected, gains)| {
-            let penalty: f64 = gains.iter().zip(weights).map(|(g, w)| g * w).sum();
-            (*p, expected + penalty)
-        }));
-        let v = hull.vertices();
-        for w in v.windows(2) {
-            let width = w[1].0 - w[0].0;
-            if width > 0.0 {
-                segments.push(Segment {
-                    slope: (w[1].1 - w[0].1) / width,
-                    width,
-                    job: c.job,
-                });
-            }
-        }
-        // The hull stops at its best point; watts above it cost nothing.
-        if let Some(&(last, _)) = v.last()
-            && c.p_max > last
-        {
-            segments.push(Segment {
-                slope: 0.0,
-                width: c.p_max - last,
-                job: c.job,
-            });
-        }
-    }
-    segments
-}
-
-/// Multipliers tried in turn on the violated scenarios (objective units per objective unit).
-const MULTIPLIERS: [f64; 8] = [0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 1000.0];
-/// Scenarios added to the active set at most.
-const ACTIVE_ROUNDS: usize = 4;
-/// Bisection steps between two rungs of the ladder.
-const REFINE_STEPS: usize = 3;
-
-/// Bisection steps on the shrink factor: 2⁻¹² of the way between the plans.
-const SHRINK_STEPS: usize = 12;
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,165 @@
+//! Property tests of the hedge against the equal cut (`CurveAware::with_hedging`), as the
+//! gateway runs it by default.
+//!
+//! The hedge promises that a plan's gain over the equal cut, under every plausible scenario,
+//! falls no lower than the tolerance (a share of the equal cut's expected value). These tests
+//! check that promise **independently of the hedge's own bookkeeping**: each plausible shape is
+//! rebuilt from the public estimator (`CurveFamily::plausible_shapes`, at the prediction's mean
+//! ± `PLAUSIBLE_PFI_SDS` sd), each scenario's gain summed over every job in double precision,
+//! and the tolerance taken on the estimator's expected curve. Fleets are small (the search runs
+//! on every job) or larger than `SEARCH_SAMPLE` (it runs on a sample, and the whole plan is
+//! checked and, if needed, stepped back): the promise must hold for every job either way, along
+//! with the budget and every floor.
+
+use flexgate_policies::alloc::curve_aware::{PLAUSIBLE_PFI_SDS, REGRET_TOLERANCE, SEARCH_SAMPLE};
+use flexgate_policies::alloc::{
+    AllocationPolicy, Budget, CapPlan, CapRange, CurveAware, Elasticity, JobSpec, Objective, Proportional, Weighting,
+};
+use flexgate_policies::estimate::{CurveFamily, PLAUSIBLE_SHAPES, plausible_tau};
+use flexgate_policies::pfi::CapGrid;
+use flexgate_policies::units::{Fraction, TokensPerSec, Watts};
+use proptest::prelude::*;
+use std::sync::{Arc, LazyLock};
+
+static FAMILY: LazyLock<Arc<CurveFamily>> = LazyLock::new(|| Arc::new(CurveFamily::h200_generic()));
+
+/// Jobs as production knows them: a predicted PFI with its sd, no tiers.
+fn fleet(sizes: std::ops::Range<usize>) -> impl Strategy<Value = Vec<JobSpec>> {
+    prop::collection::vec(
+        (
+            prop::sample::select(vec![8u32, 16, 32]),
+            560.0..700.0f64,
+            100.0..6_000.0f64,
+            0.9..2.9f64,
+            0.05..0.5f64,
+            0.5..4.0f64,
+        ),
+        sizes,
+    )
+    .prop_map(|specs| {
+        specs
+            .into_iter()
+            .enumerate()
+            .map(|(i, (gpus, draw, tokens, mean, sd, priority))| JobSpec {
+                id: format!("job-{i}").into(),
+                gpus,
+                cap_range: CapRange::H200,
+                uncapped_power: Watts(draw * f64::from(gpus)),
+                uncapped_tokens: TokensPerSec(tokens * f64::from(gpus)),
+                elasticity: Elasticity::PredictedPfi { mean, sd, grid: None },
+                max_slowdown: None,
+                priority,
+            })
+            .collect()
+    })
+}
+
+fn objective() -> impl Strategy<Value = Objective> {
+    prop::sample::select(vec![Objective::Tokens, Objective::Progress])
+}
+
+/// The worst scenario gain of `plan` over `equal`, and the tolerance, rebuilt from scratch.
+fn worst_gain_and_tolerance(jobs: &[JobSpec], plan: &CapPlan, equal: &CapPlan, objective: Objective) -> (f64, f64) {
+    let mut gains = [0.0; PLAUSIBLE_SHAPES];
+    let mut equal_value = 0.0;
+    for ((job, entry), at_equal) in jobs.iter().zip(&plan.entries).zip(&equal.entries) {
+        let Elasticity::PredictedPfi { mean, sd, .. } = job.elasticity else {
+            unreachable!("every job is predicted")
+        };
+        let grid = CapGrid::paper_default_for(job.gpus);
+        let per_gpu = job.uncapped_power.per_gpu(job.gpus);
+        let spread = PLAUSIBLE_PFI_SDS * sd;
+        let shapes = FAMILY.plausible_shapes(mean - spread, mean + spread, &grid, per_gpu);
+        let value = objective.uncapped_value(job);
+        let (x, x_equal) = (
+            entry.expected_power / job.uncapped_power,
+            at_equal.expected_power / job.uncapped_power,
+        );
+        for (gain, shape) in gains.iter_mut().zip(&shapes) {
+            *gain += value * (plausible_tau(shape, x) - plausible_tau(shape, x_equal));
+        }
+        equal_value += value * FAMILY.expected_shape(mean, sd, &grid, per_gpu).tau_at(x_equal);
+    }
+    let worst = gains.iter().copied().fold(f64::INFINITY, f64::min);
+    (worst, REGRET_TOLERANCE * equal_value)
+}
+
+fn check(jobs: &[JobSpec], cut: f64, objective: Objective) -> Result<(), TestCaseError> {
+    let hedged = CurveAware::flexgate(FAMILY.clone())
+        .with_objective(objective)
+        .with_hedging(true);
+    let budget = Budget::Cut(Fraction::new(cut).expect("a fraction"));
+    let prepared = hedged.prepare(jobs).expect("valid jobs");
+    let (plan, hedge) = prepared.allocate_explained(budget);
+    let equal = Proportional::new(Weighting::Equal, FAMILY.clone())
+        .plan(jobs, budget)
+        .expect("valid jobs");
+    // The budget is met exactly and every job sits between its floor and its draw.
+    let scale = plan.uncapped_power.value();
+    prop_assert!(plan.shortfall.value() <= 1e-9 * scale, "{plan:?}");
+    prop_assert!((plan.planned_power - plan.budget).value().abs() <= 1e-6 * scale);
+    for (e, j) in plan.entries.iter().zip(jobs) {
+        prop_assert!(e.expected_power.value() >= e.floor.value() - 1e-6 * j.uncapped_power.value());
+        prop_assert!(e.expected_power.value() <= j.uncapped_power.value() * (1.0 + 1e-9));
+        prop_assert!(e.cap >= j.cap_range.min && e.cap <= j.cap_range.max);
+    }
+    // The promise, on every job: the worst plausible scenario loses at most the tolerance (plus
+    // 2 % of it for the hull's chords against the estimator's curve, and the shapes' storage).
+    let (worst, tolerance) = worst_gain_and_tolerance(jobs, &plan, &equal, objective);
+    prop_assert!(
+        worst >= -1.02 * tolerance - 1e-9 * tolerance.abs().max(1.0),
+        "worst scenario gain {worst} against a tolerance of {tolerance} ({hedge:?})"
+    );
+    // And the hedge says what it did: the bound it reports is the one measured here, or after a
+    // step back a floor under it.
+    let slack = 0.02 * tolerance + 1e-9;
+    if hedge.bound_measured {
+        prop_assert!(
+            (hedge.bound - worst).abs() <= slack,
+            "reported {} against {worst} ({hedge:?})",
+            hedge.bound
+        );
+    } else {
+        prop_assert!(
+            sampled_fleet(jobs) && hedge.bound <= worst + slack,
+            "{hedge:?} against {worst}"
+        );
+    }
+    prop_assert!(hedge.shrink >= 0.0 && hedge.shrink <= 1.0);
+    let searched = if sampled_fleet(jobs) { SEARCH_SAMPLE } else { jobs.len() };
+    prop_assert_eq!(hedge.searched_jobs, searched);
+    Ok(())
+}
+
+/// Whether the hedge searches a sample of these jobs.
+fn sampled_fleet(jobs: &[JobSpec]) -> bool {
+    jobs.len() > SEARCH_SAMPLE
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Up to `SEARCH_SAMPLE` jobs the shrink is searched on every job.
+    #[test]
+    fn a_hedged_plan_keeps_its_promise_on_a_small_fleet(
+        jobs in fleet(1..80),
+        cut in 0.02..0.5f64,
+        objective in objective(),
+    ) {
+        check(&jobs, cut, objective)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(12))]
+
+    /// Beyond it the shrink is searched on a sample and the whole plan checked.
+    #[test]
+    fn a_hedged_plan_keeps_its_promise_on_every_job_of_a_sampled_fleet(
+        jobs in fleet(SEARCH_SAMPLE + 1..1_500),
+        cut in 0.02..0.5f64,
+        objective in objective(),
+    ) {
+        check(&jobs, cut, objective)?;
+    }
+}
