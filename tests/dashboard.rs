@@ -159,6 +159,25 @@ async fn the_dashboard_shows_the_site_live_in_a_real_browser() {
     assert!(meter_before > 10.0, "{meter_before}");
     assert_eq!(text_of(&before.dom, "compliance"), "No event");
     assert!(before.dom.contains("<svg"), "the chart is drawn");
+    // The flexibility curve, from GET /v1/flexibility: the expected loss drawn, labelled an
+    // estimate, with what the site can shed at the meter.
+    let curve = flexgate::http_client::request(addr, "GET", "/v1/flexibility", None, None)
+        .await
+        .expect("GET /v1/flexibility");
+    assert_eq!(curve.status, 200, "{}", curve.text());
+    let curve: serde_json::Value = serde_json::from_str(&curve.text()).expect("json");
+    assert!(curve["uncapped_value"].as_f64().is_some_and(|v| v > 0.0), "{curve}");
+    let deepest = curve["points"].as_array().and_then(|p| p.last()).expect("levels");
+    assert!(deepest["value_lost"].as_f64().is_some_and(|v| v > 0.0), "{deepest}");
+    assert!(
+        before.dom.contains("class=\"flex-expected\""),
+        "the flexibility curve is drawn"
+    );
+    let caption = text_of(&before.dom, "flex-caption");
+    assert!(
+        caption.starts_with("The flexibility curve at") && caption.contains("not measurements"),
+        "{caption}"
+    );
     assert!(
         text_of(&before.dom, "ledger-verify").starts_with("intact"),
         "{}",

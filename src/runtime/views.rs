@@ -455,6 +455,9 @@ pub struct FlexibilityView {
     pub source: &'static str,
     /// The plannable jobs' uncapped draw, W.
     pub uncapped_power_w: f64,
+    /// The plannable jobs' value uncapped under the objective (Σ tokens/s, or Σ GPUs ×
+    /// priority): what each level's `value_lost` and `value_lost_range` are a share of.
+    pub uncapped_value: f64,
     /// From no shed to every plannable job at its floor (21 levels, 5 % steps).
     pub points: Vec<FlexibilityPointView>,
 }
@@ -472,6 +475,8 @@ pub struct FlexibilityPointView {
     pub progress_lost: f64,
     /// Expected tokens/s lost, summed over the jobs.
     pub tokens_lost_per_s: f64,
+    /// Expected loss in the objective's units (tokens/s, or GPUs × priority × share).
+    pub value_lost: f64,
     /// `[low, high]` of the objective's loss over the plausible curve shapes, when the
     /// planner hedges.
     pub value_lost_range: Option<[f64; 2]>,
@@ -488,6 +493,7 @@ impl FlexibilityView {
             objective: curve.objective.as_str().to_string(),
             source: curve.source,
             uncapped_power_w: curve.uncapped_power_w,
+            uncapped_value: curve.uncapped_value,
             points: curve
                 .points
                 .iter()
@@ -497,6 +503,7 @@ impl FlexibilityView {
                     meter_shed_w_nominal: kw_to_w(p.meter_shed_kw_nominal),
                     progress_lost: p.progress_lost,
                     tokens_lost_per_s: p.tokens_lost_per_s,
+                    value_lost: p.value_lost,
                     value_lost_range: p.value_lost_range.map(|(lo, hi)| [lo, hi]),
                     jobs_capped: p.jobs_capped,
                     tiers_touched: p.tiers_touched.clone(),

@@ -27,6 +27,9 @@ pub struct SiteFlexibility {
     pub source: &'static str,
     /// The plannable jobs' uncapped draw, W.
     pub uncapped_power_w: f64,
+    /// The plannable jobs' value uncapped under the objective (Σ T_max, or Σ GPUs × priority):
+    /// what each level's `value_lost` is a share of.
+    pub uncapped_value: f64,
     /// From no shed to every plannable job at its floor.
     pub points: Vec<SiteFlexPoint>,
 }
@@ -53,6 +56,8 @@ pub struct SiteFlexPoint {
     pub progress_lost: f64,
     /// Expected tokens/s lost, summed over the jobs.
     pub tokens_lost_per_s: f64,
+    /// Expected loss in the objective's units.
+    pub value_lost: f64,
     /// Range of the objective's loss over the plausible curve shapes, when the planner hedges.
     pub value_lost_range: Option<(f64, f64)>,
     /// Jobs the plan would cap.
@@ -76,6 +81,7 @@ pub fn at_the_meter(curve: &FlexibilityCurve, facility: &FacilityModel, at: Date
                 meter_shed_kw_nominal: meter.nominal.value(),
                 progress_lost: p.progress_lost,
                 tokens_lost_per_s: p.tokens_lost.value(),
+                value_lost: p.value_lost,
                 value_lost_range: p.value_lost_range,
                 jobs_capped: p.jobs_capped,
                 tiers_touched: p.tiers_touched.clone(),
@@ -87,6 +93,7 @@ pub fn at_the_meter(curve: &FlexibilityCurve, facility: &FacilityModel, at: Date
         objective: curve.objective,
         source: "planner_estimate",
         uncapped_power_w: curve.uncapped_power.value(),
+        uncapped_value: curve.uncapped_value,
         points,
     }
 }

@@ -236,6 +236,77 @@ function drawChart() {
   host.replaceChildren(svg);
 }
 
+// ---- the flexibility curve --------------------------------------------------------------
+
+// Shares of the objective lost at each level: expected, and its range over the plausible
+// shapes when the planner hedges (the API gives both in the objective's units, with the jobs'
+// uncapped value they are shares of).
+function flexSeries(curve) {
+  const total = curve.uncapped_value > 0 ? curve.uncapped_value : null;
+  return curve.points.map((p) => ({
+    kw: p.meter_shed_w / 1000,
+    lost: total ? p.value_lost / total : p.progress_lost,
+    range: total && p.value_lost_range ? [p.value_lost_range[0] / total, p.value_lost_range[1] / total] : null,
+    tiers: p.tiers_touched.length > 0,
+    jobs: p.jobs_capped,
+  }));
+}
+
+function drawFlexibility(curve) {
+  const host = $("flex-chart");
+  const pts = flexSeries(curve);
+  if (pts.length < 2) { host.textContent = "No curve yet."; return; }
+  const W = 1200, H = 300, L = 64, R = 16, T = 14, B = 40;
+  const maxKw = Math.max(1, ...pts.map((p) => p.kw)) * 1.02;
+  const maxShare = Math.min(1, Math.max(0.05, ...pts.map((p) => Math.max(p.lost, p.range ? p.range[1] : 0))) * 1.1);
+  const x = (v) => L + (v / maxKw) * (W - L - R);
+  const y = (v) => H - B - (v / maxShare) * (H - T - B);
+  const svg = el("svg", { viewBox: `0 0 ${W} ${H}`, role: "presentation" });
+  const ystep = niceStep(maxShare * 100, 5) / 100;
+  for (let v = 0; v <= maxShare + 1e-9; v += ystep) {
+    svg.appendChild(el("line", { x1: L, x2: W - R, y1: y(v), y2: y(v), stroke: "#e4e4e4" }));
+    svg.appendChild(el("text", { x: L - 6, y: y(v) + 4, "text-anchor": "end", "font-size": 12, fill: "#333" }, (v * 100).toFixed(ystep < 0.01 ? 1 : 0)));
+  }
+  const xstep = niceStep(maxKw, 8);
+  for (let v = 0; v <= maxKw; v += xstep) {
+    svg.appendChild(el("line", { x1: x(v), x2: x(v), y1: T, y2: H - B, stroke: "#e4e4e4" }));
+    svg.appendChild(el("text", { x: x(v), y: H - B + 16, "text-anchor": "middle", "font-size": 12, fill: "#333" }, v.toFixed(xstep < 1 ? 1 : 0)));
+  }
+  svg.appendChild(el("path", { d: `M${L} ${T} V${H - B} H${W - R}`, stroke: "#555", fill: "none" }));
+  svg.appendChild(el("text", { x: 14, y: T + (H - T - B) / 2, transform: `rotate(-90 14 ${T + (H - T - B) / 2})`,
+    "text-anchor": "middle", "font-size": 12, fill: "#333" }, `% of ${curve.objective === "tokens" ? "tokens/s" : "GPU-weighted progress"} lost`));
+  svg.appendChild(el("text", { x: L + (W - L - R) / 2, y: H - 6, "text-anchor": "middle", "font-size": 12, fill: "#333" },
+    "kW shed at the meter (lower bound)"));
+  const ranged = pts.filter((p) => p.range);
+  if (ranged.length === pts.length) {
+    const upper = pts.map((p) => `${x(p.kw)},${y(p.range[1])}`);
+    const lower = pts.slice().reverse().map((p) => `${x(p.kw)},${y(p.range[0])}`);
+    svg.appendChild(el("polygon", { class: "flex-range", points: upper.concat(lower).join(" "), fill: "#009e73", "fill-opacity": 0.18, stroke: "none" }));
+  }
+  svg.appendChild(el("polyline", { class: "flex-expected", points: pts.map((p) => `${x(p.kw)},${y(p.lost)}`).join(" "),
+    stroke: "#009e73", "stroke-width": 2.4, fill: "none" }));
+  for (const p of pts.filter((q) => q.tiers)) {
+    svg.appendChild(el("circle", { cx: x(p.kw), cy: y(p.lost), r: 4, fill: "#fff", stroke: "#cc79a7", "stroke-width": 2 }));
+  }
+  host.replaceChildren(svg);
+  const last = pts[pts.length - 1];
+  set("flex-caption", `The flexibility curve at ${clock(Date.parse(curve.at), false)} (objective ${curve.objective}): `
+    + `up to ${last.kw.toFixed(1)} kW at the meter (the facility model's lower bound, cooling settled), expected to cost `
+    + `${(last.lost * 100).toFixed(1)} % with every job at its floor. Estimates from the planner's curves (source ${curve.source}), not measurements. `
+    + "Reductions are from the jobs' uncapped draw; the Flexibility now card starts from the meter now and the model's highest meter at the floors, so it carries the model's whole error and is smaller.");
+}
+
+async function loadFlexibility() {
+  try {
+    const r = await fetch("/v1/flexibility");
+    if (r.status === 404) { $("flex-chart").textContent = "No curve yet: no telemetry, or a proportional policy."; return; }
+    if (!r.ok) return;
+    drawFlexibility(await r.json());
+  } catch (_) {
+    set("flex-caption", "The flexibility curve could not be read.");
+  }
+}
+
 // ---- live updates ------------------------------------------------------------------------
 
 function onState(message) {
@@ -253,6 +324,8 @@ function onState(message) {
     }
   }
   drawChart();
+  // The curve changes with the jobs and what is known of them, not with every reading.
+  if (state.updates % 20 === 0) loadFlexibility();
   state.updates += 1;
   const live = $("live");
   live.dataset.updates = String(state.updates);
