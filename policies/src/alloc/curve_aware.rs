@@ -34,7 +34,7 @@ mod hedge;
 use super::AllocationPolicy;
 use super::bounds::FloorModel;
 use super::proportional::{ProportionalSplit, proportional_cuts};
-use super::select::{Segment, shed_cheapest};
+use super::select::{Segment, SlopeOrder, shed_cheapest};
 use super::types::{Budget, CapPlan, Elasticity, FloorKind, JobSpec, Objective, PlanEntry, PlanError, Reason};
 use crate::curve::{ConcaveHull, PowerCurve};
 use crate::estimate::{CurveFamily, PLAUSIBLE_KNOTS, PlausibleShape, plausible_knot_x};
@@ -127,6 +127,7 @@ impl CurveAware {
             hedging: self.hedging,
             hedge_tolerance: self.hedge_tolerance,
             jobs: Cow::Borrowed(&[]),
+            uncapped_power: Watts::ZERO,
             floors: Vec::with_capacity(jobs),
             scale: Vec::with_capacity(jobs),
             vertices: Vec::with_capacity(vertices),
@@ -136,6 +137,7 @@ impl CurveAware {
                 offsets
             },
             segments: Vec::with_capacity(segments),
+            slope_order: SlopeOrder::default(),
             unknown: Vec::new(),
             measured: Vec::new(),
             hedged: hedge::HedgeJobs::default(),
@@ -252,7 +254,7 @@ impl CurveAware {
             }
         }
         prepared.jobs = Cow::Owned(jobs);
-        Ok(prepared.with_equal_split())
+        Ok(prepared.finished())
     }
 
     fn prepare_cow<'a>(&self, jobs: Cow<'a, [JobSpec]>) -> Result<Prepared<'a>, PlanError> {
@@ -261,7 +263,7 @@ impl CurveAware {
             self.prepare_job(&mut prepared, index, job)?;
         }
         prepared.jobs = jobs;
-        Ok(prepared.with_equal_split())
+        Ok(prepared.finished())
     }
 
     fn hull_for(&self, job: &JobSpec, floor: Watts) -> Option<ConcaveHull> {
@@ -305,6 +307,8 @@ pub struct Prepared<'a> {
     hedging: bool,
     hedge_tolerance: f64,
     jobs: Cow<'a, [JobSpec]>,
+    /// The jobs' uncapped draw, summed.
+    uncapped_power: Watts,
     floors: Vec<(Watts, FloorKind)>,
     /// What one token/s of each job is worth under the objective (segment slopes are in value
     /// per watt; vertices stay in tokens/s).
@@ -313,8 +317,10 @@ pub struct Prepared<'a> {
     vertices: Vec<(f64, f64)>,
     /// `vertices[offsets[i]..offsets[i+1]]` belong to job i (empty for inflexible jobs).
     offsets: Vec<u32>,
-    /// Sheddable hull segments of all flexible jobs.
+    /// Sheddable hull segments of all flexible jobs, job by job.
     segments: Vec<Segment>,
+    /// `segments` by slope, sorted once for every plan of this preparation.
+    slope_order: SlopeOrder,
     /// Jobs whose elasticity is unknown (to this policy).
     unknown: Vec<usize>,
     /// Jobs planned on a measured curve: the only ones whose hull can bridge a non-concave
@@ -481,7 +487,7 @@ impl Prepared<'_> {
     #[must_use]
     pub fn allocate_explained(&self, budget: Budget) -> (CapPlan, Hedge) {
         let jobs = &self.jobs[..];
-        let uncapped: Watts = jobs.iter().map(|j| j.uncapped_power).sum();
+        let uncapped = self.uncapped_power;
         let budget_w = budget.resolve(uncapped);
         let need = (uncapped - budget_w).value().max(0.0);
         let Shed {
@@ -575,7 +581,7 @@ impl Prepared<'_> {
         }
         let need_known = (need - self.unknown.iter().map(|&i| equal[i]).sum::<f64>()).max(0.0);
         let mut shed = base.clone();
-        let mut unmet = shed_cheapest(&self.segments, need_known, &mut shed);
+        let mut unmet = self.slope_order.shed(&self.segments, need_known, &mut shed);
         let mut hedge = Hedge::not_needed();
         if unmet <= 0.0 {
             self.repair_bridged_split(&base, need_known, &mut shed);
@@ -616,8 +622,9 @@ impl Prepared<'_> {
         self.equal_split.cuts(need).0
     }
 
-    /// `self` with the equal rule's split prepared for its jobs and floors.
-    fn with_equal_split(mut self) -> Self {
+    /// `self` with what every plan of it shares prepared once: the equal rule's split over its
+    /// jobs and floors, its segments in slope order, and the hedge's jobs and sample.
+    fn finished(mut self) -> Self {
         let weights: Vec<f64> = self.jobs.iter().map(|j| j.uncapped_power.value()).collect();
         let room: Vec<f64> = self
             .jobs
@@ -626,6 +633,8 @@ impl Prepared<'_> {
             .map(|(j, f)| (j.uncapped_power - f.0).value().max(0.0))
             .collect();
         self.equal_split = ProportionalSplit::new(weights, room);
+        self.uncapped_power = self.jobs.iter().map(|j| j.uncapped_power).sum();
+        self.slope_order = SlopeOrder::new(&self.segments);
         self.measured = (0..self.jobs.len())
             .filter(|&i| self.has_hull(i) && matches!(self.jobs[i].elasticity, Elasticity::Measured { .. }))
             .collect();

@@ -66,7 +66,7 @@ impl Prepared<'_> {
     #[must_use]
     pub fn flexibility_curve(&self, levels: usize) -> FlexibilityCurve {
         let levels = levels.clamp(2, MAX_LEVELS);
-        let uncapped: Watts = self.jobs.iter().map(|j| j.uncapped_power).sum();
+        let uncapped = self.uncapped_power;
         let max_shed: f64 = self
             .jobs
             .iter()
