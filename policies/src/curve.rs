@@ -331,10 +331,10 @@ impl ConcaveHull {
     }
 }
 
-/// [`ConcaveHull::from_points`] without allocating: the hull's vertices are written to the front
-/// of `points` (any order, non-finite points ignored) and their number is returned. Planners that
-/// build one small hull per job per plan (the hedge's weighted curves) use it on a reused buffer.
-pub fn upper_hull_in_place(points: &mut [(f64, f64)]) -> usize {
+/// The upper concave hull of `points` (any order, non-finite points ignored), written to their
+/// front; returns the number of its vertices. [`ConcaveHull::from_points`] builds it in the one
+/// buffer it collects the points into, with no copy for the sort's dedup or the chain.
+fn upper_hull_in_place(points: &mut [(f64, f64)]) -> usize {
     let mut n = 0;
     for k in 0..points.len() {
         let (p, t) = points[k];

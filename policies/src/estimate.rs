@@ -255,16 +255,8 @@ impl KnotPosition {
 #[must_use]
 #[inline]
 pub fn plausible_position(x: f64) -> KnotPosition {
-    if x >= 1.0 {
-        return KnotPosition::Top;
-    }
-    if x <= KNOT_LO {
-        return KnotPosition::Below((x / KNOT_LO).max(0.0));
-    }
     // A multiplication, not a division: the hedge locates every job at least twice a plan.
-    let pos = (x - KNOT_LO) * PLAUSIBLE_KNOTS_PER_UNIT;
-    let i = (pos as usize).min(PLAUSIBLE_KNOTS - 2);
-    KnotPosition::Between(i, pos - i as f64)
+    knot_position(PLAUSIBLE_KNOTS, x, |offset| offset * PLAUSIBLE_KNOTS_PER_UNIT)
 }
 
 /// Plausible knots per unit of relative power (the reciprocal of their spacing, 0.1).
@@ -392,32 +384,27 @@ fn knot_x(k: usize) -> f64 {
     KNOT_LO + KNOT_STEP * k as f64
 }
 
+/// Linear interpolation on the table's knots, and in proportion to power below the first.
 fn interpolate_row(row: &[f64; KNOTS], x: f64) -> f64 {
-    interpolate_knots(row, KNOT_STEP, x)
-}
-
-/// Linear interpolation on knots `KNOT_LO, KNOT_LO + step, …, 1` (`row` has at least two), and
-/// in proportion to power below the first.
-fn interpolate_knots(row: &[f64], step: f64, x: f64) -> f64 {
-    match knot_position(row.len(), step, x) {
-        KnotPosition::Top => row[row.len() - 1],
+    match knot_position(KNOTS, x, |offset| offset / KNOT_STEP) {
+        KnotPosition::Top => row[KNOTS - 1],
         position => position.interpolate(|k| row[k]),
     }
 }
 
-/// Where `x` falls on `knots` knots `KNOT_LO, KNOT_LO + step, …, 1` (at least two).
+/// Where `x` falls on `knots` evenly spaced knots from `KNOT_LO` to 1 (at least two), `to_knots`
+/// turning an offset from `KNOT_LO` into knot spacings.
 #[inline]
-fn knot_position(knots: usize, step: f64, x: f64) -> KnotPosition {
-    let last = knots - 1;
+fn knot_position(knots: usize, x: f64, to_knots: impl Fn(f64) -> f64) -> KnotPosition {
     if x >= 1.0 {
         return KnotPosition::Top;
     }
     if x <= KNOT_LO {
         return KnotPosition::Below((x / KNOT_LO).max(0.0));
     }
-    let pos = (x - KNOT_LO) / step;
+    let pos = to_knots(x - KNOT_LO);
     // `pos > 0` here, so truncation is the floor (without a libm call on baseline x86-64).
-    let i = (pos as usize).min(last - 1);
+    let i = (pos as usize).min(knots - 2);
     KnotPosition::Between(i, pos - i as f64)
 }
 

@@ -13,7 +13,8 @@
 //! instead, large inputs are bucketed by slope in one pass (a histogram over the top
 //! 16 bits of an order-preserving integer image of each slope: sign, exponent and 4 mantissa
 //! bits, so each bucket spans ≤ 6.25 % in slope), the bucket holding the threshold is found by a
-//! prefix sum, and only that bucket's segments are sorted. Two linear passes, no copy of the
+//! prefix sum, and only that bucket's segments are sorted. Three linear passes (the first sums
+//! the widths, to take everything at once when they do not cover the need), no copy of the
 //! input. Segments that tie at the threshold share the remaining cut in proportion to their
 //! widths, so identical jobs are treated identically.
 
@@ -40,48 +41,19 @@ pub(crate) fn shed_cheapest(segments: &[Segment], need: f64, shed: &mut [f64]) -
     if need <= 0.0 || segments.is_empty() {
         return need.max(0.0);
     }
-    let take_all = |shed: &mut [f64]| {
+    let total: f64 = segments.iter().map(|s| s.width).sum();
+    if total <= need {
         for s in segments {
             shed[s.job as usize] += s.width;
         }
-    };
+        return need - total;
+    }
     if segments.len() < SORT_BELOW {
-        let total: f64 = segments.iter().map(|s| s.width).sum();
-        if total <= need {
-            take_all(shed);
-            return need - total;
-        }
         let mut sorted = segments.to_vec();
         sorted.sort_unstable_by(|a, b| a.slope.total_cmp(&b.slope));
         return take_in_order(&sorted, need, shed);
     }
-    let mut histogram = vec![0.0f64; 1 << BUCKET_BITS];
-    let mut total = 0.0;
-    for s in segments {
-        histogram[bucket(s.slope)] += s.width;
-        total += s.width;
-    }
-    if total <= need {
-        take_all(shed);
-        return need - total;
-    }
-    let mut below = 0.0;
-    let mut threshold = histogram.len() - 1;
-    for (b, width) in histogram.iter().enumerate() {
-        if below + width >= need {
-            threshold = b;
-            break;
-        }
-        below += width;
-    }
-    let mut boundary = Vec::new();
-    for s in segments {
-        match bucket(s.slope).cmp(&threshold) {
-            std::cmp::Ordering::Less => shed[s.job as usize] += s.width,
-            std::cmp::Ordering::Equal => boundary.push(*s),
-            std::cmp::Ordering::Greater => {}
-        }
-    }
+    let (mut boundary, below) = split_by_bucket(segments, bucket, need, shed);
     let mut left = need - below;
     if boundary.len() >= SORT_BELOW {
         // Slopes cluster where many jobs are alike (a fleet of a few job types), and the one
@@ -191,9 +163,21 @@ impl SlopeOrder {
 /// the threshold, and return that sub-bucket's segments with the watts shed.
 fn narrow(boundary: &[Segment], need: f64, shed: &mut [f64]) -> (Vec<Segment>, f64) {
     let sub = |slope: f64| (ordered_bits(slope) >> (64 - 2 * BUCKET_BITS)) as usize & ((1 << BUCKET_BITS) - 1);
+    split_by_bucket(boundary, sub, need, shed)
+}
+
+/// Bucket `segments` by `key` (a histogram over [`BUCKET_BITS`] bits of an order-preserving
+/// image of the slope), shed every segment of the buckets below the one where `need` is reached,
+/// and return that bucket's segments with the watts shed.
+fn split_by_bucket(
+    segments: &[Segment],
+    key: impl Fn(f64) -> usize,
+    need: f64,
+    shed: &mut [f64],
+) -> (Vec<Segment>, f64) {
     let mut histogram = vec![0.0f64; 1 << BUCKET_BITS];
-    for s in boundary {
-        histogram[sub(s.slope)] += s.width;
+    for s in segments {
+        histogram[key(s.slope)] += s.width;
     }
     let mut below = 0.0;
     let mut threshold = histogram.len() - 1;
@@ -204,15 +188,15 @@ fn narrow(boundary: &[Segment], need: f64, shed: &mut [f64]) -> (Vec<Segment>, f
         }
         below += width;
     }
-    let mut narrowed = Vec::new();
-    for s in boundary {
-        match sub(s.slope).cmp(&threshold) {
+    let mut boundary = Vec::new();
+    for s in segments {
+        match key(s.slope).cmp(&threshold) {
             std::cmp::Ordering::Less => shed[s.job as usize] += s.width,
-            std::cmp::Ordering::Equal => narrowed.push(*s),
+            std::cmp::Ordering::Equal => boundary.push(*s),
             std::cmp::Ordering::Greater => {}
         }
     }
-    (narrowed, below)
+    (boundary, below)
 }
 
 /// Shed from slope-sorted segments until `need` is met; equal slopes share pro rata.

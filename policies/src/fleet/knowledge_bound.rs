@@ -349,6 +349,14 @@ fn best_plans(workloads: &[(Vec<Job>, f64)], mu: &[f64], n: usize) -> (Vec<f64>,
     (reached, plans)
 }
 
+/// Solve a master LP, its failures as [`BoundError::Solver`].
+fn solve(lp: &Problem) -> Result<microlp::Solution, BoundError> {
+    lp.solve()
+        .map_err(|e| BoundError::Solver(e.to_string()))?
+        .into_solution()
+        .map_err(|_| BoundError::Solver("interrupted".to_string()))
+}
+
 /// The master's primal: weights `α` over the plans found that maximise the worst family's
 /// linear margin `min_f Σ_k α_k g_{k,f}`.
 fn mixture(cuts: &[Vec<f64>], n: usize) -> Result<Vec<f64>, BoundError> {
@@ -362,11 +370,7 @@ fn mixture(cuts: &[Vec<f64>], n: usize) -> Result<Vec<f64>, BoundError> {
     }
     let simplex: Vec<_> = alpha.iter().map(|&a| (a, 1.0)).collect();
     lp.add_constraint(&simplex, ComparisonOp::Eq, 1.0);
-    let solution = lp
-        .solve()
-        .map_err(|e| BoundError::Solver(e.to_string()))?
-        .into_solution()
-        .map_err(|_| BoundError::Solver("interrupted".to_string()))?;
+    let solution = solve(&lp)?;
     let weights: Vec<f64> = alpha.iter().map(|&a| solution.var_value(a).max(0.0)).collect();
     let total: f64 = weights.iter().sum();
     Ok(weights.iter().map(|w| w / total.max(f64::MIN_POSITIVE)).collect())
@@ -385,11 +389,7 @@ fn master(cuts: &[Vec<f64>], n: usize) -> Result<(Vec<f64>, f64), BoundError> {
     }
     let simplex: Vec<_> = mu.iter().map(|&m| (m, 1.0)).collect();
     lp.add_constraint(&simplex, ComparisonOp::Eq, 1.0);
-    let solution = lp
-        .solve()
-        .map_err(|e| BoundError::Solver(e.to_string()))?
-        .into_solution()
-        .map_err(|_| BoundError::Solver("interrupted".to_string()))?;
+    let solution = solve(&lp)?;
     let weights = mu.iter().map(|&m| solution.var_value(m).max(0.0)).collect();
     Ok((weights, solution.objective()))
 }
