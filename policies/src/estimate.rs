@@ -103,7 +103,9 @@ impl CurveFamily {
 
     /// Relative throughput of member `m` (fractional index) at relative power `x`.
     fn tau_at(&self, member: f64, x: f64) -> f64 {
-        let lo = (member.floor() as usize).min(MEMBERS - 1);
+        // Truncation is the floor here (a negative or NaN member truncates to 0 either way),
+        // without a libm call on baseline x86-64.
+        let lo = (member as usize).min(MEMBERS - 1);
         let hi = (lo + 1).min(MEMBERS - 1);
         let w = member - lo as f64;
         let a = interpolate_row(&self.tau[lo], x);
@@ -113,11 +115,26 @@ impl CurveFamily {
         a + w * (interpolate_row(&self.tau[hi], x) - a)
     }
 
-    /// PFI of member `m` on relative caps `xs` (each `cap / P_u`, reference excluded).
-    fn pfi_of_member(&self, member: f64, xs: &[f64]) -> Option<f64> {
+    /// Relative throughput of member `member` (fractional index) at table knot `k`: what
+    /// [`Self::tau_at`] gives at `knot_x(k)`, read off the rows instead of located and
+    /// interpolated (an estimate reads every knot of five members).
+    fn tau_at_knot(&self, member: f64, k: usize) -> f64 {
+        let lo = (member as usize).min(MEMBERS - 1);
+        let hi = (lo + 1).min(MEMBERS - 1);
+        let w = member - lo as f64;
+        let a = self.tau[lo][k];
+        if w <= 0.0 || lo == hi {
+            return a;
+        }
+        a + w * (self.tau[hi][k] - a)
+    }
+
+    /// PFI of member `member` on a grid's relative caps.
+    fn pfi_of_member(&self, member: usize, caps: &RelativeCaps) -> Option<f64> {
+        let row = &self.tau[member.min(MEMBERS - 1)];
         let (mut sum, mut kept) = (0.0, 0usize);
-        for &x in xs {
-            let loss = 1.0 - self.tau_at(member, x);
+        for (&x, &position) in caps.xs.iter().zip(&caps.on_knots) {
+            let loss = 1.0 - row_at(row, position);
             if loss >= crate::pfi::DEFAULT_EPSILON {
                 sum += (1.0 - x) / loss;
                 kept += 1;
@@ -126,29 +143,30 @@ impl CurveFamily {
         (kept > 0).then(|| sum / kept as f64)
     }
 
-    /// The (fractional) member whose PFI on the relative caps `xs` equals `pfi`, clamped to the
-    /// family's range (so an absurd PFI yields the most or least flexible member, never panics).
-    fn member_for_pfi(&self, pfi: f64, xs: &[f64]) -> f64 {
+    /// The (fractional) member whose PFI on `caps` equals `pfi`, clamped to the family's range
+    /// (so an absurd PFI yields the most or least flexible member, never panics).
+    fn member_for_pfi(&self, pfi: f64, caps: &RelativeCaps) -> f64 {
         // PFI rises with the member index; binary search the table, then interpolate.
-        let value = |m: usize| self.pfi_of_member(m as f64, xs).unwrap_or(f64::INFINITY);
-        if !pfi.is_finite() || pfi <= value(0) {
+        let value = |m: usize| self.pfi_of_member(m, caps).unwrap_or(f64::INFINITY);
+        let (mut lo, mut hi) = (0usize, MEMBERS - 1);
+        let (mut at_lo, mut at_hi) = (value(lo), value(hi));
+        if !pfi.is_finite() || pfi <= at_lo {
             return 0.0;
         }
-        if pfi >= value(MEMBERS - 1) {
+        if pfi >= at_hi {
             return (MEMBERS - 1) as f64;
         }
-        let (mut lo, mut hi) = (0usize, MEMBERS - 1);
         while hi - lo > 1 {
             let mid = (lo + hi) / 2;
-            if value(mid) < pfi {
-                lo = mid;
+            let at_mid = value(mid);
+            if at_mid < pfi {
+                (lo, at_lo) = (mid, at_mid);
             } else {
-                hi = mid;
+                (hi, at_hi) = (mid, at_mid);
             }
         }
-        let (a, b) = (value(lo), value(hi));
-        if b > a {
-            lo as f64 + (pfi - a) / (b - a)
+        if at_hi > at_lo {
+            lo as f64 + (pfi - at_lo) / (at_hi - at_lo)
         } else {
             lo as f64
         }
@@ -157,14 +175,16 @@ impl CurveFamily {
     /// The lowest PFI the family can express on a grid, for a job with uncapped draw `uncapped`.
     #[must_use]
     pub fn least_flexible_pfi(&self, grid: &CapGrid, uncapped: WattsPerGpu) -> f64 {
-        self.pfi_of_member(0.0, &relative_caps(grid, uncapped)).unwrap_or(1.0)
+        self.pfi_of_member(0, &relative_caps(grid, uncapped)).unwrap_or(1.0)
     }
 
     /// Relative throughput at relative power `x` for a job whose PFI on `grid` is `pfi`.
     #[must_use]
     pub fn shape(&self, pfi: f64, grid: &CapGrid, uncapped: WattsPerGpu) -> NormalisedCurve {
         let member = self.member_for_pfi(pfi, &relative_caps(grid, uncapped));
-        NormalisedCurve::from_fn(|x| self.tau_at(member, x))
+        NormalisedCurve {
+            tau: std::array::from_fn(|k| self.tau_at_knot(member, k).clamp(0.0, 1.0)),
+        }
     }
 
     /// Expected relative throughput over a normal PFI distribution (mean, sd), by 5-point
@@ -172,7 +192,7 @@ impl CurveFamily {
     /// concave members, so concave.
     #[must_use]
     pub fn expected_shape(&self, mean: f64, sd: f64, grid: &CapGrid, uncapped: WattsPerGpu) -> NormalisedCurve {
-        let xs = relative_caps(grid, uncapped);
+        let caps = relative_caps(grid, uncapped);
         let draws: Vec<(f64, f64)> = if sd.is_nan() || sd <= 0.0 {
             vec![(mean, 1.0)]
         } else {
@@ -184,14 +204,13 @@ impl CurveFamily {
         };
         let members: Vec<(f64, f64)> = draws
             .iter()
-            .map(|&(pfi, w)| (self.member_for_pfi(pfi, &xs), w))
+            .map(|&(pfi, w)| (self.member_for_pfi(pfi, &caps), w))
             .collect();
         let mut tau = [0.0; KNOTS];
         for (k, slot) in tau.iter_mut().enumerate() {
-            let x = knot_x(k);
             *slot = members
                 .iter()
-                .map(|&(m, w)| w * self.tau_at(m, x))
+                .map(|&(m, w)| w * self.tau_at_knot(m, k))
                 .sum::<f64>()
                 .clamp(0.0, 1.0);
         }
@@ -304,7 +323,8 @@ impl CurveFamily {
         grid: &CapGrid,
         uncapped: WattsPerGpu,
     ) -> Vec<PlausibleShape> {
-        let xs = relative_caps(grid, uncapped);
+        let caps = relative_caps(grid, uncapped);
+        let xs = &caps.xs;
         let row = |f: &dyn Fn(f64) -> f64| {
             let mut shape = [0.0; PLAUSIBLE_KNOTS];
             for (k, slot) in shape.iter_mut().enumerate() {
@@ -315,14 +335,14 @@ impl CurveFamily {
         let mut shapes = Vec::with_capacity(PLAUSIBLE_SHAPES);
         for pfi in [pfi_lo, pfi_hi.max(pfi_lo)] {
             let pfi = if pfi.is_finite() { pfi.max(0.5) } else { 1.0 };
-            let roofline = roofline_for_pfi(pfi, &xs);
+            let roofline = roofline_for_pfi(pfi, xs);
             for &c in &PLAUSIBLE_KNEES {
-                match knee_ratio(c, &xs).map(|ratio| ratio / pfi) {
+                match knee_ratio(c, xs).map(|ratio| ratio / pfi) {
                     Some(slope) if slope * c <= 1.0 => shapes.push(row(&|x| 1.0 - slope * (c - x).max(0.0))),
                     _ => shapes.push(row(&|x| (x / roofline).min(1.0))),
                 }
             }
-            let member = self.member_for_pfi(pfi, &xs);
+            let member = self.member_for_pfi(pfi, &caps);
             shapes.push(row(&|x| self.tau_at(member, x)));
         }
         shapes
@@ -386,7 +406,17 @@ fn knot_x(k: usize) -> f64 {
 
 /// Linear interpolation on the table's knots, and in proportion to power below the first.
 fn interpolate_row(row: &[f64; KNOTS], x: f64) -> f64 {
-    match knot_position(KNOTS, x, |offset| offset / KNOT_STEP) {
+    row_at(row, table_position(x))
+}
+
+/// Where relative power `x` falls on the table's knots.
+fn table_position(x: f64) -> KnotPosition {
+    knot_position(KNOTS, x, |offset| offset / KNOT_STEP)
+}
+
+/// A table row's value at a position on its knots.
+fn row_at(row: &[f64; KNOTS], position: KnotPosition) -> f64 {
+    match position {
         KnotPosition::Top => row[KNOTS - 1],
         position => position.interpolate(|k| row[k]),
     }
@@ -408,16 +438,28 @@ fn knot_position(knots: usize, x: f64, to_knots: impl Fn(f64) -> f64) -> KnotPos
     KnotPosition::Between(i, pos - i as f64)
 }
 
+/// A grid's caps relative to a job's uncapped per-GPU draw, each with where it falls on the
+/// table's knots: finding a member by its PFI reads a dozen members at the same caps, so the
+/// caps are located once.
+struct RelativeCaps {
+    /// `cap / P_u`, reference excluded.
+    xs: Vec<f64>,
+    /// Where each falls on the table's knots.
+    on_knots: Vec<KnotPosition>,
+}
+
 /// Caps of a grid relative to the job's uncapped per-GPU draw, reference (largest cap) excluded.
 /// Caps at or above the draw do not bind and are left out, as the ε rule would drop them.
-fn relative_caps(grid: &CapGrid, uncapped: WattsPerGpu) -> Vec<f64> {
+fn relative_caps(grid: &CapGrid, uncapped: WattsPerGpu) -> RelativeCaps {
     let caps = grid.caps();
     let capped = caps.split_last().map_or(&[][..], |(_, rest)| rest);
-    capped
+    let xs: Vec<f64> = capped
         .iter()
         .map(|c| *c / uncapped)
         .filter(|x| *x < 1.0 && x.is_finite())
-        .collect()
+        .collect();
+    let on_knots = xs.iter().map(|&x| table_position(x)).collect();
+    RelativeCaps { xs, on_knots }
 }
 
 /// Relative throughput on the fixed normalised power knots, concave after construction.
@@ -427,14 +469,6 @@ pub struct NormalisedCurve {
 }
 
 impl NormalisedCurve {
-    fn from_fn(f: impl Fn(f64) -> f64) -> Self {
-        let mut tau = [0.0; KNOTS];
-        for (k, slot) in tau.iter_mut().enumerate() {
-            *slot = f(knot_x(k)).clamp(0.0, 1.0);
-        }
-        Self { tau }
-    }
-
     /// Relative throughput at relative power `x`.
     #[must_use]
     pub fn tau_at(&self, x: f64) -> f64 {
