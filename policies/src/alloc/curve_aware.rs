@@ -30,6 +30,7 @@
 
 mod flexibility;
 mod hedge;
+mod memo;
 
 use super::AllocationPolicy;
 use super::bounds::FloorModel;
@@ -43,6 +44,7 @@ use crate::units::{TokensPerSec, Watts};
 pub use flexibility::{FlexPoint, FlexibilityCurve, MAX_LEVELS};
 use hedge::PlausibleSet;
 pub use hedge::{Hedge, PLAUSIBLE_PFI_SDS, REGRET_TOLERANCE, SEARCH_SAMPLE};
+use memo::{Estimate, EstimateMemo};
 use std::borrow::Cow;
 use std::sync::Arc;
 
@@ -147,15 +149,37 @@ impl CurveAware {
         }
     }
 
-    /// Estimate one job: its floor, hull and plausible shapes go into `prepared`.
-    fn prepare_job(&self, prepared: &mut Prepared<'_>, index: usize, job: &JobSpec) -> Result<(), PlanError> {
+    /// Estimate one job: its floor, hull and plausible shapes go into `prepared`; what its
+    /// knowledge yields comes from `memo` when another job of the preparation knew the same.
+    fn prepare_job(
+        &self,
+        prepared: &mut Prepared<'_>,
+        index: usize,
+        job: &JobSpec,
+        memo: &mut EstimateMemo,
+    ) -> Result<(), PlanError> {
         job.validate()?;
         let (floor, kind) = self.floors.floor(job);
         prepared.floors.push((floor, kind));
         let scale = self.objective.value_per_token(job);
         prepared.scale.push(scale);
-        match self.hull_for(job, floor) {
-            Some(hull) => prepared.push_hull(index, job, floor, &hull, scale),
+        let estimate = memo.get_or_estimate(
+            &job.elasticity,
+            job.uncapped_power.per_gpu(job.gpus),
+            || CapGrid::paper_default_for(job.gpus),
+            || self.estimate(job),
+        );
+        let scaled;
+        let hull = match (&estimate.measured_hull, &estimate.shape) {
+            (Some(hull), _) => Some(hull),
+            (None, Some(shape)) => {
+                scaled = shape.to_hull(job.uncapped_power, job.uncapped_tokens, floor);
+                Some(&scaled)
+            }
+            (None, None) => None,
+        };
+        match hull {
+            Some(hull) => prepared.push_hull(index, job, floor, hull, scale),
             None => prepared.unknown.push(index),
         }
         prepared.offsets.push(prepared.vertices.len() as u32);
@@ -163,31 +187,51 @@ impl CurveAware {
             // The estimate at the plausible knots, for the hedge's passes.
             let p_max = job.uncapped_power.value();
             let t_max = job.uncapped_tokens.value();
-            let estimate: PlausibleShape = std::array::from_fn(|k| {
+            let at_knots: PlausibleShape = std::array::from_fn(|k| {
                 let tokens = prepared.hull_tokens(index, plausible_knot_x(k) * p_max).unwrap_or(0.0);
                 if t_max > 0.0 { tokens / t_max } else { 0.0 }
             });
-            prepared.plausible.push(&self.plausible_for(job), &estimate);
+            prepared.plausible.push(&estimate.plausible, &at_knots);
         } else {
             prepared.plausible.push(&[], &[0.0; PLAUSIBLE_KNOTS]);
         }
         Ok(())
     }
 
-    /// The shapes the hedge guards against: none for a measured curve (it is what it is) or an
-    /// unknown job (it gets the equal cut); for a PFI, the plausible shapes at that PFI; for a
-    /// prediction, at its mean ± [`PLAUSIBLE_PFI_SDS`] standard deviations.
-    fn plausible_for(&self, job: &JobSpec) -> Vec<crate::estimate::PlausibleShape> {
+    /// What `job`'s knowledge yields before it is scaled to the job: a measured curve's hull; or
+    /// the family's expected curve for a PFI (for a prediction, averaged over its uncertainty)
+    /// and, when hedging, the shapes the hedge guards against: none for a measured curve (it is
+    /// what it is) or an unknown job (it gets the equal cut); for a PFI, the plausible shapes at
+    /// that PFI; for a prediction, at its mean ± [`PLAUSIBLE_PFI_SDS`] standard deviations. The
+    /// oracle uses measured curves only.
+    fn estimate(&self, job: &JobSpec) -> Estimate {
         let family = self.floors.family();
         let per_gpu = job.uncapped_power.per_gpu(job.gpus);
-        match &job.elasticity {
-            Elasticity::Measured { .. } | Elasticity::Unknown => Vec::new(),
-            Elasticity::Pfi { value, grid } => family.plausible_shapes(*value, *value, grid, per_gpu),
-            Elasticity::PredictedPfi { mean, sd, grid } => {
-                let grid = grid.clone().unwrap_or_else(|| CapGrid::paper_default_for(job.gpus));
-                let spread = PLAUSIBLE_PFI_SDS * sd.max(0.0);
-                family.plausible_shapes(mean - spread, mean + spread, &grid, per_gpu)
+        let (value, sd, pfi_lo, pfi_hi, grid) = match (&job.elasticity, self.mode) {
+            (Elasticity::Measured { curve }, _) => {
+                return Estimate {
+                    measured_hull: Some(curve.concave_hull()),
+                    ..Estimate::default()
+                };
             }
+            (_, Mode::Oracle) | (Elasticity::Unknown, _) => return Estimate::default(),
+            (Elasticity::Pfi { value, grid }, Mode::Flexgate) => (*value, 0.0, *value, *value, Cow::Borrowed(grid)),
+            (Elasticity::PredictedPfi { mean, sd, grid }, Mode::Flexgate) => {
+                let grid = grid
+                    .as_ref()
+                    .map_or_else(|| Cow::Owned(CapGrid::paper_default_for(job.gpus)), Cow::Borrowed);
+                let spread = PLAUSIBLE_PFI_SDS * sd.max(0.0);
+                (*mean, *sd, mean - spread, mean + spread, grid)
+            }
+        };
+        Estimate {
+            measured_hull: None,
+            shape: Some(family.expected_shape(value, sd, &grid, per_gpu)),
+            plausible: if self.hedging {
+                family.plausible_shapes(pfi_lo, pfi_hi, &grid, per_gpu)
+            } else {
+                Vec::new()
+            },
         }
     }
 
@@ -230,6 +274,7 @@ impl CurveAware {
         let by_id: std::collections::HashMap<&str, usize> =
             previous.jobs.iter().enumerate().map(|(i, j)| (&*j.id, i)).collect();
         let mut prepared = self.empty_preparation(jobs.len(), previous.vertices.len(), previous.segments.len());
+        let mut memo = EstimateMemo::default();
         for (index, job) in jobs.iter().enumerate() {
             let same = by_id.get(&*job.id).copied().filter(|&k| previous.jobs[k] == *job);
             match same {
@@ -250,7 +295,7 @@ impl CurveAware {
                     prepared.offsets.push(prepared.vertices.len() as u32);
                     prepared.plausible.push_from(&previous.plausible, k);
                 }
-                _ => self.prepare_job(&mut prepared, index, job)?,
+                _ => self.prepare_job(&mut prepared, index, job, &mut memo)?,
             }
         }
         prepared.jobs = Cow::Owned(jobs);
@@ -258,31 +303,16 @@ impl CurveAware {
     }
 
     fn prepare_cow<'a>(&self, jobs: Cow<'a, [JobSpec]>) -> Result<Prepared<'a>, PlanError> {
+        self.prepare_with(jobs, EstimateMemo::default())
+    }
+
+    fn prepare_with<'a>(&self, jobs: Cow<'a, [JobSpec]>, mut memo: EstimateMemo) -> Result<Prepared<'a>, PlanError> {
         let mut prepared: Prepared<'a> = self.empty_preparation(jobs.len(), jobs.len() * 9, jobs.len() * 8);
         for (index, job) in jobs.iter().enumerate() {
-            self.prepare_job(&mut prepared, index, job)?;
+            self.prepare_job(&mut prepared, index, job, &mut memo)?;
         }
         prepared.jobs = jobs;
         Ok(prepared.finished())
-    }
-
-    fn hull_for(&self, job: &JobSpec, floor: Watts) -> Option<ConcaveHull> {
-        let family = self.floors.family();
-        let per_gpu = job.uncapped_power.per_gpu(job.gpus);
-        let scaled = |shape: crate::estimate::NormalisedCurve| {
-            Some(shape.to_hull(job.uncapped_power, job.uncapped_tokens, floor))
-        };
-        match (&job.elasticity, self.mode) {
-            (Elasticity::Measured { curve }, _) => Some(curve.concave_hull()),
-            (_, Mode::Oracle) | (Elasticity::Unknown, _) => None,
-            (Elasticity::Pfi { value, grid }, Mode::Flexgate) => {
-                scaled(family.expected_shape(*value, 0.0, grid, per_gpu))
-            }
-            (Elasticity::PredictedPfi { mean, sd, grid }, Mode::Flexgate) => {
-                let grid = grid.clone().unwrap_or_else(|| CapGrid::paper_default_for(job.gpus));
-                scaled(family.expected_shape(*mean, *sd, &grid, per_gpu))
-            }
-        }
     }
 }
 
@@ -672,4 +702,89 @@ struct Shed {
 
 fn cap_on_curve(curve: &PowerCurve, power: Watts) -> crate::units::WattsPerGpu {
     curve.cap_for_power(power)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::alloc::CapRange;
+    use crate::curve::CurvePoint;
+    use crate::units::{Fraction, WattsPerGpu};
+
+    /// A fleet where knowledge repeats (as in the fleet experiment) and then, past the memo's
+    /// capacity, never does (as in a gateway): every path of the memo is taken.
+    fn fleet() -> Vec<JobSpec> {
+        let point = |cap: f64, tokens: f64| CurvePoint {
+            cap: WattsPerGpu(cap),
+            power: Watts(cap * 8.0 * 0.95),
+            tokens: TokensPerSec(tokens),
+        };
+        let measured = PowerCurve::new(8, vec![point(200.0, 540.0), point(450.0, 900.0), point(700.0, 1000.0)])
+            .map(|curve| Elasticity::Measured { curve })
+            .unwrap_or(Elasticity::Unknown);
+        let knowledge = |i: usize| match i {
+            0..300 => match i % 5 {
+                0 => Elasticity::PredictedPfi {
+                    mean: 1.4,
+                    sd: 0.241,
+                    grid: None,
+                },
+                1 => Elasticity::PredictedPfi {
+                    mean: 2.1,
+                    sd: 0.241,
+                    grid: None,
+                },
+                2 => Elasticity::Pfi {
+                    value: 1.8,
+                    grid: CapGrid::fine_h200(),
+                },
+                3 => measured.clone(),
+                _ => Elasticity::Unknown,
+            },
+            _ => Elasticity::PredictedPfi {
+                mean: 1.0 + i as f64 * 1e-3,
+                sd: 0.241,
+                grid: None,
+            },
+        };
+        (0..900)
+            .map(|i| JobSpec {
+                id: format!("job-{i}").into(),
+                gpus: 8,
+                cap_range: CapRange::H200,
+                uncapped_power: Watts(5000.0 + (i % 7) as f64 * 50.0),
+                uncapped_tokens: TokensPerSec(1000.0 + (i % 3) as f64 * 100.0),
+                elasticity: knowledge(i),
+                max_slowdown: (i % 4 == 0).then(|| Fraction::new(0.25).ok()).flatten(),
+                priority: 1.0,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn sharing_estimates_between_jobs_changes_no_plan() {
+        let jobs = fleet();
+        let family = Arc::new(CurveFamily::h200_generic());
+        for policy in [
+            CurveAware::flexgate(family.clone())
+                .with_hedging(true)
+                .with_objective(Objective::Progress),
+            CurveAware::flexgate(family.clone()),
+            CurveAware::oracle(family.clone()),
+        ] {
+            let shared = policy.prepare(&jobs).expect("valid jobs");
+            let unshared = policy
+                .prepare_with(Cow::Borrowed(&jobs), EstimateMemo::unshared())
+                .expect("valid jobs");
+            for cut in [0.05, 0.2, 0.35, 0.6] {
+                let budget = Budget::Cut(Fraction::new(cut).expect("a fraction"));
+                assert_eq!(
+                    shared.allocate(budget),
+                    unshared.allocate(budget),
+                    "{} at {cut}",
+                    policy.name()
+                );
+            }
+        }
+    }
 }
