@@ -14,7 +14,8 @@
 //! - `equal_plan/N`: the paper's equal-cut baseline, for comparison;
 //! - `oracle_allocate/N`: the oracle's allocation on the prepared true curves;
 //! - `fleet_experiment/500x100x9`: the whole default experiment (500 workloads × 100 jobs × 9
-//!   cuts, five policies);
+//!   cuts, five policies), its workloads spread over the machine's cores as `simulate` runs it;
+//! - `fleet_experiment_one_thread/500x100x9`: the same on one thread;
 //! - `learning_lookup/N`: what the gateway does per job and per inventory pass to plan on what
 //!   it measured: `JobEvidence::learned` for every job (a third with a partial curve, a third
 //!   full, a third only uncapped), the cost a plan pays when knowledge changed;
@@ -31,7 +32,8 @@ use flexgate_policies::control::evidence::{JobEvidence, worth_recording};
 use flexgate_policies::estimate::CurveFamily;
 use flexgate_policies::fleet::rng::SplitMix64;
 use flexgate_policies::fleet::{
-    ExperimentConfig, JobTemplate, TruthFamily, published_groups, run_experiment, synthetic_templates,
+    ExperimentConfig, JobTemplate, TruthFamily, published_groups, run_experiment, run_experiment_on,
+    synthetic_templates,
 };
 use flexgate_policies::units::{Fraction, Watts, WattsPerGpu};
 use std::hint::black_box;
@@ -322,8 +324,19 @@ fn experiment(c: &mut Criterion) {
         .sampling_mode(SamplingMode::Flat)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(10));
-    group.bench_function(id, |b| {
+    group.bench_function(&id, |b| {
         b.iter(|| black_box(run_experiment(&config, &templates, "bench", &mut |_| {})));
+    });
+    group.finish();
+    // The same on one thread: what the experiment costs without the machine's other cores.
+    let mut group = c.benchmark_group("fleet_experiment_one_thread");
+    group
+        .sample_size(10)
+        .sampling_mode(SamplingMode::Flat)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(10));
+    group.bench_function(id, |b| {
+        b.iter(|| black_box(run_experiment_on(1, &config, &templates, "bench", &mut |_| {})));
     });
     group.finish();
 }

@@ -276,8 +276,40 @@ struct Accumulator {
     fallback_jobs: u64,
 }
 
-/// Run the experiment over `templates`, calling `progress(done)` after every workload.
+impl Accumulator {
+    fn add(&mut self, other: &Self) {
+        self.tokens += other.tokens;
+        self.progress += other.progress;
+        self.progress_weight += other.progress_weight;
+        self.budget_violations += other.budget_violations;
+        self.tier_violations += other.tier_violations;
+        self.infeasible += other.infeasible;
+        self.shortfall += other.shortfall;
+        self.power_over_budget += other.power_over_budget;
+        self.fallback_jobs += other.fallback_jobs;
+    }
+}
+
+/// Run the experiment over `templates` on every core the machine offers (see
+/// [`run_experiment_on`]), calling `progress(done)` as workloads finish.
 pub fn run_experiment(
+    config: &ExperimentConfig,
+    templates: &[JobTemplate],
+    source: &str,
+    progress: &mut dyn FnMut(usize),
+) -> Result<ExperimentReport, ExperimentError> {
+    let threads = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    run_experiment_on(threads, config, templates, source, progress)
+}
+
+/// Run the experiment over `templates` with at most `threads` threads (0 is taken as 1),
+/// calling `progress(done)` with the number of workloads done as each one finishes.
+///
+/// Workloads are independent (each draws from its own stream, [`SplitMix64::derive`]), so they
+/// are planned in parallel; each one's sums are kept apart and added in workload order, so the
+/// report is the same, bit for bit, whatever the number of threads.
+pub fn run_experiment_on(
+    threads: usize,
     config: &ExperimentConfig,
     templates: &[JobTemplate],
     source: &str,
@@ -285,59 +317,28 @@ pub fn run_experiment(
 ) -> Result<ExperimentReport, ExperimentError> {
     validate(config, templates)?;
     let family = Arc::new(CurveFamily::h200_generic());
-    let proportional: Vec<Proportional> = [Weighting::Equal, Weighting::PfiPaper, Weighting::Efficiency]
-        .into_iter()
-        .map(|w| Proportional::new(w, family.clone()).with_objective(config.objective))
-        .collect();
-    let flexgate = CurveAware::flexgate(family.clone())
-        .with_objective(config.objective)
-        .with_hedging(config.hedging)
-        .with_hedge_tolerance(config.hedge_tolerance);
-    let oracle = CurveAware::oracle(family).with_objective(config.objective);
-    let weights = mix_weights(config.mix, templates);
+    let policies = Policies {
+        proportional: [Weighting::Equal, Weighting::PfiPaper, Weighting::Efficiency]
+            .into_iter()
+            .map(|w| Proportional::new(w, family.clone()).with_objective(config.objective))
+            .collect(),
+        flexgate: CurveAware::flexgate(family.clone())
+            .with_objective(config.objective)
+            .with_hedging(config.hedging)
+            .with_hedge_tolerance(config.hedge_tolerance),
+        oracle: CurveAware::oracle(family).with_objective(config.objective),
+        weights: mix_weights(config.mix, templates),
+    };
+    let per_workload = in_parallel(threads, config.workloads, progress, |w| {
+        policies.workload(config, templates, w)
+    })?;
     let mut acc = vec![vec![Accumulator::default(); STRATEGIES.len()]; config.cuts.len()];
-
-    for w in 0..config.workloads {
-        let mut rng = SplitMix64::derive(config.seed, w as u64);
-        let workload = draw_workload(config, templates, &weights, &mut rng);
-        let policy_jobs: Vec<JobSpec> = workload
-            .iter()
-            .map(|d| policy_view(config, &templates[d.template], d))
-            .collect();
-        let oracle_jobs: Vec<JobSpec> = policy_jobs
-            .iter()
-            .zip(&workload)
-            .map(|(job, d)| JobSpec {
-                elasticity: Elasticity::Measured {
-                    curve: templates[d.template].truth.clone(),
-                },
-                ..job.clone()
-            })
-            .collect();
-        let flexgate_prepared = flexgate.prepare(&policy_jobs)?;
-        let oracle_prepared = oracle.prepare(&oracle_jobs)?;
-        for (c, &cut) in config.cuts.iter().enumerate() {
-            let budget = Budget::Cut(cut);
-            for (s, policy) in proportional.iter().enumerate() {
-                let plan = policy.plan(&policy_jobs, budget)?;
-                account(&plan, &policy_jobs, &workload, templates, &mut acc[c][s]);
+    for workload in &per_workload {
+        for (row, workload_row) in acc.iter_mut().zip(workload) {
+            for (a, b) in row.iter_mut().zip(workload_row) {
+                a.add(b);
             }
-            account(
-                &flexgate_prepared.allocate(budget),
-                &policy_jobs,
-                &workload,
-                templates,
-                &mut acc[c][3],
-            );
-            account(
-                &oracle_prepared.allocate(budget),
-                &oracle_jobs,
-                &workload,
-                templates,
-                &mut acc[c][4],
-            );
         }
-        progress(w + 1);
     }
 
     let per_job = (config.workloads * config.jobs) as f64;
@@ -403,6 +404,109 @@ pub fn run_experiment(
         hedging: config.hedging,
         results,
     })
+}
+
+/// The policies an experiment compares, and the job mix's weights.
+struct Policies {
+    proportional: Vec<Proportional>,
+    flexgate: CurveAware,
+    oracle: CurveAware,
+    weights: Vec<f64>,
+}
+
+impl Policies {
+    /// Draw workload `w`, plan it at every cut with every policy, and sum what happened:
+    /// `[cut][strategy]`.
+    fn workload(
+        &self,
+        config: &ExperimentConfig,
+        templates: &[JobTemplate],
+        w: usize,
+    ) -> Result<Vec<Vec<Accumulator>>, ExperimentError> {
+        let mut rng = SplitMix64::derive(config.seed, w as u64);
+        let workload = draw_workload(config, templates, &self.weights, &mut rng);
+        let policy_jobs: Vec<JobSpec> = workload
+            .iter()
+            .map(|d| policy_view(config, &templates[d.template], d))
+            .collect();
+        let oracle_jobs: Vec<JobSpec> = policy_jobs
+            .iter()
+            .zip(&workload)
+            .map(|(job, d)| JobSpec {
+                elasticity: Elasticity::Measured {
+                    curve: templates[d.template].truth.clone(),
+                },
+                ..job.clone()
+            })
+            .collect();
+        let flexgate_prepared = self.flexgate.prepare(&policy_jobs)?;
+        let oracle_prepared = self.oracle.prepare(&oracle_jobs)?;
+        let mut acc = vec![vec![Accumulator::default(); STRATEGIES.len()]; config.cuts.len()];
+        for (row, &cut) in acc.iter_mut().zip(&config.cuts) {
+            let budget = Budget::Cut(cut);
+            for (slot, policy) in row.iter_mut().zip(&self.proportional) {
+                account(
+                    &policy.plan(&policy_jobs, budget)?,
+                    &policy_jobs,
+                    &workload,
+                    templates,
+                    slot,
+                );
+            }
+            account(
+                &flexgate_prepared.allocate(budget),
+                &policy_jobs,
+                &workload,
+                templates,
+                &mut row[3],
+            );
+            account(
+                &oracle_prepared.allocate(budget),
+                &oracle_jobs,
+                &workload,
+                templates,
+                &mut row[4],
+            );
+        }
+        Ok(acc)
+    }
+}
+
+/// `run(0..count)` on up to `threads` scoped threads, results in index order; `progress(done)`
+/// is called on this thread as each one finishes. The first error (by index) wins.
+fn in_parallel<T: Send, E: Send>(
+    threads: usize,
+    count: usize,
+    progress: &mut dyn FnMut(usize),
+    run: impl Fn(usize) -> Result<T, E> + Sync,
+) -> Result<Vec<T>, E> {
+    let threads = threads.clamp(1, count.max(1));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut finished: Vec<(usize, Result<T, E>)> = Vec::with_capacity(count);
+    std::thread::scope(|scope| {
+        let (sender, receiver) = std::sync::mpsc::channel();
+        for _ in 0..threads {
+            let sender = sender.clone();
+            let (next, run) = (&next, &run);
+            scope.spawn(move || {
+                loop {
+                    let index = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    // A closed receiver means the caller is gone: stop quietly.
+                    if index >= count || sender.send((index, run(index))).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        drop(sender);
+        for result in receiver {
+            finished.push(result);
+            progress(finished.len());
+        }
+    });
+    // Every index below `count` was taken by exactly one thread, which sent its result.
+    finished.sort_unstable_by_key(|&(index, _)| index);
+    finished.into_iter().map(|(_, result)| result).collect()
 }
 
 fn validate(config: &ExperimentConfig, templates: &[JobTemplate]) -> Result<(), ExperimentError> {
@@ -596,4 +700,49 @@ fn account(plan: &CapPlan, jobs: &[JobSpec], workload: &[Drawn], templates: &[Jo
         acc.power_over_budget += realized / plan.budget;
     }
     acc.fallback_jobs += plan.fallbacks.len() as u64;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::{TruthFamily, published_groups, synthetic_templates};
+
+    fn small() -> (ExperimentConfig, Vec<JobTemplate>) {
+        let groups = published_groups().expect("the published groups load");
+        let templates = synthetic_templates(&groups, TruthFamily::Physical).expect("templates calibrate");
+        let config = ExperimentConfig {
+            workloads: 7,
+            jobs: 30,
+            tiers: TierMix::Field,
+            ..ExperimentConfig::default()
+        };
+        (config, templates)
+    }
+
+    #[test]
+    fn the_report_is_the_same_bit_for_bit_on_any_number_of_threads() {
+        let (config, templates) = small();
+        let run = |threads| run_experiment_on(threads, &config, &templates, "test", &mut |_| {});
+        let one = run(1).expect("runs on one thread");
+        for threads in [0, 2, 3, 64] {
+            assert_eq!(run(threads).expect("runs"), one, "{threads} threads");
+        }
+    }
+
+    #[test]
+    fn progress_counts_every_workload_once_up_to_the_total() {
+        let (config, templates) = small();
+        let mut seen = Vec::new();
+        run_experiment_on(3, &config, &templates, "test", &mut |done| seen.push(done)).expect("runs");
+        assert_eq!(seen, (1..=config.workloads).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn the_first_failing_workload_is_the_error_reported() {
+        let mut progress = |_| {};
+        let result = in_parallel(3, 10, &mut progress, |i| if i % 4 == 3 { Err(i) } else { Ok(i) });
+        assert_eq!(result, Err(3));
+        let all = in_parallel(3, 10, &mut progress, Ok::<usize, ()>);
+        assert_eq!(all, Ok((0..10).collect()));
+    }
 }

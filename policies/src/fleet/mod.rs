@@ -9,7 +9,9 @@ pub mod season;
 pub mod truth;
 pub mod zoo;
 
-pub use experiment::{ExperimentConfig, ExperimentReport, KnowledgeLevel, Mix, TierMix, run_experiment};
+pub use experiment::{
+    ExperimentConfig, ExperimentReport, KnowledgeLevel, Mix, TierMix, run_experiment, run_experiment_on,
+};
 pub use file::parse_fleet;
 pub use groups::published_groups;
 pub use season::{SeasonConfig, SeasonReport, run_season};
