@@ -248,9 +248,10 @@ impl CurveAware {
 
     /// Like [`Self::prepare_owned`], re-estimating only the jobs that differ from `previous`'s
     /// (matched by id): a job whose knowledge changed, or that started. Estimating a curve costs
-    /// about 10 µs a job, so a controller whose learning upgrades one job at a time would
-    /// otherwise pay the whole fleet's estimation (≈ 100 ms at 10,000 jobs) for each upgrade; a
-    /// reused job costs a copy of its few vertices. The result equals a fresh preparation.
+    /// a microsecond or two a job, so a controller whose learning upgrades one job at a time
+    /// would otherwise pay the whole fleet's estimation (≈ 16 ms at 10,000 jobs, BENCHMARKS.md)
+    /// for each upgrade; a reused job costs a copy of its few vertices. The result equals a
+    /// fresh preparation.
     pub fn prepare_updating(
         &self,
         jobs: Vec<JobSpec>,
