@@ -32,8 +32,7 @@ use flexgate_policies::control::evidence::{JobEvidence, worth_recording};
 use flexgate_policies::estimate::CurveFamily;
 use flexgate_policies::fleet::rng::SplitMix64;
 use flexgate_policies::fleet::{
-    ExperimentConfig, JobTemplate, TruthFamily, published_groups, run_experiment, run_experiment_on,
-    synthetic_templates,
+    ExperimentConfig, JobTemplate, TruthFamily, published_groups, run_experiment_on, synthetic_templates,
 };
 use flexgate_policies::units::{Fraction, Watts, WattsPerGpu};
 use std::hint::black_box;
@@ -318,27 +317,20 @@ fn experiment(c: &mut Criterion) {
     let templates = templates();
     let config = ExperimentConfig::default();
     let id = format!("{}x{}x{}", config.workloads, config.jobs, config.cuts.len());
-    let mut group = c.benchmark_group("fleet_experiment");
-    group
-        .sample_size(10)
-        .sampling_mode(SamplingMode::Flat)
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(10));
-    group.bench_function(&id, |b| {
-        b.iter(|| black_box(run_experiment(&config, &templates, "bench", &mut |_| {})));
-    });
-    group.finish();
-    // The same on one thread: what the experiment costs without the machine's other cores.
-    let mut group = c.benchmark_group("fleet_experiment_one_thread");
-    group
-        .sample_size(10)
-        .sampling_mode(SamplingMode::Flat)
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(10));
-    group.bench_function(id, |b| {
-        b.iter(|| black_box(run_experiment_on(1, &config, &templates, "bench", &mut |_| {})));
-    });
-    group.finish();
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    // As `simulate` runs it (every core), then on one thread: what it costs without the others.
+    for (name, threads) in [("fleet_experiment", cores), ("fleet_experiment_one_thread", 1)] {
+        let mut group = c.benchmark_group(name);
+        group
+            .sample_size(10)
+            .sampling_mode(SamplingMode::Flat)
+            .warm_up_time(Duration::from_millis(500))
+            .measurement_time(Duration::from_secs(10));
+        group.bench_function(&id, |b| {
+            b.iter(|| black_box(run_experiment_on(threads, &config, &templates, "bench", &mut |_| {})));
+        });
+        group.finish();
+    }
 }
 
 criterion_group! {
