@@ -329,17 +329,20 @@ pub fn run_experiment_on(
         oracle: CurveAware::oracle(family).with_objective(config.objective),
         weights: mix_weights(config.mix, templates),
     };
-    let per_workload = in_parallel(threads, config.workloads, progress, |w| {
-        policies.workload(config, templates, w)
-    })?;
     let mut acc = vec![vec![Accumulator::default(); STRATEGIES.len()]; config.cuts.len()];
-    for workload in &per_workload {
-        for (row, workload_row) in acc.iter_mut().zip(workload) {
-            for (a, b) in row.iter_mut().zip(workload_row) {
-                a.add(b);
+    in_parallel(
+        threads,
+        config.workloads,
+        progress,
+        |w| policies.workload(config, templates, w),
+        |workload| {
+            for (row, workload_row) in acc.iter_mut().zip(&workload) {
+                for (a, b) in row.iter_mut().zip(workload_row) {
+                    a.add(b);
+                }
             }
-        }
-    }
+        },
+    )?;
 
     let per_job = (config.workloads * config.jobs) as f64;
     let plans = config.workloads as f64;
@@ -472,17 +475,24 @@ impl Policies {
     }
 }
 
-/// `run(0..count)` on up to `threads` scoped threads, results in index order; `progress(done)`
-/// is called on this thread as each one finishes. The first error (by index) wins.
+/// `run(0..count)` on up to `threads` scoped threads, each result handed to `consume` in index
+/// order as soon as every earlier one has been; `progress(done)` is called on this thread as
+/// each one finishes. Only results that finish ahead of an earlier one are held (workloads cost
+/// about the same, so a few), not all of them: an experiment may have 10⁸ workloads. At the
+/// first error in index order no new index is started, and that error is returned.
 fn in_parallel<T: Send, E: Send>(
     threads: usize,
     count: usize,
     progress: &mut dyn FnMut(usize),
     run: impl Fn(usize) -> Result<T, E> + Sync,
-) -> Result<Vec<T>, E> {
+    mut consume: impl FnMut(T),
+) -> Result<(), E> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
     let threads = threads.clamp(1, count.max(1));
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let mut finished: Vec<(usize, Result<T, E>)> = Vec::with_capacity(count);
+    let next = AtomicUsize::new(0);
+    let mut ahead: std::collections::BTreeMap<usize, Result<T, E>> = std::collections::BTreeMap::new();
+    let (mut in_order, mut done) = (0usize, 0usize);
+    let mut failure = None;
     std::thread::scope(|scope| {
         let (sender, receiver) = std::sync::mpsc::channel();
         for _ in 0..threads {
@@ -490,7 +500,7 @@ fn in_parallel<T: Send, E: Send>(
             let (next, run) = (&next, &run);
             scope.spawn(move || {
                 loop {
-                    let index = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let index = next.fetch_add(1, Ordering::Relaxed);
                     // A closed receiver means the caller is gone: stop quietly.
                     if index >= count || sender.send((index, run(index))).is_err() {
                         break;
@@ -499,14 +509,29 @@ fn in_parallel<T: Send, E: Send>(
             });
         }
         drop(sender);
-        for result in receiver {
-            finished.push(result);
-            progress(finished.len());
+        for (index, result) in receiver {
+            done += 1;
+            progress(done);
+            if failure.is_some() {
+                continue;
+            }
+            ahead.insert(index, result);
+            while let Some(result) = ahead.remove(&in_order) {
+                in_order += 1;
+                match result {
+                    Ok(value) => consume(value),
+                    Err(error) => {
+                        failure = Some(error);
+                        // No thread starts another index; what is running finishes.
+                        next.store(count, Ordering::Relaxed);
+                        ahead.clear();
+                        break;
+                    }
+                }
+            }
         }
     });
-    // Every index below `count` was taken by exactly one thread, which sent its result.
-    finished.sort_unstable_by_key(|&(index, _)| index);
-    finished.into_iter().map(|(_, result)| result).collect()
+    failure.map_or(Ok(()), Err)
 }
 
 fn validate(config: &ExperimentConfig, templates: &[JobTemplate]) -> Result<(), ExperimentError> {
@@ -738,11 +763,19 @@ mod tests {
     }
 
     #[test]
-    fn the_first_failing_workload_is_the_error_reported() {
+    fn results_are_consumed_in_index_order_and_the_first_failure_in_that_order_is_reported() {
         let mut progress = |_| {};
-        let result = in_parallel(3, 10, &mut progress, |i| if i % 4 == 3 { Err(i) } else { Ok(i) });
-        assert_eq!(result, Err(3));
-        let all = in_parallel(3, 10, &mut progress, Ok::<usize, ()>);
-        assert_eq!(all, Ok((0..10).collect()));
+        for threads in [1, 2, 3, 8] {
+            let mut consumed = Vec::new();
+            let all = in_parallel(threads, 50, &mut progress, Ok::<usize, ()>, |i| consumed.push(i));
+            assert_eq!(all, Ok(()));
+            assert_eq!(consumed, (0..50).collect::<Vec<_>>(), "{threads} threads");
+
+            let mut consumed = Vec::new();
+            let failing = |i: usize| if i % 4 == 3 { Err(i) } else { Ok(i) };
+            let result = in_parallel(threads, 50, &mut progress, failing, |i| consumed.push(i));
+            assert_eq!(result, Err(3), "{threads} threads");
+            assert_eq!(consumed, vec![0, 1, 2], "nothing after the failure is consumed");
+        }
     }
 }
