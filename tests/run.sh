@@ -48,7 +48,7 @@ cargo test --workspace --locked
 # figures in BENCHMARKS.md come from `cargo bench` (release) runs, and `cargo run --release`
 # builds the same code.
 step "benchmarks compile and run once (smoke, test build; figures in BENCHMARKS.md come from full release runs)"
-cargo test -p flexgate-policies --bench plan --locked -- --test
+cargo test -p flexgate-lab --bench plan --locked -- --test
 cargo test --bench ledger --locked -- --test
 cargo test --bench gateway --locked -- --test
 cargo test --bench mqtt --locked -- --test

@@ -33,6 +33,11 @@ use std::fmt;
 /// freedom) and for which every leave-one-out fold still has two points to draw a line through.
 pub const MIN_SAMPLES: usize = 3;
 
+/// The paper's leave-one-out RMSE of its telemetry PFI predictor: the error a prediction is
+/// assumed to carry when nothing better is known (the fleet experiment's, and the least spread
+/// the gateway gives its fleet prior).
+pub const PAPER_PREDICTOR_RMSE: f64 = 0.241;
+
 /// One training job's measured PFI together with the telemetry of its uncapped run.
 ///
 /// This is the unit of the paper's dataset (25 of them on H200). `cluster` names the job type
@@ -1548,7 +1553,7 @@ mod tests {
     /// is not. (With this seed: in-sample R² ≈ 0.47, LOO ≈ 0.32, LOCO ≈ 0.05; the LOO ≥ LOCO
     /// ordering held for 200 of 200 other seeds tried during development.)
     fn synthetic_25() -> Vec<TelemetrySample> {
-        // (cluster, PFI) from data/pfi_groups_h200.csv.
+        // (cluster, PFI) from lab/data/pfi_groups_h200.csv.
         let groups: [(&str, f64); 25] = [
             ("Llama-3.1-70B/dense_ft", 1.10),
             ("Llama-3.1-70B/dense_ft", 1.22),

@@ -5,7 +5,7 @@
 //! reproduces. The simulation therefore:
 //!
 //! - fills `nodes` nodes with jobs drawn, by seed, from the 25 synthetic job templates of the
-//!   fleet simulator (`flexgate_policies::fleet`), each with a *true* power–throughput curve;
+//!   fleet simulator (`flexgate_lab`), each with a *true* power–throughput curve;
 //! - tells the gateway only what production would know: the uncapped point, and for most jobs a
 //!   telemetry-predicted PFI with the predictor's error, for the rest nothing
 //!   ([`Elasticity::Unknown`]);
@@ -18,13 +18,13 @@
 use super::{BackendError, CapCommand, CapOutcome, CapResult, ClusterBackend, JobState, JobTelemetry, Telemetry};
 use chrono::{DateTime, TimeDelta, Utc};
 use flexgate_agent::throughput::{JobWindows, Phase, ThroughputReport};
+use flexgate_lab::experiment::PAPER_PREDICTOR_RMSE;
+use flexgate_lab::rng::SplitMix64;
+use flexgate_lab::{JobTemplate, TruthFamily, published_groups, synthetic_templates};
 use flexgate_policies::alloc::{Elasticity, JobSpec};
 use flexgate_policies::control::cluster::MeasuredThroughput;
 use flexgate_policies::curve::PowerCurve;
 use flexgate_policies::facility::{FacilityParams, FacilityPoint};
-use flexgate_policies::fleet::experiment::PAPER_PREDICTOR_RMSE;
-use flexgate_policies::fleet::rng::SplitMix64;
-use flexgate_policies::fleet::{JobTemplate, TruthFamily, published_groups, synthetic_templates};
 use flexgate_policies::units::{Kilowatts, TokensPerSec, Watts, WattsPerGpu};
 use serde::{Deserialize, Serialize};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};

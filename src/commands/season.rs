@@ -1,11 +1,11 @@
 //! `flexgate simulate --season N`: a season of events over one fleet, with and without learning
-//! from what each event measured (the experiment is `flexgate_policies::fleet::season`).
+//! from what each event measured (the experiment is `flexgate_lab::season`).
 
 use super::write_output;
 use crate::reports::plot::{Chart, Series};
 use anyhow::{Context, Result, bail};
-use flexgate_policies::fleet::JobTemplate;
-use flexgate_policies::fleet::season::{SeasonConfig, SeasonReport, run_season};
+use flexgate_lab::JobTemplate;
+use flexgate_lab::season::{SeasonConfig, SeasonReport, run_season};
 use flexgate_policies::units::Fraction;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::fmt::Write as _;

@@ -4,14 +4,14 @@ use super::{read_input, write_output};
 use crate::reports::plot::{AxisFormat, Chart, LineStyle, Series};
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
-use flexgate_policies::alloc::Objective;
-use flexgate_policies::alloc::curve_aware::REGRET_TOLERANCE;
-use flexgate_policies::fleet::experiment::{PAPER_PREDICTOR_RMSE, PRODUCTION_FINE_TUNING_SHARE, STRATEGIES};
-use flexgate_policies::fleet::zoo::{ZooFamily, ZooReport, run_zoo, zoo_cuts};
-use flexgate_policies::fleet::{
+use flexgate_lab::experiment::{PAPER_PREDICTOR_RMSE, PRODUCTION_FINE_TUNING_SHARE, STRATEGIES};
+use flexgate_lab::zoo::{ZooFamily, ZooReport, run_zoo, zoo_cuts};
+use flexgate_lab::{
     ExperimentConfig, ExperimentReport, JobTemplate, KnowledgeLevel, Mix, TierMix, TruthFamily, parse_fleet,
     published_groups, run_experiment,
 };
+use flexgate_policies::alloc::Objective;
+use flexgate_policies::alloc::curve_aware::REGRET_TOLERANCE;
 use flexgate_policies::units::Fraction;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::fmt::Write as _;

@@ -20,7 +20,7 @@
 pub mod bounds;
 pub mod curve_aware;
 pub mod proportional;
-pub(crate) mod select;
+pub mod select;
 mod types;
 
 pub use curve_aware::{CurveAware, Prepared};

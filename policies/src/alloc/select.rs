@@ -20,7 +20,7 @@
 
 /// One hull segment of one job.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Segment {
+pub struct Segment {
     /// Tokens/s lost per watt shed on this segment (may be ≤ 0 for free watts).
     pub slope: f64,
     /// Watts the segment spans.
@@ -37,7 +37,7 @@ const BUCKET_BITS: u32 = 16;
 ///
 /// Adds each job's shed watts into `shed[job]` and returns the part of `need` that the segments
 /// could not cover (0 when feasible).
-pub(crate) fn shed_cheapest(segments: &[Segment], need: f64, shed: &mut [f64]) -> f64 {
+pub fn shed_cheapest(segments: &[Segment], need: f64, shed: &mut [f64]) -> f64 {
     if need <= 0.0 || segments.is_empty() {
         return need.max(0.0);
     }

@@ -207,7 +207,7 @@ pub fn fleet_prior(pfis: &[f64]) -> Option<(Elasticity, String)> {
     let var = finite.iter().map(|p| (p - mean).powi(2)).sum::<f64>() / (n - 1.0);
     let round = |v: f64| (v * 20.0).round() / 20.0;
     let mean = round(mean.clamp(0.5, 5.0));
-    let sd = round(var.sqrt().max(crate::fleet::experiment::PAPER_PREDICTOR_RMSE));
+    let sd = round(var.sqrt().max(crate::predictor::PAPER_PREDICTOR_RMSE));
     Some((
         Elasticity::PredictedPfi { mean, sd, grid: None },
         format!("fleet prior: pfi {mean:.2}±{sd:.2} from {} measured jobs", finite.len()),

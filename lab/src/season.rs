@@ -21,14 +21,16 @@
 use super::experiment::{Mix, PAPER_PREDICTOR_RMSE, mix_weights};
 use super::rng::SplitMix64;
 use super::truth::JobTemplate;
-use crate::alloc::bounds::FloorModel;
-use crate::alloc::{AllocationPolicy, Budget, CapPlan, CurveAware, Elasticity, JobSpec, Proportional, Weighting};
-use crate::control::entry::ThroughputPoint;
-use crate::control::evidence::{JobEvidence, Level, fleet_prior};
-use crate::control::probe::{ProbeConfig, floor_cap, step_cost, steps_left, sweep_caps};
-use crate::estimate::CurveFamily;
-use crate::units::{Fraction, WattsPerGpu};
 use chrono::{DateTime, TimeDelta, Utc};
+use flexgate_policies::alloc::bounds::FloorModel;
+use flexgate_policies::alloc::{
+    AllocationPolicy, Budget, CapPlan, CurveAware, Elasticity, JobSpec, Proportional, Weighting,
+};
+use flexgate_policies::control::entry::ThroughputPoint;
+use flexgate_policies::control::evidence::{JobEvidence, Level, fleet_prior};
+use flexgate_policies::control::probe::{ProbeConfig, floor_cap, step_cost, steps_left, sweep_caps};
+use flexgate_policies::estimate::CurveFamily;
+use flexgate_policies::units::{Fraction, WattsPerGpu};
 use serde::Serialize;
 use std::sync::Arc;
 
@@ -52,7 +54,7 @@ pub struct SeasonConfig {
     /// Learn from each event's measurements.
     pub learning: bool,
     /// Share of jobs in a probed flex tier (0: no probing). With learning on, they are probed
-    /// before the first event, with the gateway's probe code ([`crate::control::probe`]).
+    /// before the first event, with the gateway's probe code ([`flexgate_policies::control::probe`]).
     pub probe_share: f64,
     /// The probes' site budget: most the steps in flight may cost together, as a share of the
     /// fleet's uncapped throughput (`[probe] max_fleet_share`).
@@ -148,7 +150,7 @@ pub enum SeasonError {
     Invalid(String),
     /// A job the planner refused.
     #[error(transparent)]
-    Plan(#[from] crate::alloc::PlanError),
+    Plan(#[from] flexgate_policies::alloc::PlanError),
 }
 
 fn at(event: usize) -> DateTime<Utc> {
@@ -158,7 +160,7 @@ fn at(event: usize) -> DateTime<Utc> {
 /// Measure `job` at `cap` on its true curve, with relative error `noise`.
 fn measure(
     job: &JobSpec,
-    truth: &crate::curve::PowerCurve,
+    truth: &flexgate_policies::curve::PowerCurve,
     cap: WattsPerGpu,
     noise: f64,
     event: usize,
@@ -176,7 +178,7 @@ fn measure(
     }
 }
 
-fn kept(plan: &CapPlan, truths: &[&crate::curve::PowerCurve], full: f64) -> f64 {
+fn kept(plan: &CapPlan, truths: &[&flexgate_policies::curve::PowerCurve], full: f64) -> f64 {
     let tokens: f64 = plan
         .entries
         .iter()
@@ -220,7 +222,7 @@ pub fn run_season(
     let mut rng = SplitMix64::derive(config.seed, 0x5345_4153); // "SEAS"
     let errors: Vec<f64> = templates.iter().map(|_| rng.normal() * config.predictor_sd).collect();
     let mut told: Vec<JobSpec> = Vec::with_capacity(config.jobs);
-    let mut truths: Vec<&crate::curve::PowerCurve> = Vec::with_capacity(config.jobs);
+    let mut truths: Vec<&flexgate_policies::curve::PowerCurve> = Vec::with_capacity(config.jobs);
     for index in 0..config.jobs {
         let template = rng.weighted_index(&weights);
         let t = &templates[template];
@@ -271,7 +273,7 @@ pub fn run_season(
     for e in 0..config.events {
         let cut = config.cuts[e % config.cuts.len()];
         let mut counts = KnowledgeCounts::default();
-        let learned_now: Vec<Option<crate::control::evidence::Learned>> = told
+        let learned_now: Vec<Option<flexgate_policies::control::evidence::Learned>> = told
             .iter()
             .zip(&evidence)
             .map(|(job, ev)| if config.learning { ev.learned(job) } else { None })
@@ -354,7 +356,7 @@ pub fn run_season(
 /// site budget, its throughput measured there with the season's noise.
 fn probe_before_season(
     told: &[JobSpec],
-    truths: &[&crate::curve::PowerCurve],
+    truths: &[&flexgate_policies::curve::PowerCurve],
     evidence: &mut [JobEvidence],
     eligible: &[bool],
     config: &SeasonConfig,
@@ -410,7 +412,7 @@ fn probe_before_season(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fleet::{TruthFamily, published_groups, synthetic_templates};
+    use crate::{TruthFamily, published_groups, synthetic_templates};
 
     fn templates() -> Vec<JobTemplate> {
         synthetic_templates(&published_groups().expect("groups"), TruthFamily::Physical).expect("templates")

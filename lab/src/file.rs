@@ -19,10 +19,10 @@
 //! Errors name the job (by position and id) and the field, so a 10,000-job file can be fixed.
 
 use super::truth::{JobTemplate, Known};
-use crate::alloc::CapRange;
-use crate::curve::{CurvePoint, PowerCurve};
-use crate::pfi::{CapGrid, DEFAULT_EPSILON, pfi};
-use crate::units::{Fraction, TokensPerSec, Watts, WattsPerGpu};
+use flexgate_policies::alloc::CapRange;
+use flexgate_policies::curve::{CurvePoint, PowerCurve};
+use flexgate_policies::pfi::{CapGrid, DEFAULT_EPSILON, pfi};
+use flexgate_policies::units::{Fraction, TokensPerSec, Watts, WattsPerGpu};
 use serde::Deserialize;
 use std::collections::HashSet;
 
@@ -244,7 +244,7 @@ fn curve(gpus: u32, points: &[RawPoint]) -> Result<PowerCurve, (String, String)>
         })
         .collect();
     PowerCurve::new(gpus, pts).map_err(|e| {
-        use crate::curve::CurveError as E;
+        use flexgate_policies::curve::CurveError as E;
         let field = match &e {
             E::NotFinite { index, field } => format!("[{index}].{field}"),
             E::NotPositive { index, field, .. } => format!("[{index}].{field}"),

@@ -26,17 +26,18 @@
 
 use super::rng::SplitMix64;
 use super::truth::JobTemplate;
-use crate::alloc::{
+use flexgate_policies::alloc::{
     AllocationPolicy, Budget, CapPlan, CurveAware, Elasticity, JobSpec, Objective, Proportional, Weighting,
 };
-use crate::estimate::CurveFamily;
-use crate::units::{Fraction, Watts};
+use flexgate_policies::estimate::CurveFamily;
+use flexgate_policies::units::{Fraction, Watts};
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 use std::sync::Arc;
 
-/// The paper's leave-one-out RMSE of the telemetry PFI predictor.
-pub const PAPER_PREDICTOR_RMSE: f64 = 0.241;
+/// The paper's leave-one-out RMSE of the telemetry PFI predictor (defined in the core, which
+/// uses it as the least spread of the fleet prior).
+pub use flexgate_policies::predictor::PAPER_PREDICTOR_RMSE;
 
 /// Share of fine-tuning jobs (by count) in the production mix.
 pub const PRODUCTION_FINE_TUNING_SHARE: f64 = 0.8;
@@ -129,7 +130,7 @@ pub struct ExperimentConfig {
     /// Whether `flexgate` hedges against the equal cut (off by default, as in the gateway:
     /// see [`CurveAware::with_hedging`]).
     pub hedging: bool,
-    /// The hedge's tolerance (see [`crate::alloc::curve_aware::REGRET_TOLERANCE`]).
+    /// The hedge's tolerance (see [`flexgate_policies::alloc::curve_aware::REGRET_TOLERANCE`]).
     pub hedge_tolerance: f64,
 }
 
@@ -148,7 +149,7 @@ impl Default for ExperimentConfig {
             predictor_sd: PAPER_PREDICTOR_RMSE,
             objective: Objective::Tokens,
             hedging: true,
-            hedge_tolerance: crate::alloc::curve_aware::REGRET_TOLERANCE,
+            hedge_tolerance: flexgate_policies::alloc::curve_aware::REGRET_TOLERANCE,
         }
     }
 }
@@ -258,7 +259,7 @@ pub enum ExperimentError {
     Invalid(String),
     /// A job failed validation (cannot happen with validated templates; reported, not panicked).
     #[error(transparent)]
-    Plan(#[from] crate::alloc::PlanError),
+    Plan(#[from] flexgate_policies::alloc::PlanError),
 }
 
 #[derive(Default, Clone)]
@@ -682,7 +683,7 @@ fn as_given(t: &JobTemplate) -> Elasticity {
         let grid = k
             .pfi_grid
             .clone()
-            .unwrap_or_else(|| crate::pfi::CapGrid::paper_default_for(t.gpus));
+            .unwrap_or_else(|| flexgate_policies::pfi::CapGrid::paper_default_for(t.gpus));
         return Elasticity::Pfi { value, grid };
     }
     if let Some(mean) = k.pfi_predicted {
@@ -730,7 +731,7 @@ fn account(plan: &CapPlan, jobs: &[JobSpec], workload: &[Drawn], templates: &[Jo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fleet::{TruthFamily, published_groups, synthetic_templates};
+    use crate::{TruthFamily, published_groups, synthetic_templates};
 
     fn small() -> (ExperimentConfig, Vec<JobTemplate>) {
         let groups = published_groups().expect("the published groups load");

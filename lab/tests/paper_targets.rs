@@ -4,7 +4,7 @@
 //! keep (the paper's rule beats the baseline; ours closes most of the gap; nothing ever beats
 //! the oracle; no plan breaks its budget), on the same seed the README quotes.
 
-use flexgate_policies::fleet::{
+use flexgate_lab::{
     ExperimentConfig, ExperimentReport, Mix, TierMix, TruthFamily, published_groups, run_experiment,
     synthetic_templates,
 };
@@ -123,7 +123,7 @@ fn tiers_are_respected_by_the_oracle_and_budgets_by_everyone() {
 /// than the same season without it.
 #[test]
 fn a_season_of_twenty_events_learns_to_within_five_points_of_the_oracle() {
-    use flexgate_policies::fleet::season::{SeasonConfig, run_season};
+    use flexgate_lab::season::{SeasonConfig, run_season};
     let templates =
         synthetic_templates(&published_groups().expect("groups"), TruthFamily::Physical).expect("templates");
     let config = SeasonConfig::default();

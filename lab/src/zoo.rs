@@ -35,10 +35,10 @@ use super::truth::{
     JobTemplate, Known, TemplateError, TruthFamily, estimated_tokens_max, grid_pfi, group_template, shaped_curve,
     synthetic_templates, truth_caps, truth_curve, uncapped_draw,
 };
-use crate::alloc::Objective;
-use crate::curve::{CurvePoint, PowerCurve};
-use crate::physics::{CalibrationError, calibrate_scanning};
-use crate::units::{Fraction, TokensPerSec, WattsPerGpu};
+use flexgate_policies::alloc::Objective;
+use flexgate_policies::curve::{CurvePoint, PowerCurve};
+use flexgate_policies::physics::{CalibrationError, calibrate_scanning};
+use flexgate_policies::units::{Fraction, TokensPerSec, WattsPerGpu};
 use serde::Serialize;
 
 /// A family of the zoo, or a built-in one.
@@ -619,7 +619,7 @@ pub fn zoo_cuts() -> Vec<Fraction> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fleet::groups::published_groups;
+    use crate::groups::published_groups;
 
     #[test]
     fn every_family_builds_a_template_per_group_at_its_pfi_where_reachable() {

@@ -1,11 +1,11 @@
 //! The 25 published H200 job groups (Colangelo et al., Table 6), embedded so that the simulator
-//! runs with no files around it. Source: `policies/data/pfi_groups_h200.csv`.
+//! runs with no files around it. Source: `lab/data/pfi_groups_h200.csv`.
 
-use crate::pfi::CapGrid;
-use crate::units::WattsPerGpu;
+use flexgate_policies::pfi::CapGrid;
+use flexgate_policies::units::WattsPerGpu;
 use serde::Serialize;
 
-const CSV: &str = include_str!("../../data/pfi_groups_h200.csv");
+const CSV: &str = include_str!("../data/pfi_groups_h200.csv");
 
 /// Workload regime of a group: decides the physical parameters of its synthetic curve and its
 /// place in the production mix.

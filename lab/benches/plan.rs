@@ -24,16 +24,16 @@
 //!
 //! Sample sizes and times are set so that the whole file runs in a few minutes on two cores.
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
+use flexgate_lab::rng::SplitMix64;
+use flexgate_lab::{
+    ExperimentConfig, JobTemplate, TruthFamily, published_groups, run_experiment_on, synthetic_templates,
+};
 use flexgate_policies::alloc::{
     AllocationPolicy, Budget, CurveAware, Elasticity, JobSpec, Objective, Proportional, Weighting,
 };
 use flexgate_policies::control::entry::ThroughputPoint;
 use flexgate_policies::control::evidence::{JobEvidence, worth_recording};
 use flexgate_policies::estimate::CurveFamily;
-use flexgate_policies::fleet::rng::SplitMix64;
-use flexgate_policies::fleet::{
-    ExperimentConfig, JobTemplate, TruthFamily, published_groups, run_experiment_on, synthetic_templates,
-};
 use flexgate_policies::units::{Fraction, Watts, WattsPerGpu};
 use std::hint::black_box;
 use std::sync::Arc;

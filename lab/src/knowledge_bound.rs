@@ -37,10 +37,10 @@
 use super::experiment::{ExperimentConfig, draw_workload, mix_weights};
 use super::rng::SplitMix64;
 use super::truth::JobTemplate;
-use crate::alloc::Objective;
-use crate::alloc::select::{Segment, shed_cheapest};
-use crate::curve::ConcaveHull;
-use crate::units::Fraction;
+use flexgate_policies::alloc::Objective;
+use flexgate_policies::alloc::select::{Segment, shed_cheapest};
+use flexgate_policies::curve::ConcaveHull;
+use flexgate_policies::units::Fraction;
 use microlp::{ComparisonOp, OptimizationDirection, Problem};
 use serde::Serialize;
 
@@ -114,7 +114,7 @@ struct Job {
     values: Vec<f64>,
     /// Each family's true curve, and this job's value per token/s (divided by the denominator
     /// and the family's unit).
-    truths: Vec<(crate::curve::PowerCurve, f64)>,
+    truths: Vec<(flexgate_policies::curve::PowerCurve, f64)>,
 }
 
 impl Job {
@@ -124,7 +124,7 @@ impl Job {
     /// that draws `power`, then the throughput at that cap).
     fn truth_value(&self, f: usize, power: f64) -> f64 {
         let (curve, per_token) = &self.truths[f];
-        let cap = curve.cap_for_power(crate::units::Watts(power));
+        let cap = curve.cap_for_power(flexgate_policies::units::Watts(power));
         per_token * curve.tokens_at_cap(cap).value()
     }
 
@@ -397,8 +397,8 @@ fn master(cuts: &[Vec<f64>], n: usize) -> Result<(Vec<f64>, f64), BoundError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fleet::groups::published_groups;
-    use crate::fleet::truth::{TruthFamily, synthetic_templates};
+    use crate::groups::published_groups;
+    use crate::truth::{TruthFamily, synthetic_templates};
 
     fn config(objective: Objective) -> ExperimentConfig {
         ExperimentConfig {

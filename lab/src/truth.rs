@@ -4,7 +4,7 @@
 //! curve, evaluated on that group's cap grid, has exactly the published PFI, in one of three
 //! *structurally different* families, so that an allocator cannot pass by fitting one family:
 //!
-//! - `physical` — the clock/voltage model of [`crate::physics`] with regime-specific draw,
+//! - `physical` — the clock/voltage model of [`flexgate_policies::physics`] with regime-specific draw,
 //!   calibrated on the compute share φ (or α for the least flexible groups);
 //! - `knee` — throughput flat down to 85 % of the uncapped draw, then falling linearly: a
 //!   memory-bound job that loses nothing until the clock limit bites, calibrated on the slope;
@@ -18,11 +18,11 @@
 //! models, as it does in practice, which is what the paper's P_max/T_max factor exploits.
 
 use super::groups::{Group, Regime};
-use crate::alloc::CapRange;
-use crate::curve::{CurveError, CurvePoint, PowerCurve};
-use crate::pfi::{CapGrid, DEFAULT_EPSILON, pfi_on_grid};
-use crate::physics::{CalibrationError, PhysicalModel, calibrate_physical, calibrate_scanning};
-use crate::units::{TokensPerSec, Watts, WattsPerGpu};
+use flexgate_policies::alloc::CapRange;
+use flexgate_policies::curve::{CurveError, CurvePoint, PowerCurve};
+use flexgate_policies::pfi::{CapGrid, DEFAULT_EPSILON, pfi_on_grid};
+use flexgate_policies::physics::{CalibrationError, PhysicalModel, calibrate_physical, calibrate_scanning};
+use flexgate_policies::units::{TokensPerSec, Watts, WattsPerGpu};
 use serde::Serialize;
 
 /// Which family the ground-truth curves come from.
@@ -74,7 +74,7 @@ pub struct JobTemplate {
     /// What policies may know.
     pub known: Known,
     /// QoS limit, if the job has one of its own.
-    pub max_slowdown: Option<crate::units::Fraction>,
+    pub max_slowdown: Option<flexgate_policies::units::Fraction>,
     /// Whether the telemetry predictor gives this job a PFI at all (the curve zoo's "missing
     /// predictions" family says no for half the groups).
     pub predicted: bool,
@@ -244,7 +244,7 @@ pub fn total_uncapped(templates: &[&JobTemplate]) -> Watts {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fleet::groups::published_groups;
+    use crate::groups::published_groups;
 
     #[test]
     fn every_family_matches_every_published_pfi_on_its_grid() {
