@@ -74,7 +74,7 @@ fn fleet(templates: &[JobTemplate], n: usize) -> (Vec<JobSpec>, Vec<JobSpec>) {
             priority: 1.0,
         };
         oracle_jobs.push(JobSpec {
-            elasticity: Elasticity::Measured { curve: t.truth.clone() },
+            elasticity: Elasticity::exact(t.truth.clone()),
             ..job.clone()
         });
         jobs.push(job);

@@ -131,7 +131,7 @@ pub struct ExperimentConfig {
     /// see [`CurveAware::with_hedging`]).
     pub hedging: bool,
     /// The hedge's tolerance (see [`flexgate_policies::alloc::curve_aware::REGRET_TOLERANCE`]).
-    pub hedge_tolerance: f64,
+    pub hedge_tolerance: Option<f64>,
 }
 
 impl Default for ExperimentConfig {
@@ -149,7 +149,7 @@ impl Default for ExperimentConfig {
             predictor_sd: PAPER_PREDICTOR_RMSE,
             objective: Objective::Tokens,
             hedging: true,
-            hedge_tolerance: flexgate_policies::alloc::curve_aware::REGRET_TOLERANCE,
+            hedge_tolerance: None,
         }
     }
 }
@@ -326,7 +326,7 @@ pub fn run_experiment_on(
         flexgate: CurveAware::flexgate(family.clone())
             .with_objective(config.objective)
             .with_hedging(config.hedging)
-            .with_hedge_tolerance(config.hedge_tolerance),
+            .with_hedge_tolerance_or_default(config.hedge_tolerance),
         oracle: CurveAware::oracle(family).with_objective(config.objective),
         weights: mix_weights(config.mix, templates),
     };
@@ -437,9 +437,7 @@ impl Policies {
             .iter()
             .zip(&workload)
             .map(|(job, d)| JobSpec {
-                elasticity: Elasticity::Measured {
-                    curve: templates[d.template].truth.clone(),
-                },
+                elasticity: Elasticity::exact(templates[d.template].truth.clone()),
                 ..job.clone()
             })
             .collect();
@@ -594,6 +592,9 @@ pub(crate) struct Drawn {
     /// Index of the job's template.
     pub(crate) template: usize,
     predicted_pfi: Option<f64>,
+    /// The sweep this workload measured of the job's template, where the template is measured
+    /// afresh per workload ([`crate::truth::SweepPlan`]).
+    sweep: Option<Elasticity>,
     max_slowdown: Option<Fraction>,
     index: usize,
 }
@@ -609,6 +610,22 @@ pub(crate) fn draw_workload(
 ) -> Vec<Drawn> {
     // One prediction error per template (group) per workload.
     let errors: Vec<f64> = templates.iter().map(|_| rng.normal() * config.predictor_sd).collect();
+    // One sweep per template (profile) per workload, from a stream of its own, for templates
+    // measured afresh (the others draw nothing more, so their workloads are as before).
+    let sweeps: Vec<Option<Elasticity>> = if templates.iter().any(|t| t.known.sweep_plan.is_some()) {
+        let mut sweep_rng = SplitMix64::new(rng.next_u64());
+        templates
+            .iter()
+            .map(|t| {
+                t.known
+                    .sweep_plan
+                    .as_ref()
+                    .and_then(|plan| plan.measure(&t.truth, t.cap_range.max, &mut sweep_rng))
+            })
+            .collect()
+    } else {
+        vec![None; templates.len()]
+    };
     (0..config.jobs)
         .map(|index| {
             let template = rng.weighted_index(weights);
@@ -633,6 +650,7 @@ pub(crate) fn draw_workload(
             Drawn {
                 template,
                 predicted_pfi,
+                sweep: sweeps[template].clone(),
                 max_slowdown,
                 index,
             }
@@ -658,9 +676,9 @@ fn policy_view(config: &ExperimentConfig, t: &JobTemplate, d: &Drawn) -> JobSpec
             },
             _ => Elasticity::Unknown,
         },
-        KnowledgeLevel::Sweep => Elasticity::Measured { curve: t.truth.clone() },
+        KnowledgeLevel::Sweep => Elasticity::exact(t.truth.clone()),
         KnowledgeLevel::Unknown => Elasticity::Unknown,
-        KnowledgeLevel::AsGiven => as_given(t),
+        KnowledgeLevel::AsGiven => d.sweep.clone().unwrap_or_else(|| as_given(t)),
     };
     JobSpec {
         id: format!("w-{}-{}", d.index, t.name).into(),
@@ -677,7 +695,7 @@ fn policy_view(config: &ExperimentConfig, t: &JobTemplate, d: &Drawn) -> JobSpec
 fn as_given(t: &JobTemplate) -> Elasticity {
     let k = &t.known;
     if let Some(curve) = &k.sweep {
-        return Elasticity::Measured { curve: curve.clone() };
+        return Elasticity::measured(curve.clone(), k.sweep_tokens_sd.clone());
     }
     if let Some(value) = k.pfi {
         let grid = k

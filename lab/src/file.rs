@@ -80,6 +80,9 @@ struct RawPoint {
     cap_w: f64,
     power_w: f64,
     tokens_per_s: f64,
+    /// A known sweep's point may state the standard error of its throughput.
+    #[serde(default)]
+    tokens_sd: Option<f64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -198,10 +201,42 @@ fn build(raw: RawJob, fail: &dyn Fn(&str, String) -> FleetFileError) -> Result<J
             Some(CapGrid(caps.into_iter().map(WattsPerGpu).collect()))
         }
     };
-    let sweep = match k.sweep {
-        None => None,
+    if let Some(i) = raw.points.iter().position(|p| p.tokens_sd.is_some()) {
+        return Err(fail(
+            &format!("points[{i}].tokens_sd"),
+            "only a known sweep's points state an uncertainty: the true curve is exact".into(),
+        ));
+    }
+    let (sweep, sweep_tokens_sd) = match k.sweep {
+        None => (None, Vec::new()),
         Some(points) => {
-            Some(curve(raw.gpus, &points).map_err(|(field, problem)| fail(&format!("known.sweep{field}"), problem))?)
+            let stated = points.iter().filter(|p| p.tokens_sd.is_some()).count();
+            if stated != 0 && stated != points.len() {
+                return Err(fail(
+                    "known.sweep",
+                    "tokens_sd is given for some points and not others: give it for every point or none".into(),
+                ));
+            }
+            if let Some(i) = points
+                .iter()
+                .position(|p| p.tokens_sd.is_some_and(|s| !s.is_finite() || s < 0.0))
+            {
+                return Err(fail(
+                    &format!("known.sweep[{i}].tokens_sd"),
+                    "must be a finite non-negative number (tokens/s)".into(),
+                ));
+            }
+            let curve =
+                curve(raw.gpus, &points).map_err(|(field, problem)| fail(&format!("known.sweep{field}"), problem))?;
+            // The curve sorts its points by cap: their errors follow them.
+            let mut by_cap: Vec<(f64, f64)> = points.iter().map(|p| (p.cap_w, p.tokens_sd.unwrap_or(0.0))).collect();
+            by_cap.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let sds = if stated == 0 {
+                Vec::new()
+            } else {
+                by_cap.into_iter().map(|(_, s)| s).collect()
+            };
+            (Some(curve), sds)
         }
     };
     let max_slowdown = match raw.max_slowdown {
@@ -227,6 +262,8 @@ fn build(raw: RawJob, fail: &dyn Fn(&str, String) -> FleetFileError) -> Result<J
             pfi_predicted: k.pfi_predicted,
             pfi_predicted_sd: k.pfi_predicted_sd,
             sweep,
+            sweep_tokens_sd,
+            sweep_plan: None,
         },
         max_slowdown,
         predicted: true,

@@ -24,7 +24,7 @@ use super::truth::JobTemplate;
 use chrono::{DateTime, TimeDelta, Utc};
 use flexgate_policies::alloc::bounds::FloorModel;
 use flexgate_policies::alloc::{
-    AllocationPolicy, Budget, CapPlan, CurveAware, Elasticity, JobSpec, Proportional, Weighting,
+    AllocationPolicy, Budget, CapPlan, CurveAware, Elasticity, JobSpec, Objective, Proportional, Weighting,
 };
 use flexgate_policies::control::entry::ThroughputPoint;
 use flexgate_policies::control::evidence::{JobEvidence, Level, fleet_prior};
@@ -59,6 +59,13 @@ pub struct SeasonConfig {
     /// The probes' site budget: most the steps in flight may cost together, as a share of the
     /// fleet's uncapped throughput (`[probe] max_fleet_share`).
     pub probe_budget: f64,
+    /// What the plans maximise, and what each event's kept share and gap closure are computed
+    /// on: tokens/s, or GPU-weighted progress (the gateway's default).
+    pub objective: Objective,
+    /// Whether `flexgate` hedges against the equal cut, as the gateway does by default.
+    pub hedging: bool,
+    /// The hedge's tolerance (`None`: the objective's default).
+    pub hedge_tolerance: Option<f64>,
 }
 
 impl Default for SeasonConfig {
@@ -77,6 +84,9 @@ impl Default for SeasonConfig {
             learning: true,
             probe_share: 0.0,
             probe_budget: ProbeConfig::default().max_fleet_share,
+            objective: Objective::Tokens,
+            hedging: true,
+            hedge_tolerance: None,
         }
     }
 }
@@ -104,7 +114,8 @@ pub struct SeasonEvent {
     pub event: usize,
     /// Its cut of the fleet's uncapped draw.
     pub cut: f64,
-    /// Fleet tokens/s kept under each plan, as a share of uncapped.
+    /// What each plan keeps of the objective's uncapped value (fleet tokens/s, or GPU-weighted
+    /// progress), as a share.
     pub equal_kept: f64,
     /// See `equal_kept`.
     pub flexgate_kept: f64,
@@ -178,14 +189,26 @@ fn measure(
     }
 }
 
-fn kept(plan: &CapPlan, truths: &[&flexgate_policies::curve::PowerCurve], full: f64) -> f64 {
-    let tokens: f64 = plan
+/// The share of the objective's uncapped value `plan` keeps on the true curves: of the fleet's
+/// tokens/s, or of its GPU-weighted progress.
+fn kept(
+    plan: &CapPlan,
+    jobs: &[JobSpec],
+    truths: &[&flexgate_policies::curve::PowerCurve],
+    objective: Objective,
+) -> f64 {
+    let (kept, full) = plan
         .entries
         .iter()
+        .zip(jobs)
         .zip(truths)
-        .map(|(e, t)| t.tokens_at_cap(e.cap).value())
-        .sum();
-    tokens / full
+        .map(|((e, job), t)| {
+            let tokens = t.tokens_at_cap(e.cap).value();
+            let value = objective.value_per_token(job);
+            (value * tokens, objective.uncapped_value(job))
+        })
+        .fold((0.0, 0.0), |(k, f), (a, b)| (k + a, f + b));
+    if full > 0.0 { kept / full } else { 0.0 }
 }
 
 /// Run a season over `templates`, calling `progress(done)` after every event.
@@ -216,8 +239,11 @@ pub fn run_season(
     }
     let family = Arc::new(CurveFamily::h200_generic());
     let equal = Proportional::new(Weighting::Equal, family.clone());
-    let flexgate = CurveAware::flexgate(family.clone());
-    let oracle = CurveAware::oracle(family);
+    let flexgate = CurveAware::flexgate(family.clone())
+        .with_objective(config.objective)
+        .with_hedging(config.hedging)
+        .with_hedge_tolerance_or_default(config.hedge_tolerance);
+    let oracle = CurveAware::oracle(family).with_objective(config.objective);
     let weights = mix_weights(Mix::Production, templates);
     let mut rng = SplitMix64::derive(config.seed, 0x5345_4153); // "SEAS"
     let errors: Vec<f64> = templates.iter().map(|_| rng.normal() * config.predictor_sd).collect();
@@ -252,11 +278,10 @@ pub fn run_season(
         .iter()
         .zip(&truths)
         .map(|(j, t)| JobSpec {
-            elasticity: Elasticity::Measured { curve: (*t).clone() },
+            elasticity: Elasticity::exact((*t).clone()),
             ..j.clone()
         })
         .collect();
-    let full: f64 = truths.iter().map(|t| t.uncapped().tokens.value()).sum();
     let mut evidence: Vec<JobEvidence> = vec![JobEvidence::default(); config.jobs];
     let mut noise = SplitMix64::derive(config.seed, 0x4E4F_4953); // "NOIS"
     // Before the season: every job measured uncapped.
@@ -322,9 +347,9 @@ pub fn run_season(
         let theirs = equal.plan(&told, budget)?;
         let best = oracle.plan(&oracle_jobs, budget)?;
         let (equal_kept, flexgate_kept, oracle_kept) = (
-            kept(&theirs, &truths, full),
-            kept(&ours, &truths, full),
-            kept(&best, &truths, full),
+            kept(&theirs, &told, &truths, config.objective),
+            kept(&ours, &told, &truths, config.objective),
+            kept(&best, &told, &truths, config.objective),
         );
         let gap = oracle_kept - equal_kept;
         events.push(SeasonEvent {

@@ -18,7 +18,10 @@
 //! models, as it does in practice, which is what the paper's P_max/T_max factor exploits.
 
 use super::groups::{Group, Regime};
+use super::rng::SplitMix64;
 use flexgate_policies::alloc::CapRange;
+use flexgate_policies::alloc::Elasticity;
+use flexgate_policies::control::evidence::point_standard_error;
 use flexgate_policies::curve::{CurveError, CurvePoint, PowerCurve};
 use flexgate_policies::pfi::{CapGrid, DEFAULT_EPSILON, pfi_on_grid};
 use flexgate_policies::physics::{CalibrationError, PhysicalModel, calibrate_physical, calibrate_scanning};
@@ -50,6 +53,25 @@ pub struct Known {
     pub pfi_predicted_sd: Option<f64>,
     /// A measured sweep (as known to policies; may differ from the truth).
     pub sweep: Option<PowerCurve>,
+    /// The standard error of each of the sweep's points' throughput (tokens/s), as its
+    /// readings' spread and count give it; empty: the sweep is taken as exact.
+    pub sweep_tokens_sd: Vec<f64>,
+    /// A sweep measured afresh for every workload: its caps and noise; the experiment reads the
+    /// truth there with the noise drawn per workload (the curve zoo's `sweep_*` families).
+    pub sweep_plan: Option<SweepPlan>,
+}
+
+/// How a noisy sweep of a job is measured: at which caps, how many readings a point averages,
+/// and how far off one point's mean is (its standard deviation, relative to the reading).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SweepPlan {
+    /// Capped points, W per GPU (the uncapped point is the range maximum, taken exactly: it is
+    /// the job's own T_max).
+    pub caps: Vec<WattsPerGpu>,
+    /// Readings a point averages.
+    pub readings: u32,
+    /// Relative standard deviation of a point's mean (that of one reading over √readings).
+    pub noise: f64,
 }
 
 /// A job type the simulator draws workloads from.
@@ -233,6 +255,51 @@ pub(crate) fn shaped_curve(
         })
         .collect();
     PowerCurve::new(gpus, points)
+}
+
+impl SweepPlan {
+    /// Measure `truth` as planned: at each cap `readings` readings, each off by a relative error
+    /// of `noise·√readings`, averaged; the standard error each point is given is what the
+    /// gateway would state from the same readings ([`point_standard_error`]: their spread and
+    /// count). The uncapped point is exact.
+    #[must_use]
+    pub fn measure(&self, truth: &PowerCurve, cap_max: WattsPerGpu, rng: &mut SplitMix64) -> Option<Elasticity> {
+        let per_reading = self.noise * f64::from(self.readings.max(1)).sqrt();
+        // An exact sweep draws nothing, so that it reads the truth exactly.
+        let count = if self.noise > 0.0 { self.readings.max(1) } else { 1 };
+        let mut points = Vec::with_capacity(self.caps.len() + 1);
+        let mut sds = Vec::with_capacity(self.caps.len() + 1);
+        for &cap in &self.caps {
+            let expected = truth.tokens_at_cap(cap).value();
+            let readings: Vec<f64> = (0..count)
+                .map(|_| {
+                    if per_reading > 0.0 {
+                        expected * (1.0 + per_reading * rng.normal()).max(0.05)
+                    } else {
+                        expected
+                    }
+                })
+                .collect();
+            let n = readings.len() as f64;
+            let mean = readings.iter().sum::<f64>() / n;
+            let m2 = readings.iter().map(|r| (r - mean).powi(2)).sum::<f64>();
+            points.push(CurvePoint {
+                cap,
+                power: truth.power_at_cap(cap),
+                tokens: TokensPerSec(mean),
+            });
+            sds.push(point_standard_error(mean, m2, count));
+        }
+        let top = truth.uncapped();
+        points.push(CurvePoint { cap: cap_max, ..top });
+        sds.push(0.0);
+        let curve = PowerCurve::new(truth.gpus(), points).ok()?;
+        Some(if self.noise > 0.0 {
+            Elasticity::measured(curve, sds)
+        } else {
+            Elasticity::exact(curve)
+        })
+    }
 }
 
 /// Total uncapped power of a set of templates (handy for reports).

@@ -32,11 +32,12 @@ use super::groups::Group;
 use super::knowledge_bound::{BoundError, BoundFamily, KnowledgeBound, knowledge_bound};
 use super::rng::SplitMix64;
 use super::truth::{
-    JobTemplate, Known, TemplateError, TruthFamily, estimated_tokens_max, grid_pfi, group_template, shaped_curve,
-    synthetic_templates, truth_caps, truth_curve, uncapped_draw,
+    JobTemplate, Known, SweepPlan, TemplateError, TruthFamily, estimated_tokens_max, grid_pfi, group_template,
+    shaped_curve, synthetic_templates, truth_caps, truth_curve, uncapped_draw,
 };
 use flexgate_policies::alloc::Objective;
-use flexgate_policies::curve::{CurvePoint, PowerCurve};
+use flexgate_policies::curve::{ConcaveHull, CurvePoint, PowerCurve};
+use flexgate_policies::estimate::CurveFamily;
 use flexgate_policies::physics::{CalibrationError, calibrate_scanning};
 use flexgate_policies::units::{Fraction, TokensPerSec, WattsPerGpu};
 use serde::Serialize;
@@ -69,11 +70,21 @@ pub enum ZooFamily {
     SmoothKnee,
     /// A gentle slope below 90 % that steepens fourfold below 50 % (held out, likewise).
     TwoSlope,
+    /// Physical truths, each measured afresh per workload at 4–6 caps with 0.5–2 % noise.
+    SweepPhysical,
+    /// The `mixed` family's six shapes, measured the same way.
+    SweepMixed,
+    /// The `mixed` family's shapes measured exactly at the same caps (the sweeps' noise-free
+    /// control).
+    SweepExact,
+    /// `two_slope` truths measured as `sweep_physical` (held out of every choice of the
+    /// measured curves' estimator and hedge).
+    SweepTwoSlope,
 }
 
 impl ZooFamily {
     /// Every family, built-in ones first.
-    pub const ALL: [ZooFamily; 14] = [
+    pub const ALL: [ZooFamily; 18] = [
         ZooFamily::Builtin(TruthFamily::Physical),
         ZooFamily::Builtin(TruthFamily::Knee),
         ZooFamily::Builtin(TruthFamily::Powerlaw),
@@ -88,6 +99,10 @@ impl ZooFamily {
         ZooFamily::Mixed,
         ZooFamily::SmoothKnee,
         ZooFamily::TwoSlope,
+        ZooFamily::SweepPhysical,
+        ZooFamily::SweepMixed,
+        ZooFamily::SweepExact,
+        ZooFamily::SweepTwoSlope,
     ];
 
     /// The name used on the command line and in tables.
@@ -108,6 +123,10 @@ impl ZooFamily {
             Self::Mixed => "mixed",
             Self::SmoothKnee => "smooth_knee",
             Self::TwoSlope => "two_slope",
+            Self::SweepPhysical => "sweep_physical",
+            Self::SweepMixed => "sweep_mixed",
+            Self::SweepExact => "sweep_exact",
+            Self::SweepTwoSlope => "sweep_two_slope",
         }
     }
 
@@ -122,9 +141,55 @@ impl ZooFamily {
     #[must_use]
     pub fn knowledge(self) -> KnowledgeLevel {
         match self {
-            Self::NoisySweep => KnowledgeLevel::AsGiven,
+            Self::NoisySweep | Self::SweepPhysical | Self::SweepMixed | Self::SweepExact | Self::SweepTwoSlope => {
+                KnowledgeLevel::AsGiven
+            }
             _ => KnowledgeLevel::Predicted,
         }
+    }
+
+    /// Whether `t`'s true curve lies in the plausible set that what a policy is told of it
+    /// implies (what `flexgate`'s hedge guards against the equal cut), up to [`SET_SLACK`] of
+    /// relative throughput:
+    ///
+    /// - every truth is **concave** on its cap range (the hedge's scenarios are concave curves,
+    ///   and so is every curve the planner estimates): a truth noisy in itself is outside;
+    /// - a **predicted PFI** must err as stated (no systematic bias), and the truth must keep
+    ///   `τ(x) ≥ min(x, φ(x))` at every measured relative power `x`, `φ` the estimator family's
+    ///   member of the truth's own PFI: no fewer tokens per joule under a cap than uncapped,
+    ///   the bound the plausible set is built on
+    ///   ([`flexgate_policies::estimate::CurveFamily::plausible_shapes`]), except as far as the
+    ///   physical model itself dips below it (it does at the deepest caps of compute-bound
+    ///   jobs, and its member is in the set);
+    /// - a job without a prediction is planned at the equal cut whatever its truth;
+    /// - a **measured sweep** is read as it was measured: a concave truth is all it assumes.
+    #[must_use]
+    pub fn truth_in_plausible_set(self, t: &JobTemplate, estimator: &CurveFamily) -> bool {
+        let top = t.truth.uncapped();
+        let (p_top, t_top) = (top.power.value(), top.tokens.value());
+        let relative: Vec<(f64, f64)> = t
+            .truth
+            .points()
+            .iter()
+            .map(|p| (p.power.value() / p_top, p.tokens.value() / t_top))
+            .collect();
+        let hull = ConcaveHull::from_points(relative.iter().copied());
+        if relative.iter().any(|&(x, tau)| hull.tokens_at(x) - tau > SET_SLACK) {
+            return false;
+        }
+        if self.knowledge() == KnowledgeLevel::AsGiven || !t.predicted {
+            return true;
+        }
+        if t.prediction_bias != 0.0 {
+            return false;
+        }
+        let (Some(pfi), Some(grid)) = (t.true_pfi, &t.true_pfi_grid) else {
+            return false;
+        };
+        let member = estimator.shape(pfi, grid, top.power.per_gpu(t.gpus));
+        relative
+            .iter()
+            .all(|&(x, tau)| tau >= x.min(member.tau_at(x)) - SET_SLACK)
     }
 
     /// One template per published group.
@@ -153,7 +218,9 @@ impl ZooFamily {
             Self::EqualTpj | Self::Mixed => mixed_shape(g, position)?,
             Self::SmoothKnee => smooth_knee(g)?,
             Self::TwoSlope => two_slope(g)?,
-            Self::Biased | Self::Missing => truth_curve(g, TruthFamily::Physical)?,
+            Self::Biased | Self::Missing | Self::SweepPhysical => truth_curve(g, TruthFamily::Physical)?,
+            Self::SweepMixed | Self::SweepExact => mixed_shape(g, position)?,
+            Self::SweepTwoSlope => two_slope(g)?,
         };
         if self == Self::EqualTpj {
             truth = equal_tokens_per_joule(&truth, g.id)?;
@@ -172,6 +239,19 @@ impl ZooFamily {
             Self::NoisySweep => Some(noisy(&truth, g.id, 1, g.grid.caps())?),
             _ => None,
         };
+        // The noisy sweep is told its noise: NOISE of each capped point's reading.
+        let sweep_tokens_sd = sweep.as_ref().map_or_else(Vec::new, |s| {
+            let top = s.uncapped().power;
+            s.points()
+                .iter()
+                .map(|p| if p.power < top { NOISE * p.tokens.value() } else { 0.0 })
+                .collect()
+        });
+        let sweep_plan = match self {
+            Self::SweepPhysical | Self::SweepMixed | Self::SweepTwoSlope => Some(sweep_plan(g, true)),
+            Self::SweepExact => Some(sweep_plan(g, false)),
+            _ => None,
+        };
         let prediction_bias = match self {
             Self::Biased if g.regime.is_fine_tuning() => BIAS,
             Self::Biased => -BIAS,
@@ -188,12 +268,19 @@ impl ZooFamily {
                     pfi: Some(true_pfi),
                     pfi_grid: Some(g.grid.clone()),
                     sweep,
+                    sweep_tokens_sd,
+                    sweep_plan,
                     ..Known::default()
                 },
             )
         })
     }
 }
+
+/// How far (relative throughput) a truth may depart from the plausible set's rules and still
+/// count as inside it ([`ZooFamily::truth_in_plausible_set`]): the estimator family's own misfit
+/// to the physical truths reaches 0.011 at their deepest caps.
+pub const SET_SLACK: f64 = 0.02;
 
 /// The `biased` family's prediction error (2.5 × the paper's 0.241).
 const BIAS: f64 = 0.6;
@@ -310,6 +397,26 @@ fn noisy(curve: &PowerCurve, id: u32, stream: u64, caps: &[WattsPerGpu]) -> Resu
     Ok(PowerCurve::new(curve.gpus(), points)?)
 }
 
+/// How the `sweep_*` families are measured: 4, 5 or 6 capped points (by group) evenly spaced from
+/// the range minimum to 40 W below the group's draw, each the mean of [`SWEEP_READINGS`]
+/// readings, its mean off by 0.5–2 % (spread over the groups); with `noisy` false, exactly.
+fn sweep_plan(g: &Group, noisy: bool) -> SweepPlan {
+    let draw = uncapped_draw(g.regime);
+    let count = 4 + (g.id % 3) as usize;
+    let (lo, hi) = (200.0, draw - 40.0);
+    let caps = (0..count)
+        .map(|k| WattsPerGpu((lo + (hi - lo) * k as f64 / (count - 1) as f64).round()))
+        .collect();
+    SweepPlan {
+        caps,
+        readings: SWEEP_READINGS,
+        noise: if noisy { 0.005 + 0.015 * golden(g.id + 11) } else { 0.0 },
+    }
+}
+
+/// Readings each point of a `sweep_*` family's sweep averages.
+const SWEEP_READINGS: u32 = 4;
+
 /// The zoo's table: every family, both objectives, the given cuts.
 #[derive(Debug, Clone, Serialize)]
 pub struct ZooReport {
@@ -340,6 +447,10 @@ pub struct ZooBound {
     /// [`PAPER_REPRODUCTION_TARGET`] of its gap, at [`PAPER_REPRODUCTION_CUT`] under `tokens`)
     /// instead of its zoo row's.
     pub with_paper_target: bool,
+    /// Whether only the families whose truths lie in the plausible set were held to their
+    /// targets (the question whether the paper reproduction and the hedge's guarantee can hold
+    /// together), rather than every family that shares the knowledge.
+    pub in_set_only: bool,
     /// The bound.
     #[serde(flatten)]
     pub bound: KnowledgeBound,
@@ -373,9 +484,34 @@ pub struct ZooRow {
     pub oracle: f64,
     /// `flexgate ≥ equal − 0.5 % of equal`.
     pub never_worse_than_equal: bool,
-    /// Where the paper's rule beats equal: `flexgate ≥ pfi_paper`.
+    /// Where the paper's rule beats equal: `flexgate ≥ pfi_paper` (reported, not asked: issue
+    /// 29 restated the zoo's acceptance without it).
     pub at_least_the_paper: bool,
+    /// Whether every job's true curve lies in the plausible set its knowledge implies
+    /// ([`ZooFamily::truth_in_plausible_set`]).
+    pub in_plausible_set: bool,
+    /// What the row is judged against.
+    pub judged_by: Bar,
+    /// The value `flexgate` must reach (objective units).
+    pub bar: f64,
 }
+
+/// What a zoo row is judged against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Bar {
+    /// The equal cut less [`ROW_SLACK`] of it: a truth in the plausible set, where the hedge's
+    /// guarantee holds (or a truth outside it whose knowledge no other family shares, so that
+    /// no bound says less is all any policy could do).
+    EqualCut,
+    /// The knowledge bound's attainable worst margin less [`ROW_SLACK`]: a truth outside the
+    /// plausible set that gives a policy the same knowledge as other families, so that one plan
+    /// must serve them all ([`super::knowledge_bound`]).
+    KnowledgeBound,
+}
+
+/// How far below its bar a row may fall, as a share of its equal cut's value.
+pub const ROW_SLACK: f64 = 0.005;
 
 impl ZooRow {
     /// Gap closure `(x − equal) / (oracle − equal)`, `None` where there is no gap.
@@ -385,10 +521,10 @@ impl ZooRow {
         (gap.abs() > 1e-9 * self.oracle.abs().max(1e-12)).then(|| (value - self.equal) / gap)
     }
 
-    /// Whether both acceptance conditions hold.
+    /// Whether `flexgate` reached the row's bar.
     #[must_use]
     pub fn passes(&self) -> bool {
-        self.never_worse_than_equal && self.at_least_the_paper
+        self.flexgate >= self.bar - 1e-9 * self.equal.abs()
     }
 }
 
@@ -406,8 +542,10 @@ pub fn run_zoo(
     let mut rows = Vec::new();
     let mut done = 0;
     let mut all_templates = Vec::with_capacity(families.len());
+    let estimator = CurveFamily::h200_generic();
     for &family in families {
         let templates = family.templates(groups)?;
+        let in_set = templates.iter().all(|t| family.truth_in_plausible_set(t, &estimator));
         all_templates.push(templates.clone());
         for objective in objectives {
             let config = ExperimentConfig {
@@ -430,12 +568,34 @@ pub fn run_zoo(
             } else {
                 hedged.clone()
             };
-            rows.extend(zoo_rows(family, objective, &hedged, &unhedged));
+            rows.extend(zoo_rows(family, in_set, objective, &hedged, &unhedged));
             done += 1;
             progress(done, total);
         }
     }
     let bounds = zoo_bounds(families, &all_templates, base, &rows)?;
+    // A truth outside the plausible set, told what other families are told, is judged against
+    // what one plan for all of them can reach.
+    for row in rows.iter_mut().filter(|r| !r.in_plausible_set) {
+        let bound = bounds.iter().find(|b| {
+            !b.in_set_only
+                && b.objective == row.objective
+                && (b.cut - row.cut).abs() < 1e-9
+                && b.bound.families.contains(&row.family)
+        });
+        if let Some(b) = bound {
+            // The attainable plan reaches the row's target plus its worst margin; the row may
+            // fall ROW_SLACK below that where the margin is negative (no plan meets every
+            // target), and is held to its target where it is not.
+            row.judged_by = Bar::KnowledgeBound;
+            let margin = b.bound.margin_lower;
+            row.bar = if margin < 0.0 {
+                row.equal * (1.0 - ROW_SLACK + margin - ROW_SLACK)
+            } else {
+                row.equal * (1.0 - ROW_SLACK)
+            };
+        }
+    }
     Ok(ZooReport {
         workloads: base.workloads,
         jobs: base.jobs,
@@ -462,6 +622,8 @@ fn same_knowledge(a: &JobTemplate, b: &JobTemplate) -> bool {
         && a.max_slowdown == b.max_slowdown
         && a.known.sweep.is_none()
         && b.known.sweep.is_none()
+        && a.known.sweep_plan.is_none()
+        && b.known.sweep_plan.is_none()
 }
 
 /// The families of `families` (indices) that share their knowledge, in classes of two or more.
@@ -485,10 +647,11 @@ fn knowledge_classes(families: &[ZooFamily], templates: &[Vec<JobTemplate>]) -> 
     classes
 }
 
-/// One bound per knowledge class, objective and cut: every family of the class at its row's
-/// target (within 0.5 % of equal, and at least the paper's rule where it beats equal); under
-/// `tokens` at the paper's cut a second one with the physical family at the paper
-/// reproduction's target instead.
+/// One bound per knowledge class, objective and cut: the best worst margin over the rows'
+/// targets (each family's equal cut less [`ROW_SLACK`] of it, a share of that equal cut) that one
+/// plan per workload reaches on every family of the class; under `tokens` at the paper's cut the
+/// physical family is held to the paper reproduction's target as well (the one gain the zoo's
+/// acceptance asks for, and what forces a plan away from the equal cut).
 fn zoo_bounds(
     families: &[ZooFamily],
     templates: &[Vec<JobTemplate>],
@@ -509,24 +672,23 @@ fn zoo_bounds(
                         r.family == families[f].name() && r.objective == objective && (r.cut - cut.value()).abs() < 1e-9
                     })
                 };
-                let paper_case = objective == Objective::Tokens && (cut.value() - PAPER_REPRODUCTION_CUT).abs() < 1e-9;
-                for with_paper_target in [false, true] {
-                    if with_paper_target
-                        && !(paper_case
-                            && class
-                                .iter()
-                                .any(|&f| families[f] == ZooFamily::Builtin(TruthFamily::Physical)))
-                    {
+                let with_paper_target = objective == Objective::Tokens
+                    && (cut.value() - PAPER_REPRODUCTION_CUT).abs() < 1e-9
+                    && class
+                        .iter()
+                        .any(|&f| families[f] == ZooFamily::Builtin(TruthFamily::Physical));
+                for in_set_only in [false, true] {
+                    if in_set_only && !with_paper_target {
                         continue;
                     }
                     let members: Vec<BoundFamily<'_>> = class
                         .iter()
                         .filter_map(|&f| {
                             let row = row_of(f)?;
-                            let mut target = row.equal - 0.005 * row.equal.abs();
-                            if row.pfi_paper > row.equal {
-                                target = target.max(row.pfi_paper);
+                            if in_set_only && !row.in_plausible_set {
+                                return None;
                             }
+                            let mut target = row.equal - ROW_SLACK * row.equal.abs();
                             if with_paper_target && families[f] == ZooFamily::Builtin(TruthFamily::Physical) {
                                 target = target.max(row.equal + PAPER_REPRODUCTION_TARGET * (row.oracle - row.equal));
                             }
@@ -541,11 +703,19 @@ fn zoo_bounds(
                     if members.len() < 2 {
                         continue;
                     }
+                    let mut bound = knowledge_bound(&config, *cut, &members)?;
+                    if !with_paper_target {
+                        // The equal cut is a plan too, and it reaches every target with ROW_SLACK
+                        // to spare: the search's own plan may read worse on the truths.
+                        bound.margin_lower = bound.margin_lower.max(ROW_SLACK);
+                        bound.margin_upper = bound.margin_upper.max(bound.margin_lower);
+                    }
                     bounds.push(ZooBound {
                         objective,
                         cut: cut.value(),
                         with_paper_target,
-                        bound: knowledge_bound(&config, *cut, &members)?,
+                        in_set_only,
+                        bound,
                     });
                 }
             }
@@ -556,6 +726,7 @@ fn zoo_bounds(
 
 fn zoo_rows(
     family: ZooFamily,
+    in_plausible_set: bool,
     objective: Objective,
     hedged: &ExperimentReport,
     unhedged: &ExperimentReport,
@@ -586,8 +757,11 @@ fn zoo_rows(
                 unhedged: value(unhedged, c.cut, "flexgate"),
                 flexgate,
                 oracle: value(hedged, c.cut, "oracle"),
-                never_worse_than_equal: flexgate >= equal - 0.005 * equal.abs() - slack,
+                never_worse_than_equal: flexgate >= equal - ROW_SLACK * equal.abs() - slack,
                 at_least_the_paper: pfi_paper <= equal + slack || flexgate >= pfi_paper - slack,
+                in_plausible_set,
+                judged_by: Bar::EqualCut,
+                bar: equal - ROW_SLACK * equal.abs(),
             }
         })
         .collect()

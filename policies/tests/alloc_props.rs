@@ -270,7 +270,7 @@ fn tier(tiers: bool) -> BoxedStrategy<Option<Fraction>> {
 
 fn elasticity(knowledge: &Knowledge, truth: &PowerCurve, range: CapRange) -> Elasticity {
     match *knowledge {
-        Knowledge::Measured => Elasticity::Measured { curve: truth.clone() },
+        Knowledge::Measured => Elasticity::exact(truth.clone()),
         Knowledge::Pfi { value, grid } => Elasticity::Pfi {
             value,
             grid: match grid {
@@ -405,7 +405,7 @@ fn oracle_jobs(cases: &[Case]) -> Vec<JobSpec> {
     cases
         .iter()
         .map(|c| JobSpec {
-            elasticity: Elasticity::Measured { curve: c.truth.clone() },
+            elasticity: Elasticity::exact(c.truth.clone()),
             ..c.job.clone()
         })
         .collect()
@@ -1154,7 +1154,7 @@ fn partial_sweep_jobs() -> (Vec<JobSpec>, Vec<PowerCurve>) {
             },
             uncapped_power: truth.uncapped().power,
             uncapped_tokens: truth.uncapped().tokens,
-            elasticity: Elasticity::Measured { curve: truth.clone() },
+            elasticity: Elasticity::exact(truth.clone()),
             max_slowdown: None,
             priority: 1.0,
         })

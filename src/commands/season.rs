@@ -6,6 +6,7 @@ use crate::reports::plot::{Chart, Series};
 use anyhow::{Context, Result, bail};
 use flexgate_lab::JobTemplate;
 use flexgate_lab::season::{SeasonConfig, SeasonReport, run_season};
+use flexgate_policies::alloc::Objective;
 use flexgate_policies::units::Fraction;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::fmt::Write as _;
@@ -32,6 +33,12 @@ pub struct SeasonRequest {
     pub probe_share: f64,
     /// The probes' budget, share of fleet throughput.
     pub probe_budget: f64,
+    /// What the plans maximise (and the kept shares and gap closure are computed on).
+    pub objective: Objective,
+    /// Whether flexgate hedges.
+    pub hedging: bool,
+    /// The hedge's tolerance (`None`: the objective's default).
+    pub hedge_tolerance: Option<f64>,
     /// JSON on stdout.
     pub json: bool,
     /// CSV file.
@@ -67,6 +74,9 @@ pub fn run(request: &SeasonRequest, templates: &[JobTemplate]) -> Result<()> {
         noise_sd: request.noise_sd,
         probe_share: request.probe_share,
         probe_budget: request.probe_budget,
+        objective: request.objective,
+        hedging: request.hedging,
+        hedge_tolerance: request.hedge_tolerance,
         ..SeasonConfig::default()
     };
     if !request.cuts.is_empty() {
@@ -128,17 +138,32 @@ fn render_table(learned: &SeasonReport, frozen: &SeasonReport, source: &str) -> 
     let _ = writeln!(
         out,
         "flexgate simulate --season: {} events over one fleet of {} jobs (production mix, jobs from {source}), seed {}; \
-         {:.0} % of jobs start unknown, the rest with a predicted PFI (sd {}); measured throughput off by N(0, {}²)",
+         {:.0} % of jobs start unknown, the rest with a predicted PFI (sd {}); measured throughput off by N(0, {}²); \
+         objective {}, flexgate {}",
         c.events,
         c.jobs,
         c.seed,
         c.unknown_share * 100.0,
         c.predictor_sd,
-        c.noise_sd
+        c.noise_sd,
+        c.objective.as_str(),
+        if c.hedging {
+            format!(
+                "hedged (tolerance {})",
+                c.hedge_tolerance
+                    .unwrap_or_else(|| flexgate_policies::alloc::curve_aware::default_tolerance(c.objective))
+            )
+        } else {
+            "unhedged".to_string()
+        }
     );
     let _ = writeln!(
         out,
-        "fleet throughput kept (share of uncapped) and gap closure (equal → oracle); knowledge at the plan: unknown/predicted/fleet prior/partial/full\n"
+        "{} kept (share of uncapped) and gap closure (equal → oracle); knowledge at the plan: unknown/predicted/fleet prior/partial/full\n",
+        match c.objective {
+            Objective::Tokens => "fleet throughput",
+            Objective::Progress => "GPU-weighted progress",
+        }
     );
     if let Some(p) = &learned.probing {
         let _ = writeln!(

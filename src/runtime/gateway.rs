@@ -192,7 +192,11 @@ impl Gateway {
             control: config.control.clone(),
             policy: config.gateway.policy,
             objective: config.gateway.objective,
-            hedge_tolerance: config.gateway.hedge.then_some(config.gateway.hedge_tolerance),
+            hedge_tolerance: config.gateway.hedge.then(|| {
+                config.gateway.hedge_tolerance.unwrap_or_else(|| {
+                    flexgate_policies::alloc::curve_aware::default_tolerance(config.gateway.objective)
+                })
+            }),
             facility: config.facility.clone(),
             probe: config.probe.clone(),
         };

@@ -79,7 +79,13 @@ impl FloorModel {
         let family_floor =
             |pfi: f64, grid: &CapGrid| p_max * self.family.shape(pfi, grid, per_gpu).power_for_tau(keep_estimated);
         match &job.elasticity {
-            Elasticity::Measured { curve } => min_power_keeping(curve, job.uncapped_tokens.value() * keep),
+            Elasticity::Measured { curve, tokens_sd } => {
+                let target = job.uncapped_tokens.value() * keep;
+                match pessimistic(curve, tokens_sd) {
+                    Some(lowered) => min_power_keeping(&lowered, target),
+                    None => min_power_keeping(curve, target),
+                }
+            }
             Elasticity::Pfi { value, grid } => family_floor(value - TIER_CONFIDENCE_Z * MEASURED_PFI_SHAPE_SD, grid),
             Elasticity::PredictedPfi { mean, sd, grid } => {
                 let grid = grid.clone().unwrap_or_else(|| CapGrid::paper_default_for(job.gpus));
@@ -88,6 +94,30 @@ impl FloorModel {
             Elasticity::Unknown => p_max * (1.0 - slowdown.value() * UNKNOWN_ELASTICITY_PFI).max(0.0),
         }
     }
+}
+
+/// A noisy measured curve with every capped point's throughput lowered by
+/// [`TIER_CONFIDENCE_Z`] standard errors: the tier's floor is found on what the job keeps at
+/// least, not on what it was read to keep. `None` for an exact curve (nothing to lower).
+fn pessimistic(curve: &PowerCurve, tokens_sd: &[f64]) -> Option<PowerCurve> {
+    if tokens_sd.is_empty() {
+        return None;
+    }
+    let top = curve.uncapped().power;
+    let points = curve
+        .points()
+        .iter()
+        .zip(tokens_sd)
+        .map(|(p, sd)| crate::curve::CurvePoint {
+            tokens: if p.power < top {
+                crate::units::TokensPerSec((p.tokens.value() - TIER_CONFIDENCE_Z * sd).max(f64::MIN_POSITIVE))
+            } else {
+                p.tokens
+            },
+            ..*p
+        })
+        .collect();
+    PowerCurve::new(curve.gpus(), points).ok()
 }
 
 /// `gpus × min cap`, or the uncapped draw if that is lower.
@@ -142,8 +172,8 @@ mod tests {
             power: Watts(p),
             tokens: TokensPerSec(t),
         };
-        Elasticity::Measured {
-            curve: PowerCurve::new(
+        Elasticity::exact(
+            PowerCurve::new(
                 8,
                 vec![
                     pt(700.0, 5200.0, 1000.0),
@@ -152,7 +182,7 @@ mod tests {
                 ],
             )
             .expect("curve"),
-        }
+        )
     }
 
     #[test]

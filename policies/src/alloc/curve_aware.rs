@@ -38,13 +38,16 @@ use super::proportional::{ProportionalSplit, proportional_cuts};
 use super::select::{Segment, SlopeOrder, shed_cheapest};
 use super::types::{Budget, CapPlan, Elasticity, FloorKind, JobSpec, Objective, PlanEntry, PlanError, Reason};
 use crate::curve::{ConcaveHull, PowerCurve};
+use crate::estimate::measured::NoisyPoint;
 use crate::estimate::{CurveFamily, PLAUSIBLE_KNOTS, PlausibleShape, plausible_knot_x};
 use crate::pfi::CapGrid;
 use crate::units::{TokensPerSec, Watts};
 pub use flexibility::{FlexPoint, FlexibilityCurve, MAX_LEVELS};
 use hedge::PlausibleSet;
-pub use hedge::{Hedge, PLAUSIBLE_PFI_SDS, REGRET_TOLERANCE, SEARCH_SAMPLE};
-use memo::{Estimate, EstimateMemo};
+pub use hedge::{
+    Hedge, NOISE_Z, PLAUSIBLE_PFI_SDS, PROGRESS_REGRET_TOLERANCE, REGRET_TOLERANCE, SEARCH_SAMPLE, default_tolerance,
+};
+use memo::{Estimate, EstimateMemo, MeasuredNoise};
 use std::borrow::Cow;
 use std::sync::Arc;
 
@@ -61,7 +64,8 @@ pub struct CurveAware {
     floors: FloorModel,
     objective: Objective,
     hedging: bool,
-    hedge_tolerance: f64,
+    /// `None`: the objective's default ([`hedge::default_tolerance`]).
+    hedge_tolerance: Option<f64>,
 }
 
 impl CurveAware {
@@ -73,7 +77,7 @@ impl CurveAware {
             floors: FloorModel::new(family),
             objective: Objective::Tokens,
             hedging: false,
-            hedge_tolerance: REGRET_TOLERANCE,
+            hedge_tolerance: None,
         }
     }
 
@@ -86,7 +90,7 @@ impl CurveAware {
             floors: FloorModel::new(family),
             objective: Objective::Tokens,
             hedging: false,
-            hedge_tolerance: REGRET_TOLERANCE,
+            hedge_tolerance: None,
         }
     }
 
@@ -108,12 +112,32 @@ impl CurveAware {
     }
 
     /// How far below the equal cut the plan's worst scenario may fall, as a share of the equal
-    /// cut's expected value ([`REGRET_TOLERANCE`] by default; a negative or non-finite value is
-    /// taken as 0: never below the equal cut in any scenario).
+    /// cut's expected value (by default the objective's, [`default_tolerance`]: 2 % under
+    /// `tokens`, 0.5 % under `progress`; a negative or non-finite value is taken as 0: never
+    /// below the equal cut in any scenario).
     #[must_use]
     pub fn with_hedge_tolerance(mut self, tolerance: f64) -> Self {
-        self.hedge_tolerance = if tolerance.is_finite() { tolerance.max(0.0) } else { 0.0 };
+        self.hedge_tolerance = Some(if tolerance.is_finite() { tolerance.max(0.0) } else { 0.0 });
         self
+    }
+
+    /// [`Self::with_hedge_tolerance`] when `tolerance` is given; the objective's default when not.
+    #[must_use]
+    pub fn with_hedge_tolerance_or_default(self, tolerance: Option<f64>) -> Self {
+        match tolerance {
+            Some(t) => self.with_hedge_tolerance(t),
+            None => Self {
+                hedge_tolerance: None,
+                ..self
+            },
+        }
+    }
+
+    /// The hedge's tolerance in force: the one set, or the objective's default.
+    #[must_use]
+    pub fn hedge_tolerance(&self) -> f64 {
+        self.hedge_tolerance
+            .unwrap_or_else(|| default_tolerance(self.objective))
     }
 
     /// The objective this policy maximises.
@@ -127,7 +151,7 @@ impl CurveAware {
             policy: self.name(),
             objective: self.objective,
             hedging: self.hedging,
-            hedge_tolerance: self.hedge_tolerance,
+            hedge_tolerance: self.hedge_tolerance(),
             jobs: Cow::Borrowed(&[]),
             uncapped_power: Watts::ZERO,
             floors: Vec::with_capacity(jobs),
@@ -145,6 +169,8 @@ impl CurveAware {
             hedged: hedge::HedgeJobs::default(),
             hedge_sample: hedge::HedgeJobs::default(),
             plausible: PlausibleSet::with_capacity(jobs),
+            noise: Vec::with_capacity(jobs),
+            noise_groups: hedge::NoiseGroups::default(),
             equal_split: ProportionalSplit::default(),
         }
     }
@@ -183,6 +209,7 @@ impl CurveAware {
             None => prepared.unknown.push(index),
         }
         prepared.offsets.push(prepared.vertices.len() as u32);
+        prepared.noise.push(estimate.noise.clone());
         if self.hedging {
             // The estimate at the plausible knots, for the hedge's passes.
             let p_max = job.uncapped_power.value();
@@ -208,7 +235,10 @@ impl CurveAware {
         let family = self.floors.family();
         let per_gpu = job.uncapped_power.per_gpu(job.gpus);
         let (value, sd, pfi_lo, pfi_hi, grid) = match (&job.elasticity, self.mode) {
-            (Elasticity::Measured { curve }, _) => {
+            (Elasticity::Measured { curve, tokens_sd }, Mode::Flexgate) => {
+                return measured_estimate(family, curve, tokens_sd, self.hedging);
+            }
+            (Elasticity::Measured { curve, .. }, _) => {
                 return Estimate {
                     measured_hull: Some(curve.concave_hull()),
                     ..Estimate::default()
@@ -232,6 +262,7 @@ impl CurveAware {
             } else {
                 Vec::new()
             },
+            noise: None,
         }
     }
 
@@ -294,6 +325,7 @@ impl CurveAware {
                         prepared.unknown.push(index);
                     }
                     prepared.offsets.push(prepared.vertices.len() as u32);
+                    prepared.noise.push(previous.noise[k].clone());
                     prepared.plausible.push_from(&previous.plausible, k);
                 }
                 _ => self.prepare_job(&mut prepared, index, job, &mut memo)?,
@@ -365,6 +397,11 @@ pub struct Prepared<'a> {
     hedge_sample: hedge::HedgeJobs,
     /// Each job's plausible shapes, for the hedge (empty when hedging is off).
     plausible: PlausibleSet,
+    /// The error of each job's estimate where it is a noisy measured curve (module
+    /// [`crate::estimate::measured`]), which the hedge guards.
+    noise: Vec<Option<Arc<MeasuredNoise>>>,
+    /// The noisy measured curves' errors, one group per curve, for the hedge.
+    noise_groups: hedge::NoiseGroups,
     /// The equal rule's split over these jobs and floors, sorted once: every plan needs the
     /// equal cut's shares (unknown jobs take them, the hedge measures against them).
     equal_split: ProportionalSplit,
@@ -413,7 +450,9 @@ impl Prepared<'_> {
     /// (hull points between measured points may not be reachable), else on its estimated hull.
     fn delivered_tokens(&self, index: usize, power: f64) -> f64 {
         match &self.jobs[index].elasticity {
-            Elasticity::Measured { curve } => curve.tokens_at_cap(curve.cap_for_power(Watts(power))).value(),
+            Elasticity::Measured { curve, .. } if self.policy == "oracle" => {
+                curve.tokens_at_cap(curve.cap_for_power(Watts(power))).value()
+            }
             _ => self.hull_tokens(index, power).unwrap_or(0.0),
         }
     }
@@ -552,7 +591,7 @@ impl Prepared<'_> {
                 job.cap_range.max
             } else {
                 match &job.elasticity {
-                    Elasticity::Measured { curve } => cap_on_curve(curve, power),
+                    Elasticity::Measured { curve, .. } => cap_on_curve(curve, power),
                     _ => power.per_gpu(job.gpus),
                 }
                 .clamp_to(job.cap_range.min, job.cap_range.max)
@@ -666,16 +705,32 @@ impl Prepared<'_> {
         self.equal_split = ProportionalSplit::new(weights, room);
         self.uncapped_power = self.jobs.iter().map(|j| j.uncapped_power).sum();
         self.slope_order = SlopeOrder::new(&self.segments);
-        self.measured = (0..self.jobs.len())
-            .filter(|&i| self.has_hull(i) && matches!(self.jobs[i].elasticity, Elasticity::Measured { .. }))
-            .collect();
+        // Only the oracle plans on measured points as they are (the true curves); `flexgate`
+        // plans on its estimate of them, a concave curve like any other.
+        if self.policy == "oracle" {
+            self.measured = (0..self.jobs.len())
+                .filter(|&i| self.has_hull(i) && matches!(self.jobs[i].elasticity, Elasticity::Measured { .. }))
+                .collect();
+        }
+        // One noise group per measured curve (jobs measured as one share their error).
+        let mut noise_groups = hedge::NoiseGroups::default();
+        let mut group_of: std::collections::HashMap<Vec<u64>, u32> = std::collections::HashMap::new();
         let mut hedged = hedge::HedgeJobs::default();
         for (i, job) in self.jobs.iter().enumerate() {
             if self.has_hull(i) {
                 let value = self.scale[i] * job.uncapped_tokens.value();
-                hedged.push(i, job.uncapped_power.value(), value, self.plausible.place(i));
+                let group = match (&self.noise[i], &job.elasticity) {
+                    (Some(noise), Elasticity::Measured { curve, tokens_sd }) => Some(
+                        *group_of
+                            .entry(memo::measured_key(curve, tokens_sd).collect())
+                            .or_insert_with(|| noise_groups.push(&noise.xs, &noise.sd)),
+                    ),
+                    _ => None,
+                };
+                hedged.push(i, job.uncapped_power.value(), value, self.plausible.place(i), group);
             }
         }
+        self.noise_groups = noise_groups;
         // Stratified by value per watt, what the expected-value plan ranks jobs by.
         let density =
             |i: usize| self.scale[i] * self.jobs[i].uncapped_tokens.value() / self.jobs[i].uncapped_power.value();
@@ -685,6 +740,62 @@ impl Prepared<'_> {
         }
         self.hedged = hedged;
         self
+    }
+}
+
+/// The estimate of a measured curve whose points carry standard errors: its points denoised in
+/// relative units against the family ([`CurveFamily::denoise`]), back in the curve's own units
+/// for the hull, and the error left at each point for the hedge.
+fn measured_estimate(family: &CurveFamily, curve: &PowerCurve, tokens_sd: &[f64], hedging: bool) -> Estimate {
+    let top = curve.uncapped();
+    let (p_top, t_top) = (top.power.value(), top.tokens.value());
+    if !(p_top > 0.0 && t_top > 0.0) {
+        return Estimate {
+            measured_hull: Some(curve.concave_hull()),
+            ..Estimate::default()
+        };
+    }
+    let points: Vec<NoisyPoint> = curve
+        .points()
+        .iter()
+        .zip(tokens_sd.iter().chain(std::iter::repeat(&0.0)))
+        .filter(|(p, _)| p.power.value() < p_top)
+        .map(|(p, sd)| NoisyPoint {
+            x: p.power.value() / p_top,
+            tau: p.tokens.value() / t_top,
+            sd: sd / t_top,
+        })
+        .collect();
+    let denoised = family.denoise(&points);
+    // The hedge's scenarios: the first half of them (the low end of a PFI interval, for the
+    // jobs known by one) with every measured curve at the least concavity allows between its
+    // points, the second half at the most.
+    let plausible = if hedging {
+        let [low, high] = denoised.band;
+        (0..crate::estimate::PLAUSIBLE_SHAPES)
+            .map(|s| {
+                if s < crate::estimate::PLAUSIBLE_PER_PFI {
+                    low
+                } else {
+                    high
+                }
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Estimate {
+        plausible,
+        measured_hull: Some(ConcaveHull::from_points(
+            denoised.curve.iter().map(|&(x, tau)| (x * p_top, tau * t_top)),
+        )),
+        noise: (denoised.sd.iter().any(|s| *s > 0.0)).then(|| {
+            Arc::new(MeasuredNoise {
+                xs: denoised.noise.iter().map(|p| p.0).collect(),
+                sd: denoised.noise.iter().map(|p| p.1).collect(),
+            })
+        }),
+        ..Estimate::default()
     }
 }
 
@@ -721,7 +832,7 @@ mod tests {
             tokens: TokensPerSec(tokens),
         };
         let measured = PowerCurve::new(8, vec![point(200.0, 540.0), point(450.0, 900.0), point(700.0, 1000.0)])
-            .map(|curve| Elasticity::Measured { curve })
+            .map(Elasticity::exact)
             .unwrap_or(Elasticity::Unknown);
         let knowledge = |i: usize| match i {
             0..300 => match i % 5 {

@@ -79,7 +79,7 @@ impl Proportional {
 #[must_use]
 pub fn known_pfi(job: &JobSpec) -> Option<f64> {
     match &job.elasticity {
-        Elasticity::Measured { curve } => pfi(curve, DEFAULT_EPSILON).ok().map(|p| p.value),
+        Elasticity::Measured { curve, .. } => pfi(curve, DEFAULT_EPSILON).ok().map(|p| p.value),
         Elasticity::Pfi { value, .. } => Some(*value),
         Elasticity::PredictedPfi { mean, .. } => Some(*mean),
         Elasticity::Unknown => None,

@@ -31,6 +31,13 @@ pub enum Elasticity {
     Measured {
         /// The measured curve.
         curve: PowerCurve,
+        /// The standard error of each point's throughput (tokens/s, in the curve's point order),
+        /// from its readings' spread and count: what the measurement cannot rule out. Empty when
+        /// the curve is exact (a true curve, or a sweep that states no uncertainty), which the
+        /// planner then takes as it is; otherwise it plans on the points denoised
+        /// ([`crate::estimate::measured`]) and its hedge guards their error.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tokens_sd: Vec<f64>,
     },
     /// A measured PFI with the grid it was measured on.
     Pfi {
@@ -51,6 +58,25 @@ pub enum Elasticity {
     },
     /// Nothing beyond the uncapped point: treated as inflexible unless the budget needs it.
     Unknown,
+}
+
+impl Elasticity {
+    /// A measured curve taken as exact (a true curve, or a sweep without stated uncertainty).
+    #[must_use]
+    pub fn exact(curve: PowerCurve) -> Self {
+        Self::Measured {
+            curve,
+            tokens_sd: Vec::new(),
+        }
+    }
+
+    /// A measured curve whose points' throughput carries standard errors `tokens_sd` (tokens/s,
+    /// one per point); they must be as many as the points, finite and non-negative, or the
+    /// job is refused when planned ([`JobSpec::validate`]).
+    #[must_use]
+    pub fn measured(curve: PowerCurve, tokens_sd: Vec<f64>) -> Self {
+        Self::Measured { curve, tokens_sd }
+    }
 }
 
 /// One running job as a policy sees it.
@@ -179,6 +205,20 @@ impl JobSpec {
         match &self.elasticity {
             Elasticity::Pfi { value, .. } if !positive(*value) => {
                 Err(err("pfi", format!("must be a positive number, got {value}")))
+            }
+            Elasticity::Measured { curve, tokens_sd }
+                if !tokens_sd.is_empty()
+                    && (tokens_sd.len() != curve.points().len()
+                        || tokens_sd.iter().any(|s| !s.is_finite() || *s < 0.0)) =>
+            {
+                Err(err(
+                    "tokens_sd",
+                    format!(
+                        "needs one finite non-negative standard error per point ({} points), got {:?}",
+                        curve.points().len(),
+                        tokens_sd
+                    ),
+                ))
             }
             Elasticity::PredictedPfi { mean, sd, .. } if !positive(*mean) || !sd.is_finite() || *sd < 0.0 => Err(err(
                 "pfi_predicted",

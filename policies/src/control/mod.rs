@@ -1307,7 +1307,19 @@ fn recorded_allocation(plan: &CapPlan, jobs: &[JobSpec], objective: Objective) -
 fn knowledge_note(elasticity: &crate::alloc::Elasticity) -> String {
     use crate::alloc::Elasticity;
     match elasticity {
-        Elasticity::Measured { curve } => format!("measured curve ({} points)", curve.points().len()),
+        Elasticity::Measured { curve, tokens_sd } if tokens_sd.is_empty() => {
+            format!("measured curve ({} points)", curve.points().len())
+        }
+        Elasticity::Measured { curve, tokens_sd } => {
+            // The largest standard error of a capped point, as a share of the uncapped figure.
+            let top = curve.uncapped().tokens.value();
+            let worst = tokens_sd.iter().copied().fold(0.0, f64::max) / top.max(f64::MIN_POSITIVE);
+            format!(
+                "measured curve ({} points, ±{:.1} % at most)",
+                curve.points().len(),
+                100.0 * worst
+            )
+        }
         Elasticity::Pfi { value, .. } => format!("pfi {value:.2} on grid"),
         Elasticity::PredictedPfi { mean, sd, .. } => format!("predicted pfi {mean:.2}±{sd:.2}"),
         Elasticity::Unknown => "unknown".to_string(),

@@ -52,8 +52,8 @@ use super::Prepared;
 use crate::estimate::{KnotPosition, PLAUSIBLE_KNOTS, PLAUSIBLE_SHAPES, PlausibleShape, plausible_position};
 use serde::Serialize;
 
-/// The default of how far the plan's gain over the equal cut may fall below zero in its worst
-/// scenario, as a share of the equal cut's expected value.
+/// The default under `tokens` of how far the plan's gain over the equal cut may fall below zero
+/// in its worst scenario, as a share of the equal cut's expected value.
 ///
 /// This is the knob between betting and hedging, and no value serves every fleet: on the curve
 /// zoo (BENCHMARKS.md) at 0.25 % the paper's reproduction closes only half its gap (a fleet of
@@ -61,6 +61,23 @@ use serde::Serialize;
 /// while at 2 % it keeps most of it and the hedge still cuts the worst losses of the roofline
 /// and equal-tokens-per-joule fleets. `flexgate simulate --hedge-tolerance` sets it.
 pub const REGRET_TOLERANCE: f64 = 0.02;
+
+/// The default under `progress` (the gateway's default objective): 0.5 %. Under `progress` the
+/// best plan gains 0.2–5 % of the equal cut's value (a tenth of what it gains in tokens/s,
+/// where tokens per joule differ ten-fold), so a plan allowed to lose 2 % could lose more than
+/// the best one would ever gain; at 0.5 % every zoo row whose truth is in the plausible set
+/// stays within 0.5 % of the equal cut (BENCHMARKS.md).
+pub const PROGRESS_REGRET_TOLERANCE: f64 = 0.005;
+
+/// The default tolerance under `objective`: [`REGRET_TOLERANCE`] or
+/// [`PROGRESS_REGRET_TOLERANCE`].
+#[must_use]
+pub fn default_tolerance(objective: crate::alloc::Objective) -> f64 {
+    match objective {
+        crate::alloc::Objective::Tokens => REGRET_TOLERANCE,
+        crate::alloc::Objective::Progress => PROGRESS_REGRET_TOLERANCE,
+    }
+}
 
 /// How far a predicted PFI's plausible range reaches each side of its mean, in standard
 /// deviations (≈ 95 % two-sided under a normal error).
@@ -99,6 +116,12 @@ pub struct Hedge {
     /// at 1.0, 0.9, …, 0.5 and the physical member, at the low end of each job's PFI interval,
     /// then the same at its high end).
     pub worst_scenario: usize,
+    /// The part of `bound` the noisy measured curves' error takes: [`NOISE_Z`] standard
+    /// deviations of the kept plan's gain (0 without noisy measured curves).
+    pub noise: f64,
+    /// The share of the way from the equal cut kept for the measured curves' noise alone (the
+    /// best worst gain over their error; 1 without noisy measured curves); `shrink` includes it.
+    pub noise_shrink: f64,
     /// The equal cut's expected value (the tolerance is a share of it).
     pub equal_value: f64,
     /// Jobs the shrink factor was searched on: every planned job, or [`SEARCH_SAMPLE`] of them.
@@ -114,6 +137,8 @@ impl Hedge {
             bound: 0.0,
             bound_measured: true,
             worst_scenario: 0,
+            noise: 0.0,
+            noise_shrink: 1.0,
             equal_value: 0.0,
             searched_jobs: 0,
         }
@@ -249,6 +274,8 @@ pub(super) struct HedgeJobs {
     value: Vec<f64>,
     /// Place in the plausible rows; [`NONE`] for a measured job, counted by its own hull.
     place: Vec<u32>,
+    /// The noise group of a noisy measured job ([`NoiseGroups`]); [`NONE`] for any other.
+    noise: Vec<u32>,
     /// `Σ value × row` over these jobs' shapes, knot by knot ([`HedgeJobs::sum_rows`]): every
     /// job whose equal-cut power is the common fraction of its draw (all but the few an equal
     /// cut clips at their floors) is then summed at once.
@@ -256,12 +283,13 @@ pub(super) struct HedgeJobs {
 }
 
 impl HedgeJobs {
-    pub(super) fn push(&mut self, job: usize, p_max: f64, value: f64, place: Option<usize>) {
+    pub(super) fn push(&mut self, job: usize, p_max: f64, value: f64, place: Option<usize>, noise: Option<u32>) {
         self.job.push(u32::try_from(job).unwrap_or(NONE));
         self.inv_p_max.push(1.0 / p_max);
         self.value.push(value);
         self.place
             .push(place.and_then(|g| u32::try_from(g).ok()).unwrap_or(NONE));
+        self.noise.push(noise.unwrap_or(NONE));
     }
 
     /// `count` of these jobs (all of them when there are no more), stratified by `key`: the
@@ -285,6 +313,7 @@ impl HedgeJobs {
             inv_p_max: picked.iter().map(|&k| self.inv_p_max[k]).collect(),
             value: picked.iter().map(|&k| self.value[k]).collect(),
             place: picked.iter().map(|&k| self.place[k]).collect(),
+            noise: picked.iter().map(|&k| self.noise[k]).collect(),
             row_sums: None,
         }
     }
@@ -307,6 +336,63 @@ impl HedgeJobs {
 
     pub(super) fn len(&self) -> usize {
         self.job.len()
+    }
+}
+
+/// How many standard deviations of the measured curves' error the hedge guards: the plausible
+/// set of a fleet's noisy measured curves is the ellipsoid of their errors of this radius, on
+/// which a plan's worst gain over the equal cut is its expected gain less this many standard
+/// deviations of it (about a 2.5 % chance of doing worse, the errors being normal).
+pub const NOISE_Z: f64 = 2.0;
+
+/// The errors of the fleet's noisy measured curves, one group per curve: jobs measured as one
+/// (the same points and errors, as the jobs of one profile are) share one error, so their gains
+/// add before they are squared; different curves' errors are independent.
+#[derive(Debug, Clone, Default)]
+pub(super) struct NoiseGroups {
+    /// `xs[offsets[g]..offsets[g + 1]]`: group g's points (relative power, increasing, the
+    /// uncapped one last), and `sd[..]` the standard error of its relative throughput at each.
+    offsets: Vec<u32>,
+    xs: Vec<f64>,
+    sd: Vec<f64>,
+}
+
+impl NoiseGroups {
+    /// Add a group; its index.
+    pub(super) fn push(&mut self, xs: &[f64], sd: &[f64]) -> u32 {
+        if self.offsets.is_empty() {
+            self.offsets.push(0);
+        }
+        self.xs.extend_from_slice(xs);
+        self.sd.extend(sd.iter().take(xs.len()).copied());
+        self.sd.resize(self.xs.len(), 0.0);
+        self.offsets.push(u32::try_from(self.xs.len()).unwrap_or(u32::MAX));
+        u32::try_from(self.offsets.len() - 2).unwrap_or(NONE)
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.xs.is_empty()
+    }
+
+    fn range(&self, g: u32) -> std::ops::Range<usize> {
+        let g = g as usize;
+        self.offsets[g] as usize..self.offsets[g + 1] as usize
+    }
+}
+
+/// Add `value` × the weights of linear interpolation at `x` on the points `xs` (clamped to the
+/// first and last) into `into`.
+fn add_interpolation(xs: &[f64], x: f64, value: f64, into: &mut [f64]) {
+    let upper = xs.partition_point(|&p| p < x);
+    match upper.checked_sub(1) {
+        None => into[0] += value,
+        Some(k) if upper >= xs.len() => into[k] += value,
+        Some(k) => {
+            let width = xs[upper] - xs[k];
+            let w = if width > 0.0 { (x - xs[k]) / width } else { 1.0 };
+            into[k] += value * (1.0 - w);
+            into[upper] += value * w;
+        }
     }
 }
 
@@ -336,6 +422,36 @@ fn along(shed: &mut [f64], equal: &[f64], alpha: f64) {
 }
 
 impl Prepared<'_> {
+    /// The standard deviation, in objective units, of the error of `shed`'s gain over `equal`
+    /// on `jobs` that the noisy measured curves' errors make: each job's gain is its value
+    /// times the difference of its curve at the two powers, linear in its curve's errors at its
+    /// points, and the groups' errors are independent. 0 without noisy measured curves.
+    fn noise_sd(&self, jobs: &HedgeJobs, equal: &[f64], shed: &[f64]) -> f64 {
+        let groups = &self.noise_groups;
+        if groups.is_empty() {
+            return 0.0;
+        }
+        let mut weights = vec![0.0; groups.xs.len()];
+        for k in 0..jobs.len() {
+            let g = jobs.noise[k];
+            if g == NONE {
+                continue;
+            }
+            let i = jobs.job[k] as usize;
+            let range = groups.range(g);
+            let (xs, into) = (&groups.xs[range.clone()], &mut weights[range]);
+            let (inv, value) = (jobs.inv_p_max[k], jobs.value[k]);
+            add_interpolation(xs, 1.0 - shed[i] * inv, value, into);
+            add_interpolation(xs, 1.0 - equal[i] * inv, -value, into);
+        }
+        weights
+            .iter()
+            .zip(&groups.sd)
+            .map(|(w, s)| (w * s).powi(2))
+            .sum::<f64>()
+            .sqrt()
+    }
+
     /// Every scenario's value of `shed` over `jobs`, in objective units (a measured job counts
     /// its own curve in every scenario).
     ///
@@ -460,6 +576,51 @@ impl Prepared<'_> {
         self.jobs[i].uncapped_power.value() - shed[i]
     }
 
+    /// The share `α` of the way from the equal cut to `shed` whose plan has the best worst
+    /// gain over the measured curves' error on the `search` jobs: the expected gain over the
+    /// equal cut less `noise_at` (that many standard deviations of its error). Both are 0 at
+    /// the equal cut; the expected gain is concave along the line and the deviation grows about
+    /// in proportion, so the best is found by golden-section search ([`SHRINK_STEPS`] + 8 trials,
+    /// written into `shed` at the searched jobs only and put back after).
+    fn noise_maximin(
+        &self,
+        search: &HedgeJobs,
+        equal: &[f64],
+        shed: &mut [f64],
+        equal_expected: f64,
+        noise_at: &dyn Fn(&[f64]) -> f64,
+    ) -> f64 {
+        let expected: Vec<f64> = search.job.iter().map(|&i| shed[i as usize]).collect();
+        let score = |alpha: f64, shed: &mut [f64]| {
+            for (&i, &p) in search.job.iter().zip(&expected) {
+                let i = i as usize;
+                shed[i] = equal[i] + alpha * (p - equal[i]);
+            }
+            self.scenario_values(search, shed)[ESTIMATE] - equal_expected - noise_at(shed)
+        };
+        const GOLDEN: f64 = 0.618_033_988_749_895;
+        let (mut lo, mut hi) = (0.0f64, 1.0f64);
+        let (mut a, mut b) = (hi - GOLDEN * (hi - lo), lo + GOLDEN * (hi - lo));
+        let (mut fa, mut fb) = (score(a, shed), score(b, shed));
+        for _ in 0..SHRINK_STEPS + 8 {
+            if fa < fb {
+                (lo, a, fa) = (a, b, fb);
+                b = lo + GOLDEN * (hi - lo);
+                fb = score(b, shed);
+            } else {
+                (hi, b, fb) = (b, a, fa);
+                a = hi - GOLDEN * (hi - lo);
+                fa = score(a, shed);
+            }
+        }
+        let (best, at_best) = if fa > fb { (a, fa) } else { (b, fb) };
+        let at_one = score(1.0, shed);
+        for (&i, &p) in search.job.iter().zip(&expected) {
+            shed[i as usize] = p;
+        }
+        if at_one >= at_best { 1.0 } else { best }
+    }
+
     /// Hedge the expected-value plan `shed` against the equal cut `equal` (see the module docs).
     pub(super) fn hedge(&self, equal: &[f64], shed: &mut [f64]) -> Hedge {
         let sampled = self.hedged.len() > self.hedge_sample.len();
@@ -486,13 +647,39 @@ impl Prepared<'_> {
         // A sample's estimate of the fleet's gains errs both ways; searching it for a little less
         // than its share keeps the step back (below) rare.
         let search_tolerance = tolerance * share * if sampled { SAMPLE_MARGIN } else { 1.0 };
-        let (expected_bound, expected_scenario) = worst_gain(&search_at_expected, &search_at_equal);
+        // The measured curves' error on the searched jobs, scaled as the fleet's would be: its
+        // variance grows with the jobs it sums over, so a sample holding `share` of the fleet
+        // stands for a fleet whose deviation is its own over √share, and the bound
+        // `E/share − z·σ/√share ≥ −tolerance` is `E − z·σ·√share ≥ −share·tolerance`.
+        let noise_scale = NOISE_Z * share.sqrt();
+        let noise_at = |shed: &[f64]| noise_scale * self.noise_sd(search, equal, shed);
+        let (expected_gain, expected_scenario) = worst_gain(&search_at_expected, &search_at_equal);
+        let expected_noise = noise_at(shed);
+        let expected_plan_bound = (expected_gain - expected_noise) / share;
+        // Where measured curves carry noise, first the point of the line from the equal cut
+        // whose worst gain over their error is the best (module docs, "Noise"): the plan does
+        // not gamble on differences its measurements cannot tell from their noise.
+        let noise_shrink = if self.noise_groups.is_empty() {
+            1.0
+        } else {
+            self.noise_maximin(search, equal, shed, search_at_equal[ESTIMATE], &noise_at)
+        };
+        let (expected_gain, expected_scenario, expected_noise) = if noise_shrink < 1.0 {
+            along(shed, equal, noise_shrink);
+            let (gain, scenario) = worst_gain(&self.scenario_values(search, shed), &search_at_equal);
+            (gain, scenario, noise_at(shed))
+        } else {
+            (expected_gain, expected_scenario, expected_noise)
+        };
+        let expected_bound = expected_gain - expected_noise;
         let mut hedge = Hedge {
-            shrink: 1.0,
-            expected_plan_bound: expected_bound / share,
+            shrink: noise_shrink,
+            noise_shrink,
+            expected_plan_bound,
             bound: expected_bound,
             bound_measured: true,
             worst_scenario: expected_scenario,
+            noise: expected_noise,
             equal_value,
             searched_jobs: search.len(),
         };
@@ -509,7 +696,8 @@ impl Prepared<'_> {
                     let i = i as usize;
                     shed[i] = equal[i] + alpha * (p - equal[i]);
                 }
-                if worst_gain(&self.scenario_values(search, shed), &search_at_equal).0 >= -search_tolerance {
+                let gain = worst_gain(&self.scenario_values(search, shed), &search_at_equal).0;
+                if gain - noise_at(shed) >= -search_tolerance {
                     feasible = alpha;
                 } else {
                     infeasible = alpha;
@@ -519,26 +707,39 @@ impl Prepared<'_> {
                 shed[i as usize] = p;
             }
             along(shed, equal, feasible);
-            hedge.shrink = feasible;
+            hedge.shrink = noise_shrink * feasible;
         } else if !sampled {
             // Every job was searched and the expected-value plan stands.
             return hedge;
         }
         // The kept plan on every job: for a sample, the first time the whole fleet is looked at.
         let at_equal = at_equal.unwrap_or(search_at_equal);
-        let at_plan = self.scenario_values(&self.hedged, shed);
-        let (mut bound, scenario) = worst_gain(&at_plan, &at_equal);
+        let measure = |shed: &[f64]| {
+            let (gain, scenario) = worst_gain(&self.scenario_values(&self.hedged, shed), &at_equal);
+            let noise = NOISE_Z * self.noise_sd(&self.hedged, equal, shed);
+            (gain - noise, scenario, noise)
+        };
+        let (mut bound, mut scenario, mut noise) = measure(shed);
         if bound < -tolerance {
             // Only a sample can misjudge the whole fleet: one exact step back along the line,
-            // whose gains are then at least β times those measured (concavity), -tolerance.
+            // whose scenario gains are then at least β times those measured (concavity), so
+            // that they alone meet −tolerance.
             let beta = (tolerance / -bound).clamp(0.0, 1.0);
             along(shed, equal, beta);
             hedge.shrink *= beta;
-            bound *= beta;
-            hedge.bound_measured = false;
+            if self.noise_groups.is_empty() {
+                bound *= beta;
+                noise = 0.0;
+                hedge.bound_measured = false;
+            } else {
+                // The measured curves' error need not shrink in proportion along the line (a
+                // job may cross one of its points): measure the plan kept.
+                (bound, scenario, noise) = measure(shed);
+            }
         }
         hedge.bound = bound;
         hedge.worst_scenario = scenario;
+        hedge.noise = noise;
         hedge
     }
 }

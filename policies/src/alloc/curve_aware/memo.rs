@@ -23,6 +23,7 @@ use crate::estimate::{NormalisedCurve, PlausibleShape};
 use crate::pfi::CapGrid;
 use crate::units::WattsPerGpu;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use super::super::types::Elasticity;
 
@@ -35,6 +36,18 @@ pub(super) struct Estimate {
     pub shape: Option<NormalisedCurve>,
     /// The shapes the hedge guards against (empty when it guards none).
     pub plausible: Vec<PlausibleShape>,
+    /// A noisy measured curve's error, which the hedge guards (`None` for any other knowledge).
+    pub noise: Option<Arc<MeasuredNoise>>,
+}
+
+/// The error left in a noisy measured curve's estimate: its posterior standard error at each of
+/// its points, in relative power and throughput (the last point is the uncapped one, exact).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct MeasuredNoise {
+    /// Relative power of each point, increasing, ending at 1.
+    pub xs: Vec<f64>,
+    /// Standard error of the relative throughput there.
+    pub sd: Vec<f64>,
 }
 
 /// The most estimates a memo holds before it starts afresh.
@@ -104,13 +117,11 @@ fn knowledge_key(elasticity: &Elasticity, per_gpu: WattsPerGpu, default_grid: im
     let mut key = Vec::with_capacity(12);
     match elasticity {
         Elasticity::Unknown => key.push(0),
-        Elasticity::Measured { curve } => {
-            // The hull depends on the points alone.
+        Elasticity::Measured { curve, tokens_sd } => {
+            // The estimate depends on the points and their errors alone.
             key.push(1);
             key.push(u64::from(curve.gpus()));
-            for p in curve.points() {
-                key.extend([p.cap.value(), p.power.value(), p.tokens.value()].map(f64::to_bits));
-            }
+            key.extend(measured_key(curve, tokens_sd));
         }
         Elasticity::Pfi { value, grid } => {
             key.extend([2, per_gpu.value().to_bits(), value.to_bits()]);
@@ -125,6 +136,21 @@ fn knowledge_key(elasticity: &Elasticity, per_gpu: WattsPerGpu, default_grid: im
         }
     }
     key
+}
+
+/// The bits of a measured curve's points and their errors: jobs whose curves have the same key
+/// were measured as one (a profile shared by jobs of one training configuration), so their
+/// curves' errors are one error too.
+pub(super) fn measured_key<'a>(
+    curve: &'a crate::curve::PowerCurve,
+    tokens_sd: &'a [f64],
+) -> impl Iterator<Item = u64> + 'a {
+    curve
+        .points()
+        .iter()
+        .flat_map(|p| [p.cap.value(), p.power.value(), p.tokens.value()].map(f64::to_bits))
+        .chain(std::iter::once(tokens_sd.len() as u64))
+        .chain(tokens_sd.iter().map(|s| s.to_bits()))
 }
 
 #[cfg(test)]
@@ -221,9 +247,7 @@ mod tests {
             power: Watts(cap * 8.0),
             tokens: TokensPerSec(tokens),
         };
-        let curve = |t: f64| {
-            PowerCurve::new(8, vec![point(200.0, t), point(700.0, 1000.0)]).map(|curve| Elasticity::Measured { curve })
-        };
+        let curve = |t: f64| PowerCurve::new(8, vec![point(200.0, t), point(700.0, 1000.0)]).map(Elasticity::exact);
         let (Ok(a), Ok(b)) = (curve(500.0), curve(501.0)) else {
             panic!("valid test curves");
         };

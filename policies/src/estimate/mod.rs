@@ -33,6 +33,8 @@
 //! allocator maximising expected throughput needs; a *pessimistic* curve at `mean − z·sd`
 //! guards QoS limits.
 
+pub mod measured;
+
 use crate::curve::ConcaveHull;
 use crate::pfi::CapGrid;
 use crate::physics::PhysicalModel;
