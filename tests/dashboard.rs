@@ -240,6 +240,12 @@ async fn the_dashboard_shows_the_site_live_in_a_real_browser() {
         "{}",
         text_of(&during.dom, "plan-in-force")
     );
+    // The plan card states the plan's contract against the equal cut.
+    let guarantee = text_of(&during.dom, "plan-guarantee");
+    assert!(
+        guarantee.starts_with("worst case ") && guarantee.contains("of the equal cut's progress"),
+        "{guarantee}"
+    );
     assert_ne!(text_of(&during.dom, "meter"), "", "a meter figure");
     assert!(
         during.dom.contains("event in force") || during.dom.contains("ev-dash active"),

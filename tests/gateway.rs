@@ -699,6 +699,16 @@ async fn reconcile_notices_drift_and_re_sends_unconfirmed_caps_once_the_node_ans
         gw.tick(true).await.expect("tick");
     }
     let plan = gw.plan().await.expect("plan in force");
+    // The plan states its contract against the equal cut: judged on the gateway's objective,
+    // never below the equal cut by more than the tolerance on any plausible curve.
+    let guarantee = plan.guarantee.clone().expect("a hedged plan states its guarantee");
+    assert_eq!(guarantee.objective, "progress");
+    assert!((guarantee.tolerance - 0.005).abs() < 1e-12, "{guarantee:?}");
+    assert!(
+        guarantee.worst_gain_vs_equal >= -guarantee.tolerance - 1e-6 && guarantee.noise >= 0.0,
+        "{guarantee:?}"
+    );
+    assert!((0.0..=1.0).contains(&guarantee.kept) && !guarantee.worst_case.is_empty());
     let capped = plan
         .entries
         .iter()
@@ -740,7 +750,7 @@ async fn reconcile_notices_drift_and_re_sends_unconfirmed_caps_once_the_node_ans
             // allowed), the fleet prior for a job nothing was measured of.
             assert!(
                 what.starts_with("measured curve: ")
-                    || (what.starts_with("pfi ") && what.contains(" measured points"))
+                    || (what.starts_with("partial curve: ") && what.contains(" measured points"))
                     || (what.starts_with("fleet prior: pfi ") && what.contains(" measured jobs")),
                 "{job}: {what}"
             );

@@ -316,6 +316,10 @@ struct SimJob {
     last_outcome: Option<CapOutcome>,
     /// Where its power is heading.
     ramp: Ramp,
+    /// When its throughput began to settle, and at which cap per GPU: reset only when the cap
+    /// moves beyond [`flexgate_policies::control::evidence::STEADY_CAP_TOLERANCE_W`] of that
+    /// one, or the job is suspended or resumed (a trim's few watts read the same point).
+    settling: (Instant, f64),
     /// Its flex tier allows suspension (see [`SimCluster::set_suspendable`]).
     suspendable: bool,
     /// Suspended by the gateway: its GPUs draw [`SUSPENDED_W_PER_GPU`] and it makes no progress.
@@ -534,6 +538,7 @@ impl SimCluster {
             generation: 0,
             last_outcome: None,
             ramp: Ramp::settled(point, now),
+            settling: (now, cap.value()),
             suspendable: false,
             suspended: false,
             signature: None,
@@ -658,6 +663,7 @@ impl SimCluster {
                 since: now,
             };
         }
+        sim_job.settling = (now, max.value());
         sim_job.cap = max;
         Ok(())
     }
@@ -745,6 +751,9 @@ impl SimCluster {
             to,
             since: now,
         };
+        if flexgate_policies::control::evidence::cap_moved(job.settling.1, applied.value()) {
+            job.settling = (now, applied.value());
+        }
         job.cap = applied;
         job.generation = cmd.generation;
         job.last_outcome = Some(outcome.clone());
@@ -849,7 +858,7 @@ impl ClusterBackend for SimCluster {
         let settled_from: std::collections::HashMap<&str, DateTime<Utc>> = state
             .jobs
             .iter()
-            .map(|j| (&*j.spec.id, self.wall_clock(j.ramp.since + settle)))
+            .map(|j| (&*j.spec.id, self.wall_clock(j.settling.0 + settle)))
             .collect();
         let throughput_now = state
             .throughput
@@ -959,6 +968,7 @@ impl SimCluster {
             to,
             since: now,
         };
+        j.settling = (now, j.cap.value());
         Ok(())
     }
 }

@@ -18,6 +18,6 @@ pub mod views;
 pub use clock::Clock;
 pub use gateway::{EventDelivery, Gateway, OperatorError, StartError, SubmitError, SubmitOutcome, Transport, WireRef};
 pub use views::{
-    EventDetailView, EventView, ExpectedView, FlexibilityPointView, FlexibilityView, JobView, PlanEntryView, PlanView,
-    ProbeView, StatusView,
+    EventDetailView, EventView, ExpectedView, FlexibilityPointView, FlexibilityView, GuaranteeView, JobView,
+    PlanEntryView, PlanView, ProbeView, StatusView,
 };

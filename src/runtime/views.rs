@@ -346,6 +346,31 @@ pub struct ExpectedView {
     pub source: &'static str,
 }
 
+/// What a plan guarantees against the equal cut of the same budget (the hedge's contract): on
+/// every curve its plausible set holds (what was measured, predicted or assumed of each job), it
+/// keeps at least the equal cut's value plus `worst_gain_vs_equal` of it, on `objective`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct GuaranteeView {
+    /// The objective the plan was judged on (`progress` or `tokens`).
+    pub objective: String,
+    /// The plan's worst gain over the equal cut on its plausible set, as a share of the equal
+    /// cut's value (negative: the most it may lose, e.g. -0.004 = 0.4 %).
+    pub worst_gain_vs_equal: f64,
+    /// The most it was allowed to lose, a share (`[gateway] hedge_tolerance`).
+    pub tolerance: f64,
+    /// Of `worst_gain_vs_equal`, what the measured curves' noise takes, a share (two standard
+    /// deviations of the plan's gain over the errors of what was measured).
+    pub noise: f64,
+    /// How much of the way from the equal cut to the plan the estimates alone would make was
+    /// kept, 0–1.
+    pub kept: f64,
+    /// The worst case, in words.
+    pub worst_case: String,
+    /// Whether the bound was measured on every job (false: it is the least a correction after a
+    /// sampled search allows).
+    pub measured: bool,
+}
+
 /// `GET /v1/plan`: the plan in force, or an empty plan (`in_force: false`, no entries) when no
 /// event constrains the site.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -377,6 +402,10 @@ pub struct PlanView {
     pub objective: Option<String>,
     /// What the plan expects to keep on both objectives, by the planner's curves.
     pub expected: Option<ExpectedView>,
+    /// What the plan guarantees against the equal cut (absent where no hedge judged it: a
+    /// proportional rule other than the equal cut, `hedge = false`, a shortfall, or a plan
+    /// recorded before the gateway stated it).
+    pub guarantee: Option<GuaranteeView>,
     /// Per-job caps.
     pub entries: Vec<PlanEntryView>,
 }
@@ -398,6 +427,7 @@ impl PlanView {
             fallbacks: Vec::new(),
             objective: None,
             expected: None,
+            guarantee: None,
             entries: Vec::new(),
         }
     }
@@ -421,6 +451,15 @@ impl PlanView {
                 tokens_kept_share: e.tokens_kept_share,
                 progress_kept_share: e.progress_kept_share,
                 source: "planner_estimate",
+            }),
+            guarantee: a.guarantee.as_deref().map(|g| GuaranteeView {
+                objective: g.objective.clone(),
+                worst_gain_vs_equal: g.worst_gain_vs_equal,
+                tolerance: g.tolerance,
+                noise: g.noise,
+                kept: g.kept,
+                worst_case: g.worst_case.clone(),
+                measured: g.measured,
             }),
             entries: a
                 .rows

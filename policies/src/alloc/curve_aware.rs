@@ -46,6 +46,7 @@ pub use flexibility::{FlexPoint, FlexibilityCurve, MAX_LEVELS};
 use hedge::PlausibleSet;
 pub use hedge::{
     Hedge, NOISE_Z, PLAUSIBLE_PFI_SDS, PROGRESS_REGRET_TOLERANCE, REGRET_TOLERANCE, SEARCH_SAMPLE, default_tolerance,
+    scenario_name,
 };
 use memo::{Estimate, EstimateMemo, MeasuredNoise};
 use std::borrow::Cow;
@@ -138,6 +139,12 @@ impl CurveAware {
     pub fn hedge_tolerance(&self) -> f64 {
         self.hedge_tolerance
             .unwrap_or_else(|| default_tolerance(self.objective))
+    }
+
+    /// Whether plans are hedged against the equal cut.
+    #[must_use]
+    pub fn hedging(&self) -> bool {
+        self.hedging
     }
 
     /// The objective this policy maximises.

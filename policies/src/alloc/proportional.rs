@@ -68,6 +68,12 @@ impl Proportional {
         self
     }
 
+    /// The rule's weighting.
+    #[must_use]
+    pub fn weighting(&self) -> Weighting {
+        self.weighting
+    }
+
     /// What the rule's curtailment weights are in.
     #[must_use]
     pub fn objective(&self) -> Objective {

@@ -305,6 +305,37 @@ pub struct RecordedAllocation {
     /// Per job, in the order of `rows`: why it was weighed and cut as it was (see [`PlanNote`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<PlanNote>,
+    /// What the plan guarantees against the equal cut of the same budget, on the objective it
+    /// was judged on (the hedge's contract); absent for a plan no hedge judged (a proportional
+    /// rule but the equal cut, `hedge = false`, a budget not met with every job at its floor)
+    /// and in plans recorded before issue 29.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guarantee: Option<Box<PlanGuarantee>>,
+}
+
+/// A plan's contract against the equal cut of the same budget: on every curve its plausible set
+/// holds (what was measured, predicted or assumed of each job), it keeps at least the equal
+/// cut's value plus `worst_gain_vs_equal` of it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanGuarantee {
+    /// The objective the plan was judged on (`progress`, `tokens`).
+    pub objective: String,
+    /// The plan's worst gain over the equal cut on its plausible set, as a share of the equal
+    /// cut's expected value (negative: the most it may lose).
+    pub worst_gain_vs_equal: f64,
+    /// The most it was allowed to lose, a share (the hedge's tolerance).
+    pub tolerance: f64,
+    /// Of `worst_gain_vs_equal`, what the measured curves' noise takes (a share, ≥ 0): two
+    /// standard deviations of the plan's gain over the errors of what was measured.
+    pub noise: f64,
+    /// How much of the way from the equal cut to the plan the estimates alone would make was
+    /// kept (1: that plan; 0: the equal cut).
+    pub kept: f64,
+    /// The worst case, in words.
+    pub worst_case: String,
+    /// Whether `worst_gain_vs_equal` was measured on every job (false: a sample's search was
+    /// corrected by a step back, and it is the least concavity allows).
+    pub measured: bool,
 }
 
 /// What a plan expects to keep of the jobs' uncapped throughput (planner's estimates).

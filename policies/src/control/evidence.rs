@@ -58,6 +58,21 @@ pub fn point_standard_error(mean: f64, m2: f64, count: u32) -> f64 {
 /// Width of a cap bucket, W per GPU: caps closer than this are one point.
 pub const BUCKET_W: f64 = 10.0;
 
+/// How far a cap may move, W per GPU, and its job's throughput still count as steady at the
+/// cap where settling began: a throughput reading is a point of one bucket ([`BUCKET_W`]), and a
+/// plan that mixes in the equal cut (every hedged plan, and the equal rule itself) moves every
+/// job's cap by a few watts at each closed-loop trim. A backend that restarted settling at every
+/// such move would never see a steady reading during a curtailment, and nothing would be learned
+/// from it.
+pub const STEADY_CAP_TOLERANCE_W: f64 = BUCKET_W;
+
+/// Whether a job whose cap moved from `anchor` (the cap its settling began at) to `cap`, W per
+/// GPU, must settle again.
+#[must_use]
+pub fn cap_moved(anchor: f64, cap: f64) -> bool {
+    !((cap - anchor).abs() <= STEADY_CAP_TOLERANCE_W)
+}
+
 /// A point is recorded again when its throughput moved by more than this share.
 pub const RECORD_CHANGE: f64 = 0.05;
 
@@ -306,7 +321,7 @@ impl JobEvidence {
             note: if deep {
                 format!("measured curve: {measured_points} points, {span}")
             } else {
-                format!("partial curve: {measured_points} points, {span}, pfi {pfi:.2}")
+                format!("partial curve: {measured_points} measured points, {span}, pfi {pfi:.2}")
             },
             pfi: Some(pfi),
         })
@@ -735,7 +750,7 @@ mod tests {
         assert!((value - (1.0 - x) / (1.0 - x.powf(0.6))).abs() < 1e-9, "{value}");
         assert_eq!(
             partial.note,
-            format!("partial curve: 2 points, 550–700 W, pfi {value:.2}")
+            format!("partial curve: 2 measured points, 550–700 W, pfi {value:.2}")
         );
         for cap in [250.0, 400.0] {
             e.capped.insert(bucket(cap), at_cap(cap));

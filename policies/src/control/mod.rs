@@ -54,7 +54,7 @@ use cluster::{CapCommand, CapResult, JobState, Telemetry};
 use config::{ControlConfig, PolicyKind, SiteConfig};
 use entry::{
     CapsDispatched, CurtailmentEnded, DISPATCH_COLUMNS, DispatchPurpose, DispatchRow, Entry, ExpectedOutcome,
-    MeterSample, PLAN_COLUMNS, PLAN_NOTE_COLUMNS, PlanNote, PlanReason, PlanRecorded, PlanRow, Recorded,
+    MeterSample, PLAN_COLUMNS, PLAN_NOTE_COLUMNS, PlanGuarantee, PlanNote, PlanReason, PlanRecorded, PlanRow, Recorded,
     RecordedAllocation, Started, SuspendOutcome, Trimmed,
 };
 use planner::Planner;
@@ -968,8 +968,8 @@ impl Controller {
             None => self.trim_w,
         };
         let gpu_budget = budget::plannable_budget(open_loop.base_budget_w, trim_w, fixed_w);
-        let plan = match self.planner.plan(&plannable, Watts(gpu_budget)) {
-            Ok(plan) => plan,
+        let (plan, hedge) = match self.planner.plan(&plannable, Watts(gpu_budget)) {
+            Ok(found) => found,
             Err(e) => {
                 effects.push(Effect::Warn(format!("planning failed: {e}")));
                 return;
@@ -992,7 +992,10 @@ impl Controller {
             unconfirmed_fixed_w: fixed_w,
             suspended: self.suspended.clone(),
             gpu_budget_w: gpu_budget,
-            plan: recorded_allocation(&plan, &plannable, self.planner.objective()),
+            plan: RecordedAllocation {
+                guarantee: self.guarantee(&plan, hedge.as_ref()),
+                ..recorded_allocation(&plan, &plannable, self.planner.objective())
+            },
             promised: self
                 .curtailment
                 .is_none()
@@ -1247,6 +1250,44 @@ impl Controller {
     }
 }
 
+impl Controller {
+    /// What `plan` guarantees against the equal cut of its budget: the hedge's finding, or the
+    /// trivial guarantee of the equal cut itself; `None` where nothing judged it.
+    fn guarantee(
+        &self,
+        plan: &CapPlan,
+        hedge: Option<&crate::alloc::curve_aware::Hedge>,
+    ) -> Option<Box<PlanGuarantee>> {
+        let objective = self.planner.objective().as_str().to_string();
+        if self.planner.is_equal_cut() {
+            return Some(Box::new(PlanGuarantee {
+                objective,
+                worst_gain_vs_equal: 0.0,
+                tolerance: 0.0,
+                noise: 0.0,
+                kept: 0.0,
+                worst_case: "none: the plan is the equal cut".to_string(),
+                measured: true,
+            }));
+        }
+        let hedge = hedge?;
+        let unit = hedge.equal_value.abs();
+        if !(unit > 0.0) || plan.shortfall.value() > 0.0 {
+            return None;
+        }
+        let share = |v: f64| (v / unit * 1e6).round() / 1e6;
+        Some(Box::new(PlanGuarantee {
+            objective,
+            worst_gain_vs_equal: share(hedge.bound),
+            tolerance: self.planner.hedge_tolerance().unwrap_or(0.0),
+            noise: share(hedge.noise),
+            kept: (hedge.shrink * 1e4).round() / 1e4,
+            worst_case: crate::alloc::curve_aware::scenario_name(hedge.worst_scenario),
+            measured: hedge.bound_measured,
+        }))
+    }
+}
+
 /// A plan as recorded: the totals, and one row per job.
 fn recorded_allocation(plan: &CapPlan, jobs: &[JobSpec], objective: Objective) -> RecordedAllocation {
     let (mut tokens, mut tokens_max, mut progress, mut weight) = (0.0, 0.0, 0.0, 0.0);
@@ -1278,6 +1319,7 @@ fn recorded_allocation(plan: &CapPlan, jobs: &[JobSpec], objective: Objective) -
         })),
         note_columns: PLAN_NOTE_COLUMNS.iter().map(ToString::to_string).collect(),
         notes,
+        guarantee: None,
         policy: plan.policy.to_string(),
         budget: plan.budget.value(),
         uncapped_power: plan.uncapped_power.value(),

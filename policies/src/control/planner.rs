@@ -5,7 +5,7 @@
 //! knowledge changed since the last plan, and every plan in between only allocates.
 
 use super::config::PolicyKind;
-use crate::alloc::curve_aware::FlexibilityCurve;
+use crate::alloc::curve_aware::{FlexibilityCurve, Hedge};
 use crate::alloc::{
     AllocationPolicy, Budget, CapPlan, CurveAware, JobSpec, Objective, PlanError, Prepared, Proportional, Weighting,
 };
@@ -61,15 +61,34 @@ impl Planner {
         }
     }
 
-    pub(crate) fn plan(&mut self, jobs: &[JobSpec], budget: Watts) -> Result<CapPlan, PlanError> {
+    /// The plan for `jobs` under `budget`, and what it guarantees against the equal cut (the
+    /// hedge's finding; `None` where no hedge judged it).
+    pub(crate) fn plan(&mut self, jobs: &[JobSpec], budget: Watts) -> Result<(CapPlan, Option<Hedge>), PlanError> {
         match self {
-            Planner::Proportional(p) => p.plan(jobs, Budget::Absolute(budget)),
+            Planner::Proportional(p) => Ok((p.plan(jobs, Budget::Absolute(budget))?, None)),
             Planner::Curve {
                 policy,
                 cache,
                 flexibility,
-            } => Ok(refreshed(policy, cache, flexibility, jobs)?.allocate(Budget::Absolute(budget))),
+            } => {
+                let (plan, hedge) =
+                    refreshed(policy, cache, flexibility, jobs)?.allocate_explained(Budget::Absolute(budget));
+                Ok((plan, hedge.computed.then_some(hedge)))
+            }
         }
+    }
+
+    /// The hedge's tolerance in force (`None`: no hedge).
+    pub(crate) fn hedge_tolerance(&self) -> Option<f64> {
+        match self {
+            Planner::Curve { policy, .. } if policy.hedging() => Some(policy.hedge_tolerance()),
+            _ => None,
+        }
+    }
+
+    /// Whether the policy is the equal cut itself (whose guarantee is trivial).
+    pub(crate) fn is_equal_cut(&self) -> bool {
+        matches!(self, Planner::Proportional(p) if p.weighting() == Weighting::Equal)
     }
 
     /// The site's flexibility curve for `jobs` at `levels` shed levels, by the policy that

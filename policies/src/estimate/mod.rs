@@ -229,7 +229,7 @@ pub type PlausibleShape = [f64; PLAUSIBLE_KNOTS];
 
 /// Knee positions of the plausible set: a hinge at every depth from the top of the range (a
 /// straight-line loss) to half the uncapped draw.
-const PLAUSIBLE_KNEES: [f64; 6] = [1.0, 0.9, 0.8, 0.7, 0.6, 0.5];
+pub const PLAUSIBLE_KNEES: [f64; 6] = [1.0, 0.9, 0.8, 0.7, 0.6, 0.5];
 
 /// The relative power of plausible-shape knot `k`.
 #[must_use]

@@ -10,6 +10,7 @@ use super::{AgentsBackend, Known, MappedJob, all_failed};
 use crate::cluster::{BackendError, JobState};
 use flexgate_agent::api::{GpuStatus, gpus_path};
 use flexgate_policies::alloc::{CapRange, Elasticity, JobSpec};
+use flexgate_policies::control::evidence::cap_moved;
 use flexgate_policies::pfi::CapGrid;
 use flexgate_policies::units::{Fraction, TokensPerSec, Watts, WattsPerGpu};
 use std::collections::HashMap;
@@ -224,8 +225,11 @@ impl AgentsBackend {
             (None, None) => Elasticity::Unknown,
         };
         let applied = applied.min(hi);
-        let previous = known.cap_seen.insert(job.id.clone(), applied);
-        if previous.is_none_or(|p| (p - applied).abs() > 1.0) {
+        // Settling starts again only when the cap left the neighbourhood of the one it began
+        // at (`cap_seen` keeps that one), not at every trim's few watts.
+        let anchor = known.cap_seen.get(&job.id).copied();
+        if anchor.is_none_or(|a| cap_moved(a, applied)) {
+            known.cap_seen.insert(job.id.clone(), applied);
             known
                 .cap_changed
                 .insert(job.id.clone(), crate::runtime::clock::wall_now());

@@ -101,8 +101,10 @@ struct Known {
     /// Each job's throughput as it last reported it to an agent (jobs that report nothing are
     /// absent: unknown, never 0).
     throughput: HashMap<Arc<str>, flexgate_policies::control::cluster::MeasuredThroughput>,
-    /// When each job's applied cap last changed (the enforced limit its GPUs report), and to
-    /// what: the throughput samples before it were taken at another cap.
+    /// When each job's applied cap last moved beyond
+    /// [`flexgate_policies::control::evidence::STEADY_CAP_TOLERANCE_W`] of the cap its settling
+    /// began at (the enforced limit its GPUs report), and that cap: the throughput samples
+    /// before it were taken at another point of the curve.
     cap_changed: HashMap<Arc<str>, chrono::DateTime<chrono::Utc>>,
     cap_seen: HashMap<Arc<str>, f64>,
     /// Per node, whether it answered the last GPU poll (empty before the first).

@@ -126,12 +126,41 @@ pub struct Hedge {
     pub equal_value: f64,
     /// Jobs the shrink factor was searched on: every planned job, or [`SEARCH_SAMPLE`] of them.
     pub searched_jobs: usize,
+    /// Whether a hedge was computed at all (false with hedging off, or when the budget could
+    /// not be met with every job at its floor).
+    pub computed: bool,
+}
+
+/// The worst case of scenario `s` in words (see [`Hedge::worst_scenario`]).
+#[must_use]
+pub fn scenario_name(s: usize) -> String {
+    let per_pfi = crate::estimate::PLAUSIBLE_PER_PFI;
+    let (end, band) = if s < per_pfi {
+        (
+            "the low end of each predicted PFI's range",
+            "at their chords between points",
+        )
+    } else {
+        (
+            "the high end of each predicted PFI's range",
+            "at the most concavity allows between points",
+        )
+    };
+    let shape = match crate::estimate::PLAUSIBLE_KNEES.get(s % per_pfi) {
+        Some(&knee) if knee >= 1.0 => "a straight-line loss from the top".to_string(),
+        Some(&knee) => format!("a knee at {:.0} % of the draw", knee * 100.0),
+        None => "the physical model's curve".to_string(),
+    };
+    format!(
+        "every job known by a PFI on {shape} at {end}; measured curves {band}, less two standard deviations of their noise"
+    )
 }
 
 impl Hedge {
     /// No hedge was computed (hedging off, or the budget cannot be met anyway).
     pub(super) fn not_needed() -> Self {
         Self {
+            computed: false,
             shrink: 1.0,
             expected_plan_bound: 0.0,
             bound: 0.0,
@@ -673,6 +702,7 @@ impl Prepared<'_> {
         };
         let expected_bound = expected_gain - expected_noise;
         let mut hedge = Hedge {
+            computed: true,
             shrink: noise_shrink,
             noise_shrink,
             expected_plan_bound,

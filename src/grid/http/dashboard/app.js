@@ -131,6 +131,19 @@ function showPlan(p) {
   set("plan-fallbacks", p.fallbacks.length ? `${p.fallbacks.length} job(s): ${p.fallbacks.join(", ")}` : "none");
   set("plan-progress", pct(p.expected ? p.expected.progress_kept_share : null));
   set("plan-tokens", pct(p.expected ? p.expected.tokens_kept_share : null));
+  set("plan-guarantee", guaranteeText(p));
+}
+
+// The plan's contract against the equal cut of the same budget, in words.
+function guaranteeText(p) {
+  const g = p.guarantee;
+  if (!p.in_force) return "—";
+  if (!g) return "not stated (no hedge judged this plan)";
+  const signed = (v) => `${v >= 0 ? "+" : "−"}${Math.abs(v * 100).toFixed(2)} %`;
+  const noise = g.noise > 0 ? `, of which ${(g.noise * 100).toFixed(2)} % for measurement noise` : "";
+  return `worst case ${signed(g.worst_gain_vs_equal)} of the equal cut's ${g.objective} `
+    + `(limit −${(g.tolerance * 100).toFixed(2)} %${noise}); ${(g.kept * 100).toFixed(0)} % of the estimated plan kept. `
+    + `Worst case: ${g.worst_case}.`;
 }
 
 function showJobs(jobs, total, plan) {
