@@ -118,6 +118,53 @@ fn simulate_writes_csv_and_svg() {
     }
 }
 
+/// A flag that does not change the run asked for is refused, naming it and why; one that does
+/// is used: the season runs under the objective asked (it used to ignore it).
+#[test]
+fn simulate_refuses_flags_that_do_not_apply_and_the_season_follows_its_objective() {
+    for (args, flag) in [
+        (&["simulate", "--season", "2", "--mix", "random"][..], "--mix"),
+        (&["simulate", "--season", "2", "--workloads", "5"][..], "--workloads"),
+        (&["simulate", "--season", "2", "--tiers", "field"][..], "--tiers"),
+        (
+            &["simulate", "--season", "2", "--knowledge", "sweep"][..],
+            "--knowledge",
+        ),
+        (&["simulate", "--zoo", "--objective", "progress"][..], "--objective"),
+        (&["simulate", "--zoo", "--plot", "z.svg"][..], "--plot"),
+        (
+            &["simulate", "--curves", "knee", "--curves", "roofline"][..],
+            "--curves",
+        ),
+    ] {
+        let out = flexgate(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} must be refused");
+        assert!(stderr.contains(flag), "{args:?}: {stderr}");
+    }
+    let season = |objective: &str| {
+        let out = flexgate(&[
+            "simulate",
+            "--season",
+            "3",
+            "--jobs",
+            "30",
+            "-q",
+            "--json",
+            "--objective",
+            objective,
+        ]);
+        stdout_json(&out)
+    };
+    let (tokens, progress) = (season("tokens"), season("progress"));
+    assert_eq!(tokens["learning"]["config"]["objective"], "tokens");
+    assert_eq!(progress["learning"]["config"]["objective"], "progress");
+    assert_ne!(
+        tokens["learning"]["events"][0]["equal_kept"], progress["learning"]["events"][0]["equal_kept"],
+        "the kept share is the objective's"
+    );
+}
+
 /// `simulate --zoo` runs every family under both objectives, judges each row by its own
 /// numbers, and says so in its exit status; `--objective progress` changes what the gap
 /// closure is computed on.

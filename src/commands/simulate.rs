@@ -35,30 +35,37 @@ use std::path::PathBuf;
 ///   flexgate simulate --fleet my_jobs.json         # your own measured curves
 ///   flexgate simulate --season 20 --plot season.svg # 20 events, learning from each
 ///   flexgate simulate --zoo                        # every curve family, both objectives
+///   flexgate simulate --zoo --curves sweep-mixed   # one family of the zoo (repeatable)
 ///   flexgate simulate --objective progress         # GPU-weighted progress instead of tokens/s
+///   flexgate simulate --season 20 --objective progress  # the gateway's default objective
 ///
 /// Objectives: `tokens` (the paper's: Σ tokens/s) or `progress` (each job's share of its own
 /// uncapped throughput, weighted by its GPUs). Gap closure is computed on the one chosen; the
 /// table reports both. `flexgate` hedges against the equal cut in every scenario its knowledge
-/// cannot rule out, as the gateway does by default; --no-hedge shows the bare estimate's plan.
+/// cannot rule out, as the gateway does by default (its tolerance: 2 % of the equal cut's value
+/// under tokens, 0.5 % under progress); --no-hedge shows the bare estimate's plan.
 ///
-/// With --zoo: every curve family (the three built-in ones, nine that are hard for the
-/// estimator: deep and varied knees, rooflines, saturating curves, noisy sweeps, equal tokens
-/// per joule, biased and missing predictions, a mixed fleet; and two held out of every choice
-/// of its constants: a rounded knee and a loss that steepens deep down) at 10/20/30/40 % cuts,
-/// under both objectives, 100 workloads unless --workloads says otherwise; each row says whether
-/// flexgate stayed within 0.5 % of the equal cut and at or above the paper's rule where that
-/// rule beats equal (the unhedged plan is shown next to it unless --no-hedge). Then, per
-/// objective and cut, what any policy could do on the families that give it the same
-/// knowledge: the best worst margin over their rows that one shared plan reaches on their true
-/// curves, with a proof where no plan can pass them all. It exits with status 1 when a row
-/// misses.
+/// With --zoo: every curve family (the three built-in ones; those hard for the estimator: deep
+/// and varied knees, rooflines, saturating curves, a noisy truth, equal tokens per joule,
+/// biased and missing predictions, a mixed fleet; measured sweeps at 4–6 caps with 0.5–2 %
+/// reading noise, of physical and of mixed truths, and the same exactly; and held out of the
+/// choice of the policy's constants: a rounded knee, a loss that steepens deep down, and that
+/// loss measured by noisy sweeps) at 10/20/30/40 % cuts, under both objectives, 100 workloads
+/// unless --workloads says otherwise (--curves, repeatable, runs only the families named).
+/// Each row says whether the family's truths lie in the plausible set their knowledge implies
+/// and holds flexgate to a bar: 0.5 % below the equal cut for a truth in the set (the hedge's
+/// guarantee), and for one outside it whose knowledge other families share, 0.5 % below what
+/// one plan for all of them can reach (the unhedged plan is shown next to it unless
+/// --no-hedge). Then, per objective and cut, that knowledge bound: the best worst margin one
+/// shared plan reaches on the families' true curves, with a proof where no plan can meet them
+/// all. It exits with status 1 when a row misses its bar.
 ///
 /// With --season N: one fleet of JOBS jobs lives through N events (cuts cycling 20, 30, 40,
-/// 25, 35 %, or the --cut values in order); half the jobs start unknown, the rest with a
-/// predicted PFI; after each event every job is measured at the cap it ran at (throughput off by
-/// --noise-sd), and the next plan uses what was measured (a PFI on the measured caps, then the
-/// measured curve). The same season without learning is run alongside.
+/// 25, 35 %, or the --cut values in order) under --objective; half the jobs start unknown, the
+/// rest with a predicted PFI; after each event every job is measured at the cap it ran at
+/// (throughput off by --noise-sd), and the next plan uses what was measured (the measured
+/// points with their errors, the estimator's family below the lowest). The same season without
+/// learning is run alongside.
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub struct SimulateArgs {
@@ -69,10 +76,11 @@ pub struct SimulateArgs {
     #[arg(long, default_value_t = 100, value_name = "N")]
     jobs: usize,
     /// Job mix: `production` = 80 % fine-tuning jobs (small ones favoured), 20 % pretraining
-    /// (large ones favoured); `random` = uniform over job groups. Not with --fleet: fleet
-    /// files are sampled uniformly.
-    #[arg(long, value_enum, default_value_t = MixArg::Production, conflicts_with = "fleet")]
-    mix: MixArg,
+    /// (large ones favoured); `random` = uniform over job groups [default: production]. Not
+    /// with --fleet (fleet files are sampled uniformly) nor --season (its fleet is drawn from
+    /// the production mix).
+    #[arg(long, value_enum, conflicts_with = "fleet")]
+    mix: Option<MixArg>,
     /// A cut to evaluate, as a fraction of the jobs' total uncapped GPU power (repeatable).
     #[arg(long = "cut", value_name = "FRACTION", value_parser = parse_fraction)]
     cut: Vec<f64>,
@@ -82,16 +90,17 @@ pub struct SimulateArgs {
     /// Seed of every random draw; the same seed gives the same numbers.
     #[arg(long, default_value_t = 7)]
     seed: u64,
-    /// Family of the synthetic ground-truth curves (not with --fleet). `physical`: clock and
-    /// voltage model; `knee`: flat then linear below 85 %; `powerlaw`: loss ∝ power-cut^1.5;
-    /// and the zoo's (README, BENCHMARKS.md): knee-deep, knee-varied, roofline, saturating,
-    /// noisy-sweep, equal-tpj, biased, missing, mixed.
+    /// Family of the synthetic ground-truth curves (not with --fleet) [default: physical].
+    /// `physical`: clock and voltage model; `knee`: flat then linear below 85 %; `powerlaw`:
+    /// loss ∝ power-cut^1.5; and the zoo's (README, BENCHMARKS.md). With --zoo, repeatable: the
+    /// families to run.
     #[arg(long, value_enum, conflicts_with = "fleet")]
     curves: Vec<CurvesArg>,
     /// What the policies maximise: `tokens` (Σ tokens/s, the paper's) or `progress` (Σ GPUs ×
-    /// share of the job's own uncapped throughput).
-    #[arg(long, value_enum, default_value_t = ObjectiveArg::Tokens)]
-    objective: ObjectiveArg,
+    /// share of the job's own uncapped throughput) [default: tokens]. Not with --zoo, which
+    /// runs both.
+    #[arg(long, value_enum)]
+    objective: Option<ObjectiveArg>,
     /// Do not hedge flexgate's plan against the equal cut: plan on the estimated curves alone
     /// (the gateway's `hedge = false`). By default it is hedged, as the gateway's is.
     #[arg(long)]
@@ -105,9 +114,10 @@ pub struct SimulateArgs {
     #[arg(long, conflicts_with_all = ["fleet", "season"])]
     zoo: bool,
     /// QoS tiers: `none` (the paper's setup) or `field` (max slowdown 0/10/25/50 % with
-    /// probabilities 0.1/0.3/0.4/0.2, as in the field demonstrations).
-    #[arg(long, value_enum, default_value_t = TiersArg::None)]
-    tiers: TiersArg,
+    /// probabilities 0.1/0.3/0.4/0.2, as in the field demonstrations) [default: none]. Not with
+    /// --season.
+    #[arg(long, value_enum)]
+    tiers: Option<TiersArg>,
     /// What the policies are told about each job: `predicted` PFI (paper's setting, with the
     /// predictor error), the measured `pfi`, the full `sweep`, `unknown`, or `as-given` in the
     /// fleet file (the default with --fleet).
@@ -326,8 +336,67 @@ fn load_templates(args: &SimulateArgs) -> Result<(Vec<JobTemplate>, String)> {
     }
 }
 
+/// Refuse a flag given for a run it does not change: a flag silently ignored misleads (until
+/// issue 29 `--season 20 --objective progress` printed the tokens season).
+fn refuse_inapplicable(args: &SimulateArgs) -> Result<()> {
+    let given = |present: bool, flag: &str, mode: &str, why: &str| {
+        if present {
+            bail!("{flag} does not apply with {mode}: {why}");
+        }
+        Ok(())
+    };
+    if args.zoo {
+        given(
+            args.objective.is_some(),
+            "--objective",
+            "--zoo",
+            "the zoo runs both objectives",
+        )?;
+        given(
+            args.knowledge.is_some(),
+            "--knowledge",
+            "--zoo",
+            "each family is told what its definition says (README, the curve zoo)",
+        )?;
+        given(
+            args.plot.is_some(),
+            "--plot",
+            "--zoo",
+            "the zoo is a table (--csv writes it as CSV)",
+        )?;
+    }
+    if args.season.is_some() {
+        given(
+            args.workloads.is_some(),
+            "--workloads",
+            "--season",
+            "a season is one fleet (--jobs sets its size)",
+        )?;
+        given(
+            args.mix.is_some(),
+            "--mix",
+            "--season",
+            "the season's fleet is drawn from the production mix",
+        )?;
+        given(
+            args.tiers.is_some(),
+            "--tiers",
+            "--season",
+            "the season's jobs have no tiers",
+        )?;
+        given(
+            args.knowledge.is_some(),
+            "--knowledge",
+            "--season",
+            "what the gateway knows is what it measured (--unknown-share sets where it starts)",
+        )?;
+    }
+    Ok(())
+}
+
 /// Run the command.
 pub fn run(args: &SimulateArgs) -> Result<()> {
+    refuse_inapplicable(args)?;
     if !(args.predictor_sd.is_finite() && args.predictor_sd >= 0.0) {
         bail!(
             "--predictor-sd must be a non-negative number, got {}",
@@ -352,7 +421,7 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
             noise_sd: args.noise_sd,
             probe_share: args.probe_share,
             probe_budget: args.probe_budget,
-            objective: args.objective.objective(),
+            objective: args.objective.map_or(Objective::Tokens, ObjectiveArg::objective),
             hedging: !args.no_hedge,
             hedge_tolerance: args.hedge_tolerance,
             json: args.json,
@@ -373,8 +442,8 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
     };
     let mix = match (args.mix, args.fleet.is_some()) {
         (_, true) => Mix::Random,
-        (MixArg::Production, false) => Mix::Production,
-        (MixArg::Random, false) => Mix::Random,
+        (Some(MixArg::Production) | None, false) => Mix::Production,
+        (Some(MixArg::Random), false) => Mix::Random,
     };
     let config = ExperimentConfig {
         mix,
@@ -383,12 +452,12 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
         seed: args.seed,
         cuts: cut_levels(args)?,
         tiers: match args.tiers {
-            TiersArg::None => TierMix::None,
-            TiersArg::Field => TierMix::Field,
+            Some(TiersArg::None) | None => TierMix::None,
+            Some(TiersArg::Field) => TierMix::Field,
         },
         knowledge,
         predictor_sd: args.predictor_sd,
-        objective: args.objective.objective(),
+        objective: args.objective.map_or(Objective::Tokens, ObjectiveArg::objective),
         hedging: !args.no_hedge,
         hedge_tolerance: args.hedge_tolerance,
     };
@@ -444,16 +513,16 @@ fn run_zoo_table(args: &SimulateArgs) -> Result<()> {
     };
     let base = ExperimentConfig {
         mix: match args.mix {
-            MixArg::Production => Mix::Production,
-            MixArg::Random => Mix::Random,
+            Some(MixArg::Production) | None => Mix::Production,
+            Some(MixArg::Random) => Mix::Random,
         },
         workloads: args.workloads.unwrap_or(100),
         jobs: args.jobs,
         seed: args.seed,
         cuts,
         tiers: match args.tiers {
-            TiersArg::None => TierMix::None,
-            TiersArg::Field => TierMix::Field,
+            Some(TiersArg::None) | None => TierMix::None,
+            Some(TiersArg::Field) => TierMix::Field,
         },
         predictor_sd: args.predictor_sd,
         hedging: !args.no_hedge,
