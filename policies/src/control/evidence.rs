@@ -70,7 +70,11 @@ pub const STEADY_CAP_TOLERANCE_W: f64 = BUCKET_W;
 /// GPU, must settle again.
 #[must_use]
 pub fn cap_moved(anchor: f64, cap: f64) -> bool {
-    !((cap - anchor).abs() <= STEADY_CAP_TOLERANCE_W)
+    // A non-finite cap (never expected) counts as a move.
+    match (cap - anchor).abs() {
+        moved if moved <= STEADY_CAP_TOLERANCE_W => false,
+        _ => true,
+    }
 }
 
 /// A point is recorded again when its throughput moved by more than this share.

@@ -1272,7 +1272,7 @@ impl Controller {
         }
         let hedge = hedge?;
         let unit = hedge.equal_value.abs();
-        if !(unit > 0.0) || plan.shortfall.value() > 0.0 {
+        if unit.is_nan() || unit <= 0.0 || plan.shortfall.value() > 0.0 {
             return None;
         }
         let share = |v: f64| (v / unit * 1e6).round() / 1e6;
