@@ -71,10 +71,7 @@ pub const STEADY_CAP_TOLERANCE_W: f64 = BUCKET_W;
 #[must_use]
 pub fn cap_moved(anchor: f64, cap: f64) -> bool {
     // A non-finite cap (never expected) counts as a move.
-    match (cap - anchor).abs() {
-        moved if moved <= STEADY_CAP_TOLERANCE_W => false,
-        _ => true,
-    }
+    !matches!((cap - anchor).abs(), moved if moved <= STEADY_CAP_TOLERANCE_W)
 }
 
 /// A point is recorded again when its throughput moved by more than this share.
