@@ -856,4 +856,84 @@ mod tests {
             .allocate(budget);
         assert_eq!(loose, expected);
     }
+
+    /// Two kinds of jobs whose curves differ a little, each measured by a sweep at four caps
+    /// whose readings err in a fixed pattern of `noise` (the same for every job of a kind, as
+    /// jobs of one profile share their points).
+    fn measured_fleet(noise: f64) -> Vec<JobSpec> {
+        use crate::curve::{CurvePoint, PowerCurve};
+        use crate::pfi::CapGrid;
+        use crate::units::WattsPerGpu;
+        let family = CurveFamily::h200_generic();
+        (0..40)
+            .map(|i| {
+                let pfi = if i % 2 == 0 { 1.2 } else { 2.4 };
+                let shape = family.shape(pfi, &CapGrid::fine_h200(), WattsPerGpu(650.0));
+                let pattern = [1.0, -1.0, 1.0, -1.0];
+                let sign = if i % 2 == 0 { 1.0 } else { -1.0 };
+                let mut points: Vec<CurvePoint> = [250.0, 370.0, 490.0, 610.0]
+                    .iter()
+                    .zip(pattern)
+                    .map(|(&cap, e)| CurvePoint {
+                        cap: WattsPerGpu(cap),
+                        power: Watts(cap * 8.0),
+                        tokens: TokensPerSec(8000.0 * shape.tau_at(cap / 650.0) * (1.0 + sign * e * noise)),
+                    })
+                    .collect();
+                points.push(CurvePoint {
+                    cap: WattsPerGpu(700.0),
+                    power: Watts(5200.0),
+                    tokens: TokensPerSec(8000.0),
+                });
+                let sds = points
+                    .iter()
+                    .map(|p| {
+                        if p.cap.value() < 700.0 {
+                            noise * p.tokens.value()
+                        } else {
+                            0.0
+                        }
+                    })
+                    .collect();
+                JobSpec {
+                    id: format!("m{i}").into(),
+                    gpus: 8,
+                    cap_range: CapRange::H200,
+                    uncapped_power: Watts(5200.0),
+                    uncapped_tokens: TokensPerSec(8000.0),
+                    elasticity: Elasticity::measured(PowerCurve::new(8, points).expect("a sweep"), sds),
+                    max_slowdown: None,
+                    priority: 1.0,
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn where_the_noise_hides_the_difference_the_plan_stays_near_the_equal_cut() {
+        let family = Arc::new(CurveFamily::h200_generic());
+        let budget = Budget::Cut(Fraction::new(0.3).expect("fraction"));
+        let hedge_of = |noise: f64| {
+            CurveAware::flexgate(family.clone())
+                .with_objective(crate::alloc::Objective::Progress)
+                .with_hedging(true)
+                .prepare(&measured_fleet(noise))
+                .expect("prepare")
+                .allocate_explained(budget)
+                .1
+        };
+        let (precise, noisy) = (hedge_of(0.0005), hedge_of(0.12));
+        // Readings a twentieth of a percent off tell the two kinds apart, and the plan acts on
+        // it, its noise priced (two standard deviations of its gain, part of its bound; the
+        // expected gain is flat at its best, so even a little noise moves the plan a little);
+        // readings 12 % off do not, and it keeps much closer to cutting them alike.
+        assert!(precise.noise_shrink > 0.5 && precise.noise > 0.0, "{precise:?}");
+        assert!(
+            noisy.noise_shrink < 0.5 * precise.noise_shrink,
+            "{noisy:?} vs {precise:?}"
+        );
+        for hedge in [precise, noisy] {
+            assert!(hedge.bound >= -0.005 * hedge.equal_value - 1e-9, "{hedge:?}");
+        }
+    }
 }
