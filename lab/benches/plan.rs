@@ -9,6 +9,8 @@
 //!   (what a demand-response event costs once jobs are known);
 //! - `flexgate_allocate_hedged_progress/N`: the same plan as the gateway makes it by default,
 //!   maximising GPU-weighted progress with the hedge against the equal cut on;
+//! - `flexgate_allocate_hedged_progress_measured/N`: the same plan on jobs known by their own
+//!   noisy sweeps (5 caps, 1 % noise), whose error and band the hedge guards;
 //! - `flexibility_curve_20_hedged_progress/N`: the site's 20-level flexibility curve, likewise;
 //! - `flexgate_plan_end_to_end/N`: `plan`, estimation of every curve and floor included;
 //! - `equal_plan/N`: the paper's equal-cut baseline, for comparison;
@@ -25,6 +27,7 @@
 //! Sample sizes and times are set so that the whole file runs in a few minutes on two cores.
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 use flexgate_lab::rng::SplitMix64;
+use flexgate_lab::truth::SweepPlan;
 use flexgate_lab::{
     ExperimentConfig, JobTemplate, TruthFamily, published_groups, run_experiment_on, synthetic_templates,
 };
@@ -82,6 +85,35 @@ fn fleet(templates: &[JobTemplate], n: usize) -> (Vec<JobSpec>, Vec<JobSpec>) {
     (jobs, oracle_jobs)
 }
 
+/// `jobs` as the gateway knows them once it has measured each one: its own sweep of its
+/// template's true curve at 5 caps, each point the mean of 4 readings 1 % off.
+fn measured_fleet(templates: &[JobTemplate], jobs: &[JobSpec]) -> Vec<JobSpec> {
+    let plan = SweepPlan {
+        caps: [250.0, 350.0, 450.0, 550.0, 620.0].map(WattsPerGpu).to_vec(),
+        readings: 4,
+        noise: 0.01,
+    };
+    let mut rng = SplitMix64::new(0x5EE9 ^ jobs.len() as u64);
+    jobs.iter()
+        .enumerate()
+        .map(|(i, job)| {
+            let t = templates
+                .iter()
+                .find(|t| t.truth.uncapped().power == job.uncapped_power && t.gpus == job.gpus)
+                .unwrap_or(&templates[i % templates.len()]);
+            let elasticity = plan
+                .measure(&t.truth, t.cap_range.max, &mut rng)
+                .expect("a sweep of a valid curve");
+            JobSpec {
+                elasticity,
+                uncapped_power: t.truth.uncapped().power,
+                uncapped_tokens: t.truth.uncapped().tokens,
+                ..job.clone()
+            }
+        })
+        .collect()
+}
+
 fn cut() -> Budget {
     Budget::Cut(Fraction::new(0.3).expect("0.3 is a fraction"))
 }
@@ -133,6 +165,18 @@ fn scaling(c: &mut Criterion) {
     for (n, jobs, _) in &fleets {
         configure(&mut group, *n);
         let prepared = gateway_default.prepare(jobs).expect("synthetic jobs are valid");
+        group.bench_function(BenchmarkId::from_parameter(n), |b| {
+            b.iter(|| black_box(prepared.allocate(black_box(cut()))));
+        });
+    }
+    group.finish();
+    // The same on jobs the gateway measured: each job's own noisy sweep (5 caps, 1 % noise
+    // over 4 readings), denoised at preparation, its error and band guarded by the hedge.
+    let mut group = c.benchmark_group("flexgate_allocate_hedged_progress_measured");
+    for (n, jobs, _) in &fleets {
+        configure(&mut group, *n);
+        let measured = measured_fleet(&templates, jobs);
+        let prepared = gateway_default.prepare(&measured).expect("synthetic jobs are valid");
         group.bench_function(BenchmarkId::from_parameter(n), |b| {
             b.iter(|| black_box(prepared.allocate(black_box(cut()))));
         });
