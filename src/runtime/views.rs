@@ -269,7 +269,7 @@ pub struct JobView {
     /// What is known about its elasticity.
     pub elasticity: String,
     /// Where that knowledge comes from when the gateway learned it: the measured points
-    /// (`pfi 1.84 from 2 measured points, 550–700 W`, `measured curve: 4 points, 250–700 W`) or
+    /// (`partial curve: 2 measured points, 550–700 W, pfi 1.84`, `measured curve: 4 points, 250–700 W`) or
     /// the fleet's (`fleet prior: pfi 1.85±0.40 from 46 measured jobs`); `null` when it is what
     /// the cluster said (a tag, the predictor) or nothing.
     pub knowledge_evidence: Option<String>,
