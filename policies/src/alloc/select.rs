@@ -7,7 +7,7 @@
 //! valid operating point on every hull.
 //!
 //! A preparation, which plans many needs over the same segments, sorts them once
-//! ([`SlopeOrder`]) and then finds each need's threshold by a binary search. For one-off segment
+//! (`SlopeOrder`) and then finds each need's threshold by a binary search. For one-off segment
 //! sets ([`shed_cheapest`]: the repair of a bridged split, the knowledge bound's planes) sorting
 //! all segments would cost O(n log n) and a quickselect would have to copy them (it reorders);
 //! instead, large inputs are bucketed by slope in one pass (a histogram over the top

@@ -775,10 +775,9 @@ mod tests {
         assert_eq!(full.note, "measured curve: 4 points, 250–700 W");
     }
 
-    #[test]
-    fn a_point_read_many_times_has_the_standard_error_of_its_readings() {
-        let mut e = JobEvidence::default();
-        let reading = |tokens: f64| ThroughputPoint {
+    /// A steady reading of `tokens` at a 400 W cap.
+    fn reading(tokens: f64) -> ThroughputPoint {
+        ThroughputPoint {
             at: at(0),
             job: "j".into(),
             cap_w_per_gpu: 400.0,
@@ -788,7 +787,12 @@ mod tests {
             max_slowdown: None,
             profile: None,
             gpus: None,
-        };
+        }
+    }
+
+    #[test]
+    fn a_point_read_many_times_has_the_standard_error_of_its_readings() {
+        let mut e = JobEvidence::default();
         // Readings 1 % apart about 1000: their own spread soon outweighs the 2 % prior.
         let mut errors = Vec::new();
         for k in 0..12 {
@@ -812,17 +816,7 @@ mod tests {
     fn repeated_readings_of_a_point_are_averaged() {
         let mut e = JobEvidence::default();
         for tokens in [900.0, 1100.0, 1000.0] {
-            e.add(&ThroughputPoint {
-                at: at(0),
-                job: "j".into(),
-                cap_w_per_gpu: 400.0,
-                power_w: 3200.0,
-                tokens_per_s: tokens,
-                uncapped: false,
-                max_slowdown: None,
-                profile: None,
-                gpus: None,
-            });
+            e.add(&reading(tokens));
         }
         assert!((e.capped[&bucket(400.0)].tokens - 1000.0).abs() < 1e-9);
         assert_eq!(e.readings[&bucket(400.0)], 3);
