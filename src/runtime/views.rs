@@ -362,8 +362,11 @@ pub struct GuaranteeView {
     /// deviations of the plan's gain over the errors of what was measured).
     pub noise: f64,
     /// How much of the way from the equal cut to the plan the estimates alone would make was
-    /// kept, 0–1.
+    /// kept, 0–1; with a `blend`, of the way to the plan for the blended curves.
     pub kept: f64,
+    /// How much of the worst case's curves were blended into the estimates for that plan, 0–1
+    /// (0: none; the planner does it under `tokens` when it beats the plain shrink).
+    pub blend: f64,
     /// The worst case, in words.
     pub worst_case: String,
     /// Whether the bound was measured on every job (false: it is the least a correction after a
@@ -458,6 +461,7 @@ impl PlanView {
                 tolerance: g.tolerance,
                 noise: g.noise,
                 kept: g.kept,
+                blend: g.blend,
                 worst_case: g.worst_case.clone(),
                 measured: g.measured,
             }),

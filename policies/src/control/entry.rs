@@ -329,8 +329,13 @@ pub struct PlanGuarantee {
     /// standard deviations of the plan's gain over the errors of what was measured.
     pub noise: f64,
     /// How much of the way from the equal cut to the plan the estimates alone would make was
-    /// kept (1: that plan; 0: the equal cut).
+    /// kept (1: that plan; 0: the equal cut); with a `blend`, of the way to the plan for the
+    /// blended curves.
     pub kept: f64,
+    /// How much of the worst case's curves were blended into the estimates for the plan `kept`
+    /// measures the way to (0: none; the hedge's "Blend"). Absent in plans recorded before it.
+    #[serde(default)]
+    pub blend: f64,
     /// The worst case, in words.
     pub worst_case: String,
     /// Whether `worst_gain_vs_equal` was measured on every job (false: a sample's search was

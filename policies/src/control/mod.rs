@@ -1266,6 +1266,7 @@ impl Controller {
                 tolerance: 0.0,
                 noise: 0.0,
                 kept: 0.0,
+                blend: 0.0,
                 worst_case: "none: the plan is the equal cut".to_string(),
                 measured: true,
             }));
@@ -1282,6 +1283,7 @@ impl Controller {
             tolerance: self.planner.hedge_tolerance().unwrap_or(0.0),
             noise: share(hedge.noise),
             kept: (hedge.shrink * 1e4).round() / 1e4,
+            blend: hedge.blend,
             worst_case: crate::alloc::curve_aware::scenario_name(hedge.worst_scenario),
             measured: hedge.bound_measured,
         }))
