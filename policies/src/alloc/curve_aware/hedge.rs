@@ -761,7 +761,13 @@ impl Prepared<'_> {
             let floor = (self.floors[i].0.value() / p_max).clamp(0.0, 1.0);
             points.clear();
             points.push((floor, plausible_position(floor).interpolate(tau)));
-            points.extend(knots.iter().enumerate().filter(|&(_, &x)| x > floor).map(|(k, &x)| (x, tau(k))));
+            points.extend(
+                knots
+                    .iter()
+                    .enumerate()
+                    .filter(|&(_, &x)| x > floor)
+                    .map(|(k, &x)| (x, tau(k))),
+            );
             let hull = ConcaveHull::from_points(points.iter().copied());
             let unit = self.hedged.value[k] * TAU_UNIT / p_max;
             for w in hull.vertices().windows(2) {
