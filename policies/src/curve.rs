@@ -101,7 +101,9 @@ pub struct PowerCurve {
 }
 
 /// Relative slack allowed between realized power and `gpus × cap` (meter and sampling noise).
-const POWER_ABOVE_CAP_TOLERANCE: f64 = 1.02;
+/// The controller applies the same rule before it takes a reading as a point of a job's curve,
+/// so that what it learns is always a valid sweep.
+pub const POWER_ABOVE_CAP_TOLERANCE: f64 = 1.02;
 
 impl PowerCurve {
     /// Validate and sort measured points.

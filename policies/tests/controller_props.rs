@@ -77,6 +77,9 @@ struct ModelCluster {
     probing: bool,
     /// Throughput is never steady (a job whose figure never settles).
     unsteady: bool,
+    /// Telemetry reports each job's uncapped draw, as steady, whatever its cap: readings taken
+    /// before a cap took effect, delivered late by a busy node.
+    stale_power: bool,
     next_job: u32,
 }
 
@@ -137,7 +140,11 @@ impl ModelCluster {
             .filter(|j| !self.silent.contains(&j.id))
             .map(|j| JobTelemetry {
                 job: j.id.clone(),
-                power: Watts(j.draw()),
+                power: Watts(if self.stale_power {
+                    j.uncapped_per_gpu * f64::from(GPUS)
+                } else {
+                    j.draw()
+                }),
                 tokens: self.probing.then(|| MeasuredThroughput {
                     tokens: TokensPerSec(j.tokens()),
                     since: at - Duration::seconds(30),
@@ -336,6 +343,7 @@ impl Harness {
                 Effect::Record(r) => {
                     check_plan(&r.entry);
                     self.check_probe(&r.entry);
+                    check_point(&r.entry);
                     self.ledger.push(r.entry);
                     None
                 }
@@ -825,6 +833,43 @@ fn probing_measures_every_eligible_job_outside_events_within_the_budget() {
     let plan = h.ledger.iter().position(|e| matches!(e, Entry::Plan(_)));
     assert!(ended.is_some() && ended < plan, "the step ends before the plan");
     assert!(h.controller.probes().is_empty());
+}
+
+/// Invariant: a recorded point of a job's curve draws no more than its cap allows (2 % for
+/// sampling noise), so every profile learned is a valid sweep (`PowerCurve::new`).
+fn check_point(entry: &Entry) {
+    if let Entry::ThroughputPoint(p) = entry
+        && !p.uncapped
+    {
+        let allowed = p.cap_w_per_gpu * f64::from(p.gpus.unwrap_or(GPUS)) * 1.02;
+        assert!(p.power_w <= allowed, "a point above its cap: {p:?}");
+    }
+}
+
+/// Readings that draw more than their cap allows (taken before the cap took effect, delivered
+/// late) are not points of the job's curve: none is recorded while they arrive, and the sweep
+/// goes on once the readings are right again.
+#[test]
+fn readings_above_their_cap_are_not_taken_as_points_of_the_curve() {
+    let mut h = Harness::with(true);
+    h.run_for(2);
+    assert!(!h.controller.probes().is_empty(), "steps started");
+    let capped_points = |h: &Harness| {
+        h.ledger
+            .iter()
+            .filter(|e| matches!(e, Entry::ThroughputPoint(p) if !p.uncapped))
+            .count()
+    };
+    let before = capped_points(&h);
+    h.cluster.stale_power = true;
+    h.run_for(6);
+    assert_eq!(capped_points(&h), before, "no capped point from readings above the cap");
+    h.cluster.stale_power = false;
+    h.run_for(30);
+    assert!(
+        capped_points(&h) > before,
+        "points are taken again once readings are right"
+    );
 }
 
 /// A job whose throughput never settles is not held capped: its step times out, it goes back

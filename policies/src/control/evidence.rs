@@ -488,6 +488,14 @@ impl Controller {
             }
             let cap = job.applied_cap.value();
             let uncapped = cap >= job.spec.cap_range.max.value() - 0.5;
+            // A reading that draws more than the cap allows was not taken at that cap: the
+            // telemetry predates the cap's taking effect (a node reports on its own clock, and a
+            // busy one late). Taken as a point, it would make the job's sweep invalid
+            // (`PowerCurve::new` refuses it, and `flexgate pfi` on its exported profile failed).
+            let allowed = cap * f64::from(job.spec.gpus) * crate::curve::POWER_ABOVE_CAP_TOLERANCE;
+            if !uncapped && reading.power.value() > allowed {
+                continue;
+            }
             let point = Point {
                 cap_w: cap,
                 power_w: reading.power.value(),
