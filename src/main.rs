@@ -37,6 +37,7 @@ enum Command {
     Profiles(commands::profiles::ProfilesArgs),
     Predictor(commands::predictor::PredictorArgs),
     Facility(commands::facility::FacilityArgs),
+    Openapi(commands::openapi::OpenApiArgs),
 }
 
 fn main() -> ExitCode {
@@ -52,6 +53,7 @@ fn main() -> ExitCode {
         Command::Profiles(args) => commands::profiles::run(&args),
         Command::Predictor(args) => commands::predictor::run(&args),
         Command::Facility(args) => commands::facility::run(&args),
+        Command::Openapi(args) => commands::openapi::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1111,3 +1111,35 @@ fn simulate_prints_flag_values_not_rust_debug_text() {
         assert!(!text.contains(debug), "Debug text {debug:?} in:\n{text}");
     }
 }
+
+#[test]
+fn openapi_prints_the_committed_document_and_check_names_a_removed_field() {
+    let committed = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/openapi.json");
+    let printed = flexgate(&["openapi"]);
+    assert!(printed.status.success());
+    let text = std::fs::read_to_string(committed).expect("committed");
+    assert_eq!(String::from_utf8_lossy(&printed.stdout), text);
+    let same = flexgate(&["openapi", "--check", committed]);
+    assert!(same.status.success(), "{}", String::from_utf8_lossy(&same.stderr));
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let renamed = dir.path().join("renamed.json");
+    std::fs::write(
+        &renamed,
+        text.replace("\"worst_gain_vs_equal\"", "\"worst_gain_vs_equal_v0\""),
+    )
+    .expect("write");
+    let out = flexgate(&["openapi", "--check", renamed.to_str().expect("utf-8")]);
+    assert!(!out.status.success());
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        report.contains("breaking change") && report.contains("worst_gain_vs_equal_v0"),
+        "{report}"
+    );
+
+    let broken = dir.path().join("broken.json");
+    std::fs::write(&broken, "{\"openapi\": ").expect("write");
+    let out = flexgate(&["openapi", "--check", broken.to_str().expect("utf-8")]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not JSON"));
+}

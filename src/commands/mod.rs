@@ -28,6 +28,7 @@ pub mod demo;
 pub mod facility;
 pub mod log;
 pub mod openadr;
+pub mod openapi;
 pub mod pfi;
 pub mod predictor;
 pub mod profiles;
