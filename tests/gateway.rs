@@ -273,6 +273,25 @@ async fn revisions_higher_replaces_lower_is_refused_equal_is_repeated() {
         (events.len(), events[0].revision, events[0].lowest_ceiling_w),
         (1, 3, Some(80_000.0))
     );
+    // A cancellation of a held event needs no target: the gateway knows what it cancels.
+    let mut cancel = event("ev-r", 4, 80.0, 600, Some(1800));
+    let body = cancel.as_object_mut().expect("object");
+    body.remove("target");
+    body.insert("cancel".into(), json!(true));
+    let (status, ack) = post(&gw, &cancel, Some(TOKEN)).await;
+    assert_eq!(status, StatusCode::OK, "{ack}");
+    let events = gw.events().await;
+    assert_eq!(
+        (events[0].revision, events[0].state.as_str()),
+        (4, "cancelled"),
+        "{events:?}"
+    );
+    // Anything else without a target is refused, naming the field.
+    let mut untargeted = event("ev-t", 1, 80.0, 600, Some(1800));
+    untargeted.as_object_mut().expect("object").remove("target");
+    let (status, problem) = post(&gw, &untargeted, Some(TOKEN)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{problem}");
+    assert_eq!(problem["field"], "target", "{problem}");
 }
 
 #[tokio::test(start_paused = true)]
@@ -1401,7 +1420,8 @@ async fn the_generated_openapi_document_is_complete_and_every_operation_is_serve
                     );
                 }
                 None => assert!(
-                    path == "/" && responses.contains_key("303"),
+                    (path == "/" && responses.contains_key("303"))
+                        || (path == "/dashboard" && responses.contains_key("308")),
                     "{method} {path} has no 2xx answer"
                 ),
             }
@@ -1424,6 +1444,8 @@ async fn the_generated_openapi_document_is_complete_and_every_operation_is_serve
                 let (status, body) = get(&gw, &concrete).await;
                 if path == "/" {
                     assert_eq!(status, StatusCode::SEE_OTHER);
+                } else if path == "/dashboard" {
+                    assert_eq!(status, StatusCode::PERMANENT_REDIRECT);
                 } else if path == "/dashboard/events/{id}" {
                     // The page loads, and says itself that the event is unknown.
                     assert_eq!(status, StatusCode::OK);
@@ -1452,6 +1474,7 @@ async fn the_generated_openapi_document_is_complete_and_every_operation_is_serve
         documented,
         [
             "GET /",
+            "GET /dashboard",
             "GET /dashboard/",
             "GET /dashboard/assets/{file}",
             "GET /dashboard/events/{id}",

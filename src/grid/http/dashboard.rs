@@ -40,6 +40,13 @@ pub(super) async fn root() -> Redirect {
     Redirect::to("/dashboard/")
 }
 
+/// `/dashboard` is `/dashboard/` (the pages' relative links need the slash).
+#[utoipa::path(get, path = "/dashboard", tag = "dashboard",
+    responses((status = 308, description = "To the dashboard, `/dashboard/`")))]
+pub(super) async fn without_slash() -> Redirect {
+    Redirect::permanent("/dashboard/")
+}
+
 /// The operator dashboard: meter against the ceiling, events, plan, jobs, the ledger (HTML).
 #[utoipa::path(get, path = "/dashboard/", tag = "dashboard",
     responses((status = 200, description = "The overview page", body = String, content_type = "text/html")))]

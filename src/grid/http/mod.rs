@@ -107,6 +107,7 @@ fn routes() -> OpenApiRouter<Api> {
         .routes(routes!(dashboard::event_audit))
         .routes(routes!(dashboard::event_audit_chart))
         .routes(routes!(dashboard::root))
+        .routes(routes!(dashboard::without_slash))
         .routes(routes!(dashboard::overview))
         .routes(routes!(dashboard::audit_page))
         .routes(routes!(dashboard::asset))

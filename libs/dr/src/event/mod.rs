@@ -76,7 +76,7 @@ pub struct DrEvent {
     /// The top-level `target` as written (absent when every interval carries its own).
     pub target: Option<DrTarget>,
     /// The intervals with their targets resolved; one interval over the whole window when the
-    /// document has no `intervals`.
+    /// document has no `intervals`; none for a cancellation that gives no target.
     pub intervals: Vec<DrInterval>,
     /// Whether the document had no `intervals` member (one target for the whole window).
     pub single_target: bool,
@@ -287,11 +287,13 @@ pub fn parse_dr_event(bytes: &[u8]) -> Result<DrEvent, DocumentError> {
     };
     let single = root.get("intervals").is_none();
     let intervals = match root.opt_arr("intervals")? {
+        // A cancellation names the event; what it cancelled is the gateway's to know.
+        None if headline.is_none() && cancel => Vec::new(),
         None => {
             let Some(target) = headline else {
                 return Err(DocumentError::new(
                     "target",
-                    "missing; an event needs a target (or intervals that each carry one)",
+                    "missing; an event needs a target (or intervals that each carry one); only a cancellation (\"cancel\": true) may leave both out",
                 ));
             };
             vec![DrInterval {
@@ -641,6 +643,18 @@ mod tests {
             let text = ev.to_json().to_string();
             assert_eq!(parse_dr_event(text.as_bytes()).unwrap(), ev, "{text}");
         }
+    }
+
+    #[test]
+    fn a_cancellation_needs_no_target_and_anything_else_does() {
+        let cancel = r#"{"schema":"dr.event/1","event_id":"e","revision":2,"cancel":true,
+            "window":{"start":"2026-07-14T19:00:00Z"}}"#;
+        let ev = parse_dr_event(cancel.as_bytes()).unwrap();
+        assert!(ev.cancel && ev.intervals.is_empty() && ev.target.is_none());
+        assert_eq!(parse_dr_event(ev.to_json().to_string().as_bytes()).unwrap(), ev);
+        let e = parse_dr_event(cancel.replace(r#""cancel":true"#, r#""cancel":false"#).as_bytes()).unwrap_err();
+        assert_eq!(e.field, "target");
+        assert!(e.message.contains("only a cancellation"), "{e}");
     }
 
     #[test]

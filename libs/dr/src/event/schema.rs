@@ -37,7 +37,7 @@ pub const DR_EVENT_JSON_SCHEMA: &str = r##"{
       "type": ["array", "null"], "minItems": 1, "maxItems": 4096,
       "items": { "$ref": "#/$defs/interval" }
     },
-    "cancel": { "type": ["boolean", "null"], "description": "This revision cancels the event. Default false." },
+    "cancel": { "type": ["boolean", "null"], "description": "This revision cancels the event; it needs no target or intervals (a cancellation of an event the gateway does not hold is recorded, so a later lower revision is stale). Default false." },
     "sig": { "type": ["string", "null"], "description": "Ed25519 signature (base64url, no padding) over the tag \"dr.event/1 sig v2\", a zero byte, the MQTT topic the event is published on, a zero byte and the RFC 8785 canonical JSON of the document without its top-level sig member; checked by the MQTT transport against the configured trusted keys (adapters/mqtt/README.md, Signatures). Not checked by the HTTP API, which authenticates the caller instead." }
   },
   "anyOf": [
@@ -45,7 +45,8 @@ pub const DR_EVENT_JSON_SCHEMA: &str = r##"{
     {
       "required": ["intervals"],
       "properties": { "intervals": { "type": "array", "items": { "required": ["target"], "properties": { "target": { "type": "object" } } } } }
-    }
+    },
+    { "description": "A cancellation needs no target.", "required": ["cancel"], "properties": { "cancel": { "const": true } } }
   ],
   "$defs": {
     "seconds": { "type": ["integer", "null"], "minimum": 0, "maximum": 604800 },
