@@ -90,6 +90,11 @@ impl IntoResponse for ApiError {
                 HeaderValue::from_static("Bearer realm=\"flexgate-agent\""),
             );
         }
+        // A retryable refusal (the lease book could not be persisted) says when to retry.
+        if self.status == StatusCode::SERVICE_UNAVAILABLE || self.status == StatusCode::TOO_MANY_REQUESTS {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
         resp
     }
 }
@@ -464,5 +469,22 @@ impl Agent {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         serve_tls(self, listener, tls, shutdown).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ApiError;
+    use crate::lease::{JournalError, LeaseError};
+    use axum::http::{StatusCode, header};
+    use axum::response::IntoResponse;
+
+    #[test]
+    fn a_refusal_to_retry_says_when_and_a_final_one_does_not() {
+        let unavailable = ApiError::from(LeaseError::Persist(JournalError("disk full".into()))).into_response();
+        assert_eq!(unavailable.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(unavailable.headers()[header::RETRY_AFTER], "1");
+        let bad = ApiError::bad_request("no").into_response();
+        assert!(bad.headers().get(header::RETRY_AFTER).is_none());
     }
 }

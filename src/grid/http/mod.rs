@@ -380,6 +380,7 @@ async fn verify_ledger(State(api): State<Api>) -> Response {
             StatusCode::TOO_MANY_REQUESTS,
             "a verification of the ledger is already running; retry when it has answered",
         )
+        .retry_after(5)
         .into_response();
     };
     let ledger = api.gateway.ledger().clone();

@@ -3,6 +3,10 @@
 //! path of the input that was refused (as the sender wrote it: `target.kw`, `revision`), and
 //! `ack`, the `dr.ack/1` the refusal was recorded with (an event for another site, a stale
 //! revision, a changed body under the same revision).
+//!
+//! A retryable refusal (503, 429) always carries `Retry-After`, so that a sender's client (an
+//! OpenADR VTN, a utility's publisher, a load balancer) backs off by the header rather than by a
+//! guess: [`DEFAULT_RETRY_AFTER_S`] unless the handler knows better ([`Problem::retry_after`]).
 
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -10,6 +14,11 @@ use serde::Serialize;
 
 /// The media type of every error answer.
 pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// Seconds a retryable refusal asks the sender to wait when its handler says nothing else: the
+/// causes (a ledger write that failed, a full queue, a verification running) clear in about
+/// that long, and a sender that waits longer only delays its event.
+pub const DEFAULT_RETRY_AFTER_S: u32 = 1;
 
 /// An error answer. `type` is always `about:blank` (RFC 9457 §4.2.1): the status and its
 /// title say what kind of problem it is, `detail` says what to do about this one.
@@ -32,6 +41,9 @@ pub struct Problem {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub ack: Option<serde_json::Value>,
+    /// Seconds for `Retry-After` on a retryable refusal (503, 429); a header, not a member.
+    #[serde(skip)]
+    pub retry_after_s: Option<u32>,
 }
 
 impl Problem {
@@ -44,7 +56,21 @@ impl Problem {
             detail: detail.into(),
             field: None,
             ack: None,
+            retry_after_s: None,
         }
+    }
+
+    /// Ask a retrying sender to wait `seconds` (only sent on a retryable status).
+    #[must_use]
+    pub fn retry_after(mut self, seconds: u32) -> Self {
+        self.retry_after_s = Some(seconds);
+        self
+    }
+
+    /// Whether the status says "try again later": 503 and 429.
+    #[must_use]
+    pub fn is_retryable(&self) -> bool {
+        self.status == StatusCode::SERVICE_UNAVAILABLE.as_u16() || self.status == StatusCode::TOO_MANY_REQUESTS.as_u16()
     }
 
     /// Name the refused input.
@@ -66,7 +92,14 @@ impl IntoResponse for Problem {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let body = serde_json::to_vec(&self).unwrap_or_else(|_| b"{\"type\":\"about:blank\"}".to_vec());
-        (status, [(header::CONTENT_TYPE, PROBLEM_JSON)], body).into_response()
+        let mut response = (status, [(header::CONTENT_TYPE, PROBLEM_JSON)], body).into_response();
+        if self.is_retryable() {
+            let seconds = self.retry_after_s.unwrap_or(DEFAULT_RETRY_AFTER_S);
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from(seconds));
+        }
+        response
     }
 }
 
@@ -92,5 +125,22 @@ mod tests {
         let response = Problem::new(StatusCode::BAD_REQUEST, "x").into_response();
         assert_eq!(response.status(), StatusCode::BAD_REQUEST);
         assert_eq!(response.headers()[header::CONTENT_TYPE], PROBLEM_JSON);
+        assert!(response.headers().get(header::RETRY_AFTER).is_none(), "not retryable");
+    }
+
+    #[test]
+    fn every_retryable_refusal_says_when_to_retry() {
+        let busy = Problem::new(StatusCode::SERVICE_UNAVAILABLE, "VEN busy; retry").into_response();
+        assert_eq!(
+            busy.headers()[header::RETRY_AFTER],
+            DEFAULT_RETRY_AFTER_S.to_string().as_str()
+        );
+        let running = Problem::new(StatusCode::TOO_MANY_REQUESTS, "running")
+            .retry_after(5)
+            .into_response();
+        assert_eq!(running.headers()[header::RETRY_AFTER], "5");
+        let body =
+            serde_json::to_value(Problem::new(StatusCode::SERVICE_UNAVAILABLE, "x").retry_after(5)).expect("json");
+        assert!(body.get("retry_after_s").is_none(), "a header, not a member: {body}");
     }
 }
