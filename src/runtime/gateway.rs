@@ -419,7 +419,7 @@ impl Gateway {
     /// The anchor of an ack given again for a repeat: the record of the first answer, found by
     /// its key (acks of earlier versions carried a different anchor, which is replaced).
     fn anchor_repeat(&self, ack: &mut Ack) -> Result<(), LedgerError> {
-        let key = format!("ack:{}:{}", ack.event_id, ack.revision);
+        let key = flexgate_policies::control::entry::dedup_key::ack(&ack.event_id, ack.revision);
         if let Some(seq) = self.ledger.find_dedup(&key)?
             && let Some(record) = self.ledger.get(seq)?
         {

@@ -1029,3 +1029,26 @@ impl Recorded {
         self
     }
 }
+
+/// The de-duplication keys of the records written at most once per event revision, defined
+/// once: the controller writes under them, and the driver finds an ack's first record by the
+/// same key to anchor a repeated answer (they once spelled the format separately).
+pub mod dedup_key {
+    /// The received document of revision `revision` of `event_id`.
+    #[must_use]
+    pub fn event_received(event_id: &str, revision: u64) -> String {
+        format!("event:{event_id}:{revision}")
+    }
+
+    /// Its interpretation (every target to a ceiling, the budget chain).
+    #[must_use]
+    pub fn interpretation(event_id: &str, revision: u64) -> String {
+        format!("interpretation:{event_id}:{revision}")
+    }
+
+    /// Its acknowledgement: the answer every repeat of the revision gets again.
+    #[must_use]
+    pub fn ack(event_id: &str, revision: u64) -> String {
+        format!("ack:{event_id}:{revision}")
+    }
+}

@@ -230,7 +230,7 @@ impl Controller {
                 decision: IntakeDecision::Repeated { ack, differs },
             };
         }
-        let raw_key = format!("event:{}:{}", event.id, event.revision);
+        let raw_key = super::entry::dedup_key::event_received(&event.id, event.revision);
         let received_record = Recorded::new(received_entry, id.clone()).keyed(raw_key);
 
         let site = self.site_context();
@@ -334,7 +334,7 @@ impl Controller {
         self.record(&mut effects, received_record);
         self.record(
             &mut effects,
-            Recorded::new(interpreted, id).keyed(format!("interpretation:{}:{}", event.id, event.revision)),
+            Recorded::new(interpreted, id).keyed(super::entry::dedup_key::interpretation(&event.id, event.revision)),
         );
         self.record(&mut effects, ack_entry(&ack, true, input_sha256.clone()));
         self.counters.events_accepted += 1;
@@ -477,7 +477,7 @@ fn ack_entry(ack: &Ack, keyed: bool, input_sha256: Option<String>) -> Recorded {
         Some(ack.event_id.clone()),
     );
     if keyed {
-        record.keyed(format!("ack:{}:{}", ack.event_id, ack.revision))
+        record.keyed(super::entry::dedup_key::ack(&ack.event_id, ack.revision))
     } else {
         record
     }
