@@ -23,8 +23,8 @@
 mod mosquitto;
 
 use chrono::{DateTime, SecondsFormat, Utc};
+use flexgate::clock::Clock;
 use flexgate::config::{Config, MqttConfig};
-use flexgate::runtime::Clock;
 use flexgate::serve::Server;
 use mosquitto::Mosquitto;
 use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS};

@@ -6,7 +6,9 @@
 #![forbid(unsafe_code)]
 
 // Grid side (utilities in), cluster side (GPUs out), reports (auditors), and the driver of the
-// decision core between them; ARCHITECTURE.md has the map.
+// decision core between them; ARCHITECTURE.md has the map. `clock` is a leaf every side reads
+// time through, so that none of them imports the driver for it.
+pub mod clock;
 pub mod cluster;
 pub mod commands;
 pub mod config;

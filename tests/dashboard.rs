@@ -10,8 +10,8 @@
 //! or the screenshot shows the page after N live updates.
 #![allow(clippy::disallowed_methods, reason = "the test event runs on the wall clock")]
 
+use flexgate::clock::Clock;
 use flexgate::config::Config;
-use flexgate::runtime::Clock;
 use flexgate::serve::Server;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -13,10 +13,10 @@
 mod common;
 
 use common::agent::{AgentOptions, AgentProcess, wait_for};
+use flexgate::clock::Clock;
 use flexgate::cluster::agents::{AgentNode, AgentsConfig};
 use flexgate::config::{BackendConfig, Config, facility_for_nodes};
 use flexgate::http_client::request;
-use flexgate::runtime::Clock;
 use flexgate::serve::Server;
 use serde_json::{Value, json};
 use std::path::Path;

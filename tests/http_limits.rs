@@ -3,8 +3,8 @@
 //! that stall where a careless or hostile client would.
 #![allow(clippy::disallowed_methods, reason = "the server runs on the wall clock")]
 
+use flexgate::clock::Clock;
 use flexgate::config::Config;
-use flexgate::runtime::Clock;
 use flexgate::serve::Server;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -11,9 +11,9 @@
 mod common;
 
 use common::agent::{AgentOptions, AgentProcess, KillOnDrop as Python, TOKEN, job_token, wait_for};
+use flexgate::clock::Clock;
 use flexgate::config::{BackendConfig, Config, facility_for_nodes};
 use flexgate::ledger::RecordKind;
-use flexgate::runtime::Clock;
 use flexgate::serve::Server;
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -8,10 +8,10 @@
 #[path = "../adapters/prometheus/tests/support/mod.rs"]
 mod prometheus_support;
 
+use flexgate::clock::Clock;
 use flexgate::config::Config;
 use flexgate::ledger::RecordKind;
 use flexgate::meter::{MeterConfig, MeterSourceConfig, ModbusSource, PrometheusSource};
-use flexgate::runtime::Clock;
 use flexgate::serve::Server;
 use flexgate_modbus::{Order, Register, Table, ValueType};
 use std::io::{BufRead, BufReader};

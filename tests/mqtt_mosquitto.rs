@@ -7,8 +7,8 @@ mod common;
 
 use chrono::{SecondsFormat, Utc};
 use common::mosquitto::Mosquitto;
+use flexgate::clock::Clock;
 use flexgate::config::{Config, MqttConfig};
-use flexgate::runtime::Clock;
 use flexgate::serve::Server;
 use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS};
 use serde_json::{Value, json};

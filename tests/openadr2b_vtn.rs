@@ -9,8 +9,8 @@
 #![allow(clippy::disallowed_methods, reason = "test events and peers run on the wall clock")]
 
 use chrono::{SecondsFormat, Utc};
+use flexgate::clock::Clock;
 use flexgate::config::{Config, OpenAdr2bConfig};
-use flexgate::runtime::Clock;
 use flexgate::serve::Server;
 use serde_json::{Value, json};
 use std::net::SocketAddr;

@@ -437,7 +437,7 @@ impl SimCluster {
         let now = Instant::now();
         let sim = Self {
             meter: config.facility.nominal_point(),
-            epoch: (crate::runtime::clock::wall_now(), now),
+            epoch: (crate::clock::wall_now(), now),
             state: Mutex::new(State {
                 jobs: Vec::new(),
                 busy: vec![false; config.nodes as usize],

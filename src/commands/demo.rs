@@ -1,10 +1,10 @@
 //! `flexgate demo`: the whole mission in one process, in under a minute.
 
+use crate::clock::Clock;
 use crate::cluster::ClusterBackend;
 use crate::cluster::sim::{SimCluster, SimConfig};
 use crate::config::{BackendConfig, Config};
 use crate::http_client;
-use crate::runtime::Clock;
 use crate::serve::Server;
 use anyhow::{Context, Result, bail};
 use chrono::{Duration as ChronoDuration, SecondsFormat};
@@ -419,7 +419,7 @@ fn tempdir_path() -> Result<PathBuf> {
     let base = std::env::temp_dir().join(format!(
         "flexgate-demo-{}-{}",
         std::process::id(),
-        crate::runtime::clock::wall_now().timestamp_millis()
+        crate::clock::wall_now().timestamp_millis()
     ));
     std::fs::create_dir_all(&base)?;
     Ok(base)

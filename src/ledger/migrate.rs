@@ -84,10 +84,10 @@ pub async fn migrate(from: &Path, to: &Path) -> Result<MigrationReport, MigrateE
         .map(|line| serde_json::from_slice(line).map_err(|e| MigrateError::Read(e.to_string())))
         .collect::<Result<_, _>>()?;
     let mut converted = Vec::with_capacity(records.len() + 1);
-    let first_at = records.first().map_or_else(crate::runtime::clock::wall_now, |r| r.time);
+    let first_at = records.first().map_or_else(crate::clock::wall_now, |r| r.time);
     converted.push(NewRecord::from(Recorded::new(
         Entry::LedgerMigrated(LedgerMigrated {
-            at: crate::runtime::clock::wall_now(),
+            at: crate::clock::wall_now(),
             from_schema: OLD_SCHEMA,
             records: verified.records,
             head_hash: verified.head_hash.clone(),

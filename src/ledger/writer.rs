@@ -228,7 +228,7 @@ fn stage_and_write(
             }
         }
         let seq = tail.seq + 1;
-        let time = crate::runtime::clock::wall_now();
+        let time = crate::clock::wall_now();
         // The canonical text of a record is its members in sorted key order (body, dedup_key,
         // event, hash, kind, prev_hash, seq, time), so it is assembled from the canonical body
         // and the small fields without copying the body into a whole-record `Value` (a plan of

@@ -11,7 +11,7 @@ mod config;
 
 pub use config::{Common, MeterConfig, MeterSourceConfig, ModbusSource, PrometheusSource};
 
-use crate::runtime::Clock;
+use crate::clock::Clock;
 use flexgate_policies::meter::{Feed, FeedReading, FeedScreen, ScreenLimits, SiteMeter};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;

@@ -14,8 +14,8 @@
 //!   for. Submissions, operator actions and reads never take it, so a node that does not answer
 //!   delays the next control pass, never an acknowledgment.
 
-use super::clock::Clock;
 use super::views::{EventView, JobView, PlanView, StatusView};
+use crate::clock::Clock;
 use crate::cluster::ClusterBackend;
 use crate::config::Config;
 use crate::ledger::{Appended, Ledger, LedgerError, NewRecord, Queued};

@@ -7,7 +7,6 @@
 //! that only queues its ledger records; the flush and every cluster call happen after it, and
 //! reads are served from the snapshot published after each decision.
 
-pub mod clock;
 mod control;
 mod gateway;
 pub mod metrics;
@@ -15,7 +14,7 @@ pub(crate) use gateway::Published;
 mod recovery;
 pub mod views;
 
-pub use clock::Clock;
+pub use crate::clock::Clock;
 pub use gateway::{EventDelivery, Gateway, OperatorError, StartError, SubmitError, SubmitOutcome, Transport, WireRef};
 pub use views::{
     EventDetailView, EventView, ExpectedView, FlexibilityPointView, FlexibilityView, GuaranteeView, JobView,

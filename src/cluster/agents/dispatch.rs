@@ -27,7 +27,7 @@ impl AgentsBackend {
 
     fn expiry(&self, until: Option<DateTime<Utc>>) -> DateTime<Utc> {
         // Agents check expiries against their own (wall) clocks.
-        let by_ttl = crate::runtime::clock::wall_now() + self.ttl();
+        let by_ttl = crate::clock::wall_now() + self.ttl();
         until.map_or(by_ttl, |u| u.min(by_ttl))
     }
 
@@ -49,7 +49,7 @@ impl AgentsBackend {
 
     /// One renewal round (also the reconcile: a lease the agent no longer holds is re-sent).
     pub async fn renew_all(&self) {
-        let now = crate::runtime::clock::wall_now();
+        let now = crate::clock::wall_now();
         let wanted: Vec<((Arc<str>, usize), WantedLease)> = {
             let mut known = self.known();
             // A lease past the event's end is not renewed; the agent's expiry restores it.

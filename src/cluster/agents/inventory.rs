@@ -230,9 +230,7 @@ impl AgentsBackend {
         let anchor = known.cap_seen.get(&job.id).copied();
         if anchor.is_none_or(|a| cap_moved(a, applied)) {
             known.cap_seen.insert(job.id.clone(), applied);
-            known
-                .cap_changed
-                .insert(job.id.clone(), crate::runtime::clock::wall_now());
+            known.cap_changed.insert(job.id.clone(), crate::clock::wall_now());
         }
         JobState {
             spec: JobSpec {

@@ -118,7 +118,7 @@ impl AgentsBackend {
             .map(|m| m.nominal)
             .unwrap_or(Kilowatts(estimated / 1000.0));
         Ok(Telemetry {
-            at: crate::runtime::clock::wall_now(),
+            at: crate::clock::wall_now(),
             gpu_board_power: per_job.iter().map(|j| j.power).sum(),
             jobs: per_job,
             meter_kw: meter,
