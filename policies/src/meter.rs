@@ -305,6 +305,59 @@ pub fn site_meter(
     }
 }
 
+/// The facility model's side of the site meter for one telemetry reading: the screen's limit
+/// and the figures that stand in for the meter when its feeds cannot be trusted.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ModelMeter {
+    /// The facility's maximum draw, kW: the screen refuses readings far above it.
+    pub facility_max_kw: f64,
+    /// The model's nominal figure for the GPU power read (the meter when no source is
+    /// configured).
+    pub nominal_kw: f64,
+    /// The model's upper figure, or the backend's own estimate when that is higher (it counts
+    /// unmeasured GPUs at their maximum): what the gateway acts on when a feed is stale or
+    /// missing.
+    pub upper_kw: f64,
+}
+
+/// The facility model's side of the site meter (see [`ModelMeter`]).
+///
+/// `configured_max_kw` is the site's configured facility maximum (0: unset, then the model's
+/// upper figure with every GPU of every node at `gpu_max_kw_per_node`); `backend_kw` and
+/// `backend_measured` are the cluster backend's own meter figure and whether it is a reading
+/// (a reading is not an estimate of the model's kind and does not raise the upper figure).
+/// When the model refuses the input (a non-finite power), the backend's figure stands for both.
+#[must_use]
+pub fn model_meter(
+    facility: &crate::facility::FacilityModel,
+    configured_max_kw: f64,
+    gpu_max_kw_per_node: f64,
+    gpu_board_power: crate::units::Watts,
+    nodes: u32,
+    backend_kw: f64,
+    backend_measured: bool,
+) -> ModelMeter {
+    let settled = crate::facility::CoolingState::Settled;
+    let facility_max_kw = if configured_max_kw > 0.0 {
+        configured_max_kw
+    } else {
+        let all_gpus = crate::units::Watts(gpu_max_kw_per_node * 1000.0 * f64::from(nodes));
+        facility
+            .forward(all_gpus, nodes, &settled)
+            .map_or(0.0, |m| m.hi.value())
+    };
+    let (nominal_kw, upper_kw) = match facility.forward(gpu_board_power, nodes, &settled) {
+        Ok(m) => (m.nominal.value(), m.hi.value()),
+        Err(_) => (backend_kw, backend_kw),
+    };
+    let backend_estimate = if backend_measured { 0.0 } else { backend_kw };
+    ModelMeter {
+        facility_max_kw,
+        nominal_kw,
+        upper_kw: upper_kw.max(backend_estimate),
+    }
+}
+
 /// Seconds from `then` to `now`; a reading from the future (clock skew) counts as fresh now.
 fn age_s(now: DateTime<Utc>, then: DateTime<Utc>) -> f64 {
     ((now - then).num_milliseconds() as f64 / 1000.0).max(0.0)

@@ -73,7 +73,8 @@ impl Gateway {
     /// With `[meter]` sources, the site meter replaces the backend's figure: the feeds' sum
     /// when every feed is fresh, otherwise the facility model's upper estimate (the larger of
     /// it on the measured GPU power and the backend's own estimate, which counts unmeasured
-    /// GPUs at their maximum), with the quality saying which.
+    /// GPUs at their maximum), with the quality saying which. The arithmetic is the core's
+    /// (`flexgate_policies::meter::model_meter`); here, only the feeds' state is read.
     fn with_site_meter(
         &self,
         mut t: flexgate_policies::control::cluster::Telemetry,
@@ -81,36 +82,19 @@ impl Gateway {
         let Some(meter) = &self.meter else {
             return t;
         };
-        // The screen's limits: the configured facility maximum, or the model's upper meter
-        // figure with every GPU of every node at its maximum.
-        let configured = self.config.site.facility_max_kw;
-        let facility_max_kw = if configured > 0.0 {
-            configured
-        } else {
-            let all_gpus =
-                flexgate_policies::units::Watts(self.config.facility.gpu_max_kw_per_node * 1000.0 * f64::from(t.nodes));
-            self.facility
-                .forward(all_gpus, t.nodes, &flexgate_policies::facility::CoolingState::Settled)
-                .map_or(0.0, |m| m.hi.value())
-        };
-        meter.set_facility_max_kw(facility_max_kw);
-        let model = self.facility.forward(
+        let model = flexgate_policies::meter::model_meter(
+            &self.facility,
+            self.config.site.facility_max_kw,
+            self.config.facility.gpu_max_kw_per_node,
             t.gpu_board_power,
             t.nodes,
-            &flexgate_policies::facility::CoolingState::Settled,
+            t.meter_kw.value(),
+            t.meter_quality.is_measured(),
         );
-        let (nominal, upper) = match model {
-            Ok(m) => (m.nominal.value(), m.hi.value()),
-            Err(_) => (t.meter_kw.value(), t.meter_kw.value()),
-        };
-        let backend_estimate = if t.meter_quality.is_measured() {
-            0.0
-        } else {
-            t.meter_kw.value()
-        };
+        meter.set_facility_max_kw(model.facility_max_kw);
         // The sources log their own failures; the quality goes to the status, the metrics and
         // every meter_sample.
-        let site = meter.site_meter(self.clock.now(), nominal, upper.max(backend_estimate));
+        let site = meter.site_meter(self.clock.now(), model.nominal_kw, model.upper_kw);
         t.meter_kw = flexgate_policies::units::Kilowatts(site.kw);
         t.meter_quality = site.quality;
         t

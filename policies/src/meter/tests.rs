@@ -169,3 +169,42 @@ proptest! {
         }
     }
 }
+
+fn facility() -> crate::facility::FacilityModel {
+    crate::facility::FacilityModel::new(crate::facility::FacilityParams::default()).expect("default parameters")
+}
+
+proptest! {
+    /// The model's side of the meter: the upper figure is never below the nominal one, nor
+    /// below the backend's own estimate, and a backend reading does not raise it; a configured
+    /// facility maximum is used as it is.
+    #[test]
+    fn the_model_side_is_conservative_and_a_configured_maximum_stands(
+        gpu_kw in 0.0f64..5_000.0,
+        nodes in 1u32..1_000,
+        backend_kw in 0.0f64..20_000.0,
+        configured in prop_oneof![Just(0.0), 100.0f64..50_000.0],
+    ) {
+        let model = facility();
+        let power = crate::units::Watts(gpu_kw * 1000.0);
+        let estimated = model_meter(&model, configured, 8.0, power, nodes, backend_kw, false);
+        prop_assert!(estimated.upper_kw >= estimated.nominal_kw - 1e-9);
+        prop_assert!(estimated.upper_kw >= backend_kw - 1e-9);
+        let read = model_meter(&model, configured, 8.0, power, nodes, backend_kw, true);
+        prop_assert!(read.upper_kw <= estimated.upper_kw + 1e-9);
+        prop_assert_eq!(read.nominal_kw, estimated.nominal_kw);
+        if configured > 0.0 {
+            prop_assert_eq!(estimated.facility_max_kw, configured);
+        } else {
+            // Every GPU of every node at its maximum: at least the nominal of the power read
+            // when that power is within it.
+            prop_assert!(estimated.facility_max_kw > 0.0);
+        }
+    }
+}
+
+#[test]
+fn a_power_the_model_refuses_leaves_the_backends_figure() {
+    let m = model_meter(&facility(), 900.0, 8.0, crate::units::Watts(f64::NAN), 4, 321.0, false);
+    assert_eq!((m.nominal_kw, m.upper_kw, m.facility_max_kw), (321.0, 321.0, 900.0));
+}
