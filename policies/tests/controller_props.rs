@@ -20,7 +20,7 @@ use flexgate_policies::control::cluster::{
     CapCommand, CapOutcome, CapResult, JobState, JobTelemetry, MeasuredThroughput, Telemetry,
 };
 use flexgate_policies::control::config::{ControlConfig, PolicyKind, SiteConfig};
-use flexgate_policies::control::entry::{Entry, ProbeOutcome, Received, SuspendOutcome, Transport};
+use flexgate_policies::control::entry::{Entry, ProbeOutcome, Received, SuspendOutcome, SuspendResult, Transport};
 use flexgate_policies::control::{Controller, Effect, Input, IntakeDecision, Settings};
 use flexgate_policies::event::{Ack, EventSource, GridEvent, Interval, Target, Window};
 use flexgate_policies::facility::FacilityParams;
@@ -367,7 +367,7 @@ impl Harness {
                             SuspendOutcome {
                                 job,
                                 expected_w: Some(expected),
-                                outcome: if ok { "suspended" } else { "failed" }.into(),
+                                outcome: SuspendResult::of_suspend(ok),
                                 reason: (!ok).then(|| "gone".to_string()),
                             }
                         })
@@ -384,7 +384,7 @@ impl Harness {
                             SuspendOutcome {
                                 job,
                                 expected_w: None,
-                                outcome: "resumed".into(),
+                                outcome: SuspendResult::Resumed,
                                 reason: None,
                             }
                         })

@@ -8,7 +8,7 @@
 use super::gateway::Gateway;
 use crate::ledger::LedgerError;
 use chrono::Duration as ChronoDuration;
-use flexgate_policies::control::entry::SuspendOutcome;
+use flexgate_policies::control::entry::{SuspendOutcome, SuspendResult};
 use flexgate_policies::control::{Effect, Input};
 use std::collections::VecDeque;
 use std::future::Future;
@@ -132,7 +132,7 @@ impl Gateway {
                         outcomes.push(SuspendOutcome {
                             job,
                             expected_w: Some(expected_w),
-                            outcome: if outcome.is_ok() { "suspended" } else { "failed" }.to_string(),
+                            outcome: SuspendResult::of_suspend(outcome.is_ok()),
                             reason: outcome.err().map(|e| e.to_string()),
                         });
                     }
@@ -149,7 +149,7 @@ impl Gateway {
                         outcomes.push(SuspendOutcome {
                             job,
                             expected_w: None,
-                            outcome: if outcome.is_ok() { "resumed" } else { "failed" }.to_string(),
+                            outcome: SuspendResult::of_resume(outcome.is_ok()),
                             reason: outcome.err().map(|e| e.to_string()),
                         });
                     }

@@ -531,10 +531,36 @@ pub struct SuspendOutcome {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected_w: Option<f64>,
     /// `suspended`, `resumed` or `failed`.
-    pub outcome: String,
+    pub outcome: SuspendResult,
     /// Why it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+}
+
+/// What became of one suspension or resumption (recorded as `suspended`, `resumed`, `failed`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SuspendResult {
+    /// The scheduler suspended the job.
+    Suspended,
+    /// The scheduler resumed it.
+    Resumed,
+    /// The scheduler refused or did not answer (`reason` says which).
+    Failed,
+}
+
+impl SuspendResult {
+    /// The outcome of a suspension (`ok`: the scheduler did it).
+    #[must_use]
+    pub fn of_suspend(ok: bool) -> Self {
+        if ok { Self::Suspended } else { Self::Failed }
+    }
+
+    /// The outcome of a resumption.
+    #[must_use]
+    pub fn of_resume(ok: bool) -> Self {
+        if ok { Self::Resumed } else { Self::Failed }
+    }
 }
 
 /// Jobs suspended because caps at every floor could not meet the target.
@@ -1050,5 +1076,26 @@ pub mod dedup_key {
     #[must_use]
     pub fn ack(event_id: &str, revision: u64) -> String {
         format!("ack:{event_id}:{revision}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{SuspendOutcome, SuspendResult};
+
+    /// The closed enum reads and writes the strings the ledger has always held.
+    #[test]
+    fn suspend_outcomes_keep_their_recorded_names() {
+        for (result, name) in [
+            (SuspendResult::Suspended, "suspended"),
+            (SuspendResult::Resumed, "resumed"),
+            (SuspendResult::Failed, "failed"),
+        ] {
+            let recorded = serde_json::json!({"job": "j1", "outcome": name});
+            let read: SuspendOutcome = serde_json::from_value(recorded.clone()).expect("reads");
+            assert_eq!(read.outcome, result);
+            assert_eq!(serde_json::to_value(&read).expect("writes"), recorded);
+        }
+        assert!(serde_json::from_value::<SuspendOutcome>(serde_json::json!({"job": "j1", "outcome": "lost"})).is_err());
     }
 }

@@ -566,7 +566,7 @@ impl Controller {
                 }
             }
             Entry::JobsSuspended(s) => {
-                for o in s.jobs.iter().filter(|o| o.outcome == "suspended") {
+                for o in s.jobs.iter().filter(|o| o.outcome == entry::SuspendResult::Suspended) {
                     self.suspended.insert(o.job.clone());
                 }
             }
