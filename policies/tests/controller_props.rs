@@ -607,7 +607,7 @@ fn check_plan(entry: &Entry) {
         // Every plan says what it maximised, what it expects to keep on both objectives, and
         // per job what was known and how it was weighed; the expected progress is the
         // weighted mean of the jobs' expected shares.
-        assert_eq!(a.objective.as_deref(), Some("progress"));
+        assert_eq!(a.objective, Some(flexgate_policies::alloc::Objective::Progress));
         assert_eq!(a.notes.len(), a.rows.len());
         let expected = *a.expected.as_deref().expect("expected outcome recorded");
         for share in [expected.tokens_kept_share, expected.progress_kept_share] {

@@ -319,7 +319,7 @@ pub fn build(
                         .iter()
                         .filter(|row| !matches!(row.6.as_str(), "uncapped" | "inflexible_unknown"))
                         .count(),
-                    objective: p.plan.objective.clone(),
+                    objective: p.plan.objective.map(|o| o.as_str().to_string()),
                     expected: p.plan.expected.as_deref().copied(),
                 });
             }

@@ -13,6 +13,7 @@
 use super::cluster::{CapCommand, CapOutcome, CapResult};
 use super::config::PolicyKind;
 use super::trim::TrimDirection;
+use crate::alloc::Objective;
 use crate::event::{Ack, BaselineEstimate, CeilingTarget, EffectiveCeiling, EventSource, GridEvent, Transition};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -275,8 +276,8 @@ pub const PLAN_COLUMNS: [&str; 7] = [
 /// A plan's allocation as recorded.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RecordedAllocation {
-    /// The policy that made it.
-    pub policy: String,
+    /// The policy that made it (`flexgate`, `equal`, `pfi_paper`, `efficiency`).
+    pub policy: PolicyKind,
     /// The budget asked for, W.
     pub budget: f64,
     /// The jobs' uncapped draw, W.
@@ -294,7 +295,7 @@ pub struct RecordedAllocation {
     /// What the plan maximised (`progress`, `tokens`); absent in plans recorded before the
     /// gateway had objectives (they maximised tokens/s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub objective: Option<String>,
+    pub objective: Option<Objective>,
     /// What the plan expects to keep, on both objectives, by the planner's own curves: a
     /// model's figures, never a measurement (the audit sets the measured ones beside them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -319,7 +320,7 @@ pub struct RecordedAllocation {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PlanGuarantee {
     /// The objective the plan was judged on (`progress`, `tokens`).
-    pub objective: String,
+    pub objective: Objective,
     /// The plan's worst gain over the equal cut on its plausible set, as a share of the equal
     /// cut's expected value (negative: the most it may lose).
     pub worst_gain_vs_equal: f64,

@@ -994,7 +994,7 @@ impl Controller {
             gpu_budget_w: gpu_budget,
             plan: RecordedAllocation {
                 guarantee: self.guarantee(&plan, hedge.as_ref()),
-                ..recorded_allocation(&plan, &plannable, self.planner.objective())
+                ..recorded_allocation(&plan, &plannable, self.settings.policy, self.planner.objective())
             },
             promised: self
                 .curtailment
@@ -1258,7 +1258,7 @@ impl Controller {
         plan: &CapPlan,
         hedge: Option<&crate::alloc::curve_aware::Hedge>,
     ) -> Option<Box<PlanGuarantee>> {
-        let objective = self.planner.objective().as_str().to_string();
+        let objective = self.planner.objective();
         if self.planner.is_equal_cut() {
             return Some(Box::new(PlanGuarantee {
                 objective,
@@ -1291,7 +1291,12 @@ impl Controller {
 }
 
 /// A plan as recorded: the totals, and one row per job.
-fn recorded_allocation(plan: &CapPlan, jobs: &[JobSpec], objective: Objective) -> RecordedAllocation {
+fn recorded_allocation(
+    plan: &CapPlan,
+    jobs: &[JobSpec],
+    policy: PolicyKind,
+    objective: Objective,
+) -> RecordedAllocation {
     let (mut tokens, mut tokens_max, mut progress, mut weight) = (0.0, 0.0, 0.0, 0.0);
     let mut notes = Vec::with_capacity(plan.entries.len());
     for (e, job) in plan.entries.iter().zip(jobs) {
@@ -1314,7 +1319,7 @@ fn recorded_allocation(plan: &CapPlan, jobs: &[JobSpec], objective: Objective) -
     }
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 1.0 };
     RecordedAllocation {
-        objective: Some(objective.as_str().to_string()),
+        objective: Some(objective),
         expected: Some(Box::new(ExpectedOutcome {
             tokens_kept_share: ratio(tokens, tokens_max),
             progress_kept_share: ratio(progress, weight),
@@ -1322,7 +1327,7 @@ fn recorded_allocation(plan: &CapPlan, jobs: &[JobSpec], objective: Objective) -
         note_columns: PLAN_NOTE_COLUMNS.iter().map(ToString::to_string).collect(),
         notes,
         guarantee: None,
-        policy: plan.policy.to_string(),
+        policy,
         budget: plan.budget.value(),
         uncapped_power: plan.uncapped_power.value(),
         planned_power: plan.planned_power.value(),
