@@ -1143,3 +1143,24 @@ fn openapi_prints_the_committed_document_and_check_names_a_removed_field() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("is not JSON"));
 }
+
+#[test]
+fn pfi_reads_a_measured_profile_whose_unbinding_caps_read_the_same_power_give_or_take_noise() {
+    // Found by CI: a profile measured in the demo under load held 3,364 W at 416 W/GPU and
+    // 3,353 W at 431 W/GPU (both caps above the job's own draw), and `flexgate pfi` refused it
+    // as a sweep whose power falls as the cap rises.
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("profile.json");
+    let point = |cap: f64, power: f64, tokens: f64, uncapped: bool| {
+        serde_json::json!({"cap_w": cap, "power_w": power, "tokens_per_s": tokens, "uncapped": uncapped,
+                           "readings": 4, "measured_at": "2026-12-04T22:00:00Z"})
+    };
+    let document = serde_json::json!({"schema": "flexgate.profiles/1", "profiles": [{
+        "profile": "llama-ft/8gpu", "gpus": 8,
+        "points": [point(300.0, 2390.0, 7000.0, false), point(416.0, 3364.2, 8990.0, false),
+                   point(431.4, 3353.5, 9000.0, false), point(700.0, 3352.0, 9010.0, true)]}]});
+    std::fs::write(&path, document.to_string()).expect("write");
+    let out = flexgate(&["pfi", path.to_str().expect("utf-8"), "--json"]);
+    let pfi = stdout_json(&out);
+    assert!(pfi["value"].as_f64().is_some_and(|v| v > 0.0), "{pfi}");
+}

@@ -105,6 +105,22 @@ pub struct PowerCurve {
 /// so that what it learns is always a valid sweep.
 pub const POWER_ABOVE_CAP_TOLERANCE: f64 = 1.02;
 
+/// Measured readings as a sweep's points: sorted by cap, each point's power at most what its
+/// cap allows and at least the power at the next lower cap. A cap near or above the job's own
+/// draw does not bind, and two such caps read the same power give or take the meter's noise
+/// (3,364 W at 416 W/GPU, 3,353 W at 431 W/GPU): a real measurement that
+/// [`PowerCurve::new`] would refuse as non-monotone. The gateway learns its curves through this,
+/// and `flexgate pfi` reads an exported profile through it too, so both see the same sweep.
+pub fn settle_measured_power(gpus: u32, points: &mut [CurvePoint]) {
+    points.sort_by(|a, b| a.cap.value().total_cmp(&b.cap.value()));
+    let mut floor_w = 0.0f64;
+    for p in points.iter_mut() {
+        let power = p.power.value().min(f64::from(gpus) * p.cap.value()).max(floor_w);
+        floor_w = power;
+        p.power = Watts(power);
+    }
+}
+
 impl PowerCurve {
     /// Validate and sort measured points.
     ///
@@ -444,6 +460,33 @@ mod tests {
         assert!(matches!(err, CurveError::PowerAboveCap { .. }));
         let err = PowerCurve::new(1, vec![pt(500.0, 400.0, -3.0)]).unwrap_err();
         assert!(err.to_string().contains("tokens_per_s"));
+    }
+
+    #[test]
+    fn measured_power_near_the_jobs_own_draw_is_settled_into_a_valid_sweep() {
+        // Two caps above the job's draw read it give or take the meter's noise; the uncapped
+        // point reads a watt less than the cap below it; one reading exceeds its cap.
+        let mut points = vec![
+            pt(431.4, 3353.5, 900.0),
+            pt(416.0, 3364.2, 899.0),
+            pt(300.0, 2500.0, 700.0),
+            pt(700.0, 3352.0, 901.0),
+        ];
+        assert!(PowerCurve::new(8, points.clone()).is_err(), "refused as read");
+        assert!(matches!(
+            PowerCurve::new(8, points[..2].to_vec()).unwrap_err(),
+            CurveError::NonMonotonePower { .. }
+        ));
+        settle_measured_power(8, &mut points);
+        let caps: Vec<f64> = points.iter().map(|p| p.cap.value()).collect();
+        assert_eq!(caps, [300.0, 416.0, 431.4, 700.0]);
+        let powers: Vec<f64> = points.iter().map(|p| p.power.value()).collect();
+        assert_eq!(
+            powers,
+            [2400.0, 3328.0, 3353.5, 3353.5],
+            "clamped to the cap, then never falling"
+        );
+        assert!(PowerCurve::new(8, points).is_ok());
     }
 
     #[test]

@@ -82,15 +82,26 @@ fn sweep_of_profile(text: &str, wanted: Option<&str>) -> Result<Option<Sweep>> {
             profile.profile
         );
     }
+    // The readings as the gateway learned them: a cap that did not bind reads its power give or
+    // take the meter's noise, which a sweep file may not, but a measurement does.
+    let mut points: Vec<CurvePoint> = profile
+        .points
+        .iter()
+        .map(|p| CurvePoint {
+            cap: WattsPerGpu(p.cap_w),
+            power: Watts(p.power_w),
+            tokens: TokensPerSec(p.tokens_per_s),
+        })
+        .collect();
+    flexgate_policies::curve::settle_measured_power(gpus, &mut points);
     Ok(Some(Sweep {
         gpus,
-        points: profile
-            .points
+        points: points
             .iter()
             .map(|p| Point {
-                cap_w: p.cap_w,
-                power_w: p.power_w,
-                tokens_per_s: p.tokens_per_s,
+                cap_w: p.cap.value(),
+                power_w: p.power.value(),
+                tokens_per_s: p.tokens.value(),
             })
             .collect(),
         runs: Vec::new(),

@@ -379,20 +379,15 @@ impl JobEvidence {
     /// noisy), throughput scaled so that the uncapped point is the planner's T_max.
     fn curve(&self, spec: &JobSpec, points: &[Point], uncapped_tokens: f64) -> Option<PowerCurve> {
         let scale = spec.uncapped_tokens.value() / uncapped_tokens;
-        let gpus = f64::from(spec.gpus);
-        let mut floor_w = 0.0f64;
-        let curve_points = points
+        let mut curve_points: Vec<CurvePoint> = points
             .iter()
-            .map(|p| {
-                let power = p.power_w.min(gpus * p.cap_w).max(floor_w);
-                floor_w = power;
-                CurvePoint {
-                    cap: WattsPerGpu(p.cap_w),
-                    power: Watts(power),
-                    tokens: TokensPerSec((p.tokens * scale).max(f64::MIN_POSITIVE)),
-                }
+            .map(|p| CurvePoint {
+                cap: WattsPerGpu(p.cap_w),
+                power: Watts(p.power_w),
+                tokens: TokensPerSec((p.tokens * scale).max(f64::MIN_POSITIVE)),
             })
             .collect();
+        crate::curve::settle_measured_power(spec.gpus, &mut curve_points);
         PowerCurve::new(spec.gpus, curve_points).ok()
     }
 }
