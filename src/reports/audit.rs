@@ -4,6 +4,7 @@
 use crate::ledger::{Entry, NotAnEntry, Record};
 use crate::reports::plot::{self, AxisFormat, Chart, LineStyle, Series};
 use chrono::{DateTime, Duration as ChronoDuration, Utc};
+use flexgate_policies::alloc::Reason;
 use flexgate_policies::control::entry::{EventInterpreted, EventReceived, OperatorOptOut, Received, Trimmed};
 use flexgate_policies::event::{Ack, Participation, Phase, Transition};
 use serde::Serialize;
@@ -291,10 +292,10 @@ pub fn build(
             Entry::EventPhase(t) => transitions.push(t),
             Entry::OperatorOptOut(o) => opt_outs.push(o),
             Entry::Plan(p) => {
-                planned_jobs.extend(p.plan.rows.iter().map(|row| row.0.to_string()));
+                planned_jobs.extend(p.plan.rows.iter().map(|row| row.job().to_string()));
                 promised = promised.or(p.promised.as_deref().copied());
                 for (row, note) in p.plan.rows.iter().zip(&p.plan.notes) {
-                    weights.insert(row.0.to_string(), f64::from(note.0) * note.1);
+                    weights.insert(row.job().to_string(), f64::from(note.0) * note.1);
                 }
                 for f in &p.plan.fallbacks {
                     if !fallbacks.iter().any(|x| **x == **f) {
@@ -317,7 +318,7 @@ pub fn build(
                         .plan
                         .rows
                         .iter()
-                        .filter(|row| !matches!(row.6.as_str(), "uncapped" | "inflexible_unknown"))
+                        .filter(|row| !matches!(row.reason(), Reason::Uncapped | Reason::InflexibleUnknown))
                         .count(),
                     objective: p.plan.objective.map(|o| o.as_str().to_string()),
                     expected: p.plan.expected.as_deref().copied(),

@@ -470,13 +470,13 @@ impl PlanView {
                 .iter()
                 .enumerate()
                 .map(|(i, r)| PlanEntryView {
-                    job: r.0.to_string(),
-                    cap_w_per_gpu: r.1,
-                    expected_power_w: r.2,
-                    expected_tokens_per_s: r.3,
-                    floor_w: r.4,
-                    floor_kind: r.5.clone(),
-                    reason: r.6.clone(),
+                    job: r.job().to_string(),
+                    cap_w_per_gpu: r.cap_w(),
+                    expected_power_w: r.expected_power_w(),
+                    expected_tokens_per_s: r.expected_tokens_per_s(),
+                    floor_w: r.floor_w(),
+                    floor_kind: r.floor_kind().as_str().to_string(),
+                    reason: r.reason().as_str().to_string(),
                     knowledge: a.notes.get(i).map(|n| n.2.clone()),
                     weight: a.notes.get(i).map(|n| f64::from(n.0) * n.1),
                     expected_share: a.notes.get(i).map(|n| n.3),

@@ -250,7 +250,7 @@ impl Budget {
 }
 
 /// Why a job got the cap it got (recorded in the ledger next to the cap).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Reason {
     /// Not curtailed: the cap is the GPU maximum.
@@ -284,7 +284,7 @@ impl Reason {
 }
 
 /// Which limit sets a job's floor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FloorKind {
     /// The GPUs' minimum cap.

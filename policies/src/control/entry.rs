@@ -13,7 +13,7 @@
 use super::cluster::{CapCommand, CapOutcome, CapResult};
 use super::config::PolicyKind;
 use super::trim::TrimDirection;
-use crate::alloc::Objective;
+use crate::alloc::{FloorKind, Objective, Reason};
 use crate::event::{Ack, BaselineEstimate, CeilingTarget, EffectiveCeiling, EventSource, GridEvent, Transition};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -260,7 +260,59 @@ pub enum PlanReason {
 /// floor_w, floor_kind, reason]` (an array, not an object: a 10,000-job plan is recorded,
 /// hashed and flushed on the event path).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PlanRow(pub Arc<str>, pub f64, pub f64, pub f64, pub f64, pub String, pub String);
+pub struct PlanRow(
+    pub Arc<str>,
+    pub f64,
+    pub f64,
+    pub f64,
+    pub f64,
+    pub FloorKind,
+    pub Reason,
+);
+
+impl PlanRow {
+    /// The job.
+    #[must_use]
+    pub fn job(&self) -> &Arc<str> {
+        &self.0
+    }
+
+    /// Its cap, W per GPU.
+    #[must_use]
+    pub fn cap_w(&self) -> f64 {
+        self.1
+    }
+
+    /// The power the plan expects it to draw, W.
+    #[must_use]
+    pub fn expected_power_w(&self) -> f64 {
+        self.2
+    }
+
+    /// The throughput the plan expects of it, tokens/s.
+    #[must_use]
+    pub fn expected_tokens_per_s(&self) -> f64 {
+        self.3
+    }
+
+    /// Its floor, W.
+    #[must_use]
+    pub fn floor_w(&self) -> f64 {
+        self.4
+    }
+
+    /// What set the floor.
+    #[must_use]
+    pub fn floor_kind(&self) -> FloorKind {
+        self.5
+    }
+
+    /// Why it got this cap.
+    #[must_use]
+    pub fn reason(&self) -> Reason {
+        self.6
+    }
+}
 
 /// The column names of [`PlanRow`].
 pub const PLAN_COLUMNS: [&str; 7] = [
@@ -424,13 +476,27 @@ pub enum DispatchPurpose {
     Probe,
 }
 
+/// What became of one cap command (recorded as `applied`, `stale`, `unknown_job`, `failed`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DispatchStatus {
+    /// The node applied it (`applied_w` says what it set).
+    Applied,
+    /// The node holds a newer generation: superseded, so in force.
+    Stale,
+    /// The node does not know the job.
+    UnknownJob,
+    /// Refused or unanswered (`detail` says why).
+    Failed,
+}
+
 /// One command with what became of it: `[job, cap_w, generation, status, applied_w, detail]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DispatchRow(
     pub Arc<str>,
     pub f64,
     pub u64,
-    pub String,
+    pub DispatchStatus,
     pub Option<f64>,
     pub Option<String>,
 );
@@ -443,18 +509,20 @@ impl DispatchRow {
     #[must_use]
     pub fn new(command: &CapCommand, result: &CapResult) -> Self {
         let (status, applied, detail) = match &result.outcome {
-            CapOutcome::Applied { applied, clamped } => {
-                ("applied", Some(applied.value()), clamped.then(|| "clamped".to_string()))
-            }
-            CapOutcome::Stale { latest } => ("stale", None, Some(format!("latest generation {latest}"))),
-            CapOutcome::UnknownJob => ("unknown_job", None, None),
-            CapOutcome::Failed { reason } => ("failed", None, Some(reason.clone())),
+            CapOutcome::Applied { applied, clamped } => (
+                DispatchStatus::Applied,
+                Some(applied.value()),
+                clamped.then(|| "clamped".to_string()),
+            ),
+            CapOutcome::Stale { latest } => (DispatchStatus::Stale, None, Some(format!("latest generation {latest}"))),
+            CapOutcome::UnknownJob => (DispatchStatus::UnknownJob, None, None),
+            CapOutcome::Failed { reason } => (DispatchStatus::Failed, None, Some(reason.clone())),
         };
         DispatchRow(
             command.job.clone(),
             (command.cap.value() * 10.0).round() / 10.0,
             command.generation,
-            status.to_string(),
+            status,
             applied,
             detail,
         )
@@ -463,13 +531,43 @@ impl DispatchRow {
     /// Whether the cap is in force (applied, or superseded by a newer generation).
     #[must_use]
     pub fn confirmed(&self) -> bool {
-        self.3 == "applied" || self.3 == "stale"
+        matches!(self.3, DispatchStatus::Applied | DispatchStatus::Stale)
     }
 
     /// Whether the cluster no longer knows the job.
     #[must_use]
     pub fn unknown_job(&self) -> bool {
-        self.3 == "unknown_job"
+        self.3 == DispatchStatus::UnknownJob
+    }
+
+    /// The job.
+    #[must_use]
+    pub fn job(&self) -> &Arc<str> {
+        &self.0
+    }
+
+    /// The cap sent, W per GPU.
+    #[must_use]
+    pub fn cap_w(&self) -> f64 {
+        self.1
+    }
+
+    /// The generation it was sent with.
+    #[must_use]
+    pub fn generation(&self) -> u64 {
+        self.2
+    }
+
+    /// What became of it.
+    #[must_use]
+    pub fn status(&self) -> DispatchStatus {
+        self.3
+    }
+
+    /// What the node set, W per GPU, when it applied it.
+    #[must_use]
+    pub fn applied_w(&self) -> Option<f64> {
+        self.4
     }
 }
 
@@ -1082,7 +1180,33 @@ pub mod dedup_key {
 
 #[cfg(test)]
 mod tests {
-    use super::{SuspendOutcome, SuspendResult};
+    use super::{DispatchRow, DispatchStatus, PlanRow, SuspendOutcome, SuspendResult};
+    use crate::alloc::{FloorKind, Reason};
+
+    /// The plan's and the dispatch's rows read and write the arrays the ledger has always held,
+    /// their string columns now closed enums.
+    #[test]
+    fn plan_and_dispatch_rows_keep_their_recorded_form() {
+        let plan = serde_json::json!(["job-1", 400.0, 3200.0, 9000.0, 1600.0, "tier", "at_tier_floor"]);
+        let row: PlanRow = serde_json::from_value(plan.clone()).expect("reads");
+        assert_eq!((row.floor_kind(), row.reason()), (FloorKind::Tier, Reason::AtTierFloor));
+        assert_eq!((row.cap_w(), row.floor_w()), (400.0, 1600.0));
+        assert_eq!(serde_json::to_value(&row).expect("writes"), plan);
+        for (name, status, confirmed) in [
+            ("applied", DispatchStatus::Applied, true),
+            ("stale", DispatchStatus::Stale, true),
+            ("unknown_job", DispatchStatus::UnknownJob, false),
+            ("failed", DispatchStatus::Failed, false),
+        ] {
+            let recorded = serde_json::json!(["job-1", 400.0, 7, name, null, null]);
+            let row: DispatchRow = serde_json::from_value(recorded.clone()).expect("reads");
+            assert_eq!(
+                (row.status(), row.confirmed(), row.generation()),
+                (status, confirmed, 7)
+            );
+            assert_eq!(serde_json::to_value(&row).expect("writes"), recorded);
+        }
+    }
 
     /// The closed enum reads and writes the strings the ledger has always held.
     #[test]

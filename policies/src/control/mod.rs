@@ -160,7 +160,11 @@ impl PlanInForce {
     /// Expected draw of `job` under this plan, W (0 when it is not in the plan).
     #[must_use]
     pub fn expected_power(&self, job: &str) -> f64 {
-        self.allocation.rows.iter().find(|r| &*r.0 == job).map_or(0.0, |r| r.2)
+        self.allocation
+            .rows
+            .iter()
+            .find(|r| &**r.job() == job)
+            .map_or(0.0, PlanRow::expected_power_w)
     }
 }
 
@@ -635,19 +639,19 @@ impl Controller {
         self.last_dispatch = Some(d.at);
         let caps = Arc::make_mut(&mut self.caps);
         for row in &d.rows {
-            self.next_generation = self.next_generation.max(row.2.saturating_add(1));
+            self.next_generation = self.next_generation.max(row.generation().saturating_add(1));
             let confirmed = row.confirmed();
             if d.purpose == DispatchPurpose::Restore {
                 // Back at the uncapped limit, or gone: nothing of ours is in force any more. A
                 // failed restore stays, unconfirmed, and is sent again at the next tick.
                 if confirmed || row.unknown_job() {
-                    caps.remove(&row.0);
+                    caps.remove(row.job());
                 } else {
                     caps.insert(
-                        row.0.clone(),
+                        row.job().clone(),
                         AppliedCap {
-                            cap: WattsPerGpu(row.1),
-                            generation: row.2,
+                            cap: WattsPerGpu(row.cap_w()),
+                            generation: row.generation(),
                             confirmed: false,
                         },
                     );
@@ -655,10 +659,10 @@ impl Controller {
                 continue;
             }
             caps.insert(
-                row.0.clone(),
+                row.job().clone(),
                 AppliedCap {
-                    cap: WattsPerGpu(row.4.filter(|_| confirmed).unwrap_or(row.1)),
-                    generation: row.2,
+                    cap: WattsPerGpu(row.applied_w().filter(|_| confirmed).unwrap_or(row.cap_w())),
+                    generation: row.generation(),
                     confirmed,
                 },
             );
@@ -730,10 +734,10 @@ impl Controller {
             .allocation
             .rows
             .iter()
-            .filter(|r| running.contains(&*r.0))
+            .filter(|r| running.contains(&**r.job()))
             .map(|r| CapCommand {
-                job: r.0.clone(),
-                cap: WattsPerGpu(r.1),
+                job: r.job().clone(),
+                cap: WattsPerGpu(r.cap_w()),
                 generation: plan.generation,
                 until: plan.until,
             })
@@ -1026,12 +1030,12 @@ impl Controller {
             .iter()
             .filter(|r| {
                 self.caps
-                    .get(&r.0)
-                    .is_none_or(|c| (c.cap.value() - r.1).abs() > CAP_RESEND_W || !c.confirmed)
+                    .get(r.job())
+                    .is_none_or(|c| (c.cap.value() - r.cap_w()).abs() > CAP_RESEND_W || !c.confirmed)
             })
             .map(|r| CapCommand {
-                job: r.0.clone(),
-                cap: WattsPerGpu(r.1),
+                job: r.job().clone(),
+                cap: WattsPerGpu(r.cap_w()),
                 generation,
                 until,
             })
@@ -1344,8 +1348,8 @@ fn recorded_allocation(
                     e.expected_power.value().round(),
                     e.expected_tokens.value().round(),
                     e.floor.value().round(),
-                    e.floor_kind.as_str().to_string(),
-                    e.reason.as_str().to_string(),
+                    e.floor_kind,
+                    e.reason,
                 )
             })
             .collect(),
