@@ -151,6 +151,14 @@ async fn the_gateway_acts_on_a_real_modbus_meter_and_falls_back_when_it_hangs() 
         metrics.contains("flexgate_meter_quality{quality=\"stale\"} 1"),
         "{metrics}"
     );
+    // The history keeps each figure's own quality: the readings, then the stale stand-ins
+    // (it once called every figure that was not a reading `model`).
+    let history = server.gateway.meter_history(3600).await;
+    let qualities: Vec<&str> = history.points.iter().map(|p| p.quality).collect();
+    assert!(
+        qualities.contains(&"measured") && qualities.contains(&"stale") && !qualities.contains(&"model"),
+        "{qualities:?}"
+    );
     assert!(
         !metrics.contains("flexgate_measured_meter_watts "),
         "a stale figure is not shown as measured: {metrics}"

@@ -299,10 +299,10 @@ impl Gateway {
             .meter_history
             .iter()
             .filter(|(at, _, _)| *at >= since)
-            .map(|(at, kw, measured)| crate::grid::http::dashboard::MeterPoint {
+            .map(|(at, kw, quality)| crate::grid::http::dashboard::MeterPoint {
                 at: *at,
                 meter_w: kw * 1000.0,
-                quality: if *measured { "measured" } else { "model" },
+                quality: quality.as_str(),
                 ceiling_w: snapshot.book.effective_ceiling(*at).map(|c| c.ceiling_kw * 1000.0),
             })
             .collect();
@@ -574,13 +574,13 @@ impl Gateway {
         let meter: Vec<(chrono::DateTime<chrono::Utc>, f64)> = snapshot
             .meter_history
             .iter()
-            .filter(|(_, _, measured)| *measured)
+            .filter(|(_, _, quality)| quality.is_measured())
             .map(|(at, kw, _)| (*at, *kw))
             .collect();
         let modelled: Vec<chrono::DateTime<chrono::Utc>> = snapshot
             .meter_history
             .iter()
-            .filter(|(_, _, measured)| !*measured)
+            .filter(|(_, _, quality)| !quality.is_measured())
             .map(|(at, _, _)| *at)
             .collect();
         Some(EventDelivery {

@@ -131,7 +131,7 @@ impl Controller {
             let (sum, n) = self
                 .meter_history
                 .iter()
-                .filter(|(t, _, measured)| *t >= from && *t <= now && (*measured || !readings_only))
+                .filter(|(t, _, quality)| *t >= from && *t <= now && (quality.is_measured() || !readings_only))
                 .fold((0.0, 0usize), |(s, n), (_, kw, _)| (s + kw, n + 1));
             (n > 0).then(|| sum / n as f64)
         };

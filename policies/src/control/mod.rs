@@ -277,8 +277,9 @@ pub struct Snapshot {
     pub plan: Option<Arc<PlanInForce>>,
     /// The latest telemetry.
     pub telemetry: Option<Arc<Telemetry>>,
-    /// Meter history (six hours).
-    pub meter_history: imbl::Vector<(DateTime<Utc>, f64, bool)>,
+    /// Meter history (six hours): each figure with its quality (a reading, or the model's
+    /// figure standing in: no source configured, a stale or a missing feed).
+    pub meter_history: imbl::Vector<(DateTime<Utc>, f64, crate::meter::Quality)>,
     /// The trim, W.
     pub trim_w: f64,
     /// Jobs suspended by the gateway.
@@ -328,7 +329,7 @@ pub struct Controller {
     /// Observed: each job's learned knowledge, recomputed only when its evidence changed.
     learned_cache: evidence::LearnedCache,
     /// Persistent: a snapshot shares it instead of copying six hours of samples.
-    meter_history: imbl::Vector<(DateTime<Utc>, f64, bool)>,
+    meter_history: imbl::Vector<(DateTime<Utc>, f64, crate::meter::Quality)>,
     next_generation: u64,
     // Observed: fed again after a restart.
     jobs: Arc<Vec<JobState>>,
@@ -617,9 +618,10 @@ impl Controller {
             Entry::MeterSample(m) => {
                 let history = &mut self.meter_history;
                 // Whether the figure was a reading: a baseline and a delivery report are worked
-                // out on readings, and say so when only a model's figures were there.
-                let measured = m.meter_quality.is_none_or(|q| q.is_measured());
-                history.push_back((m.at, m.meter_kw, measured));
+                // out on readings, and say so when only a model's figures were there. Samples
+                // recorded before the quality was were readings.
+                let quality = m.meter_quality.unwrap_or(crate::meter::Quality::Measured);
+                history.push_back((m.at, m.meter_kw, quality));
                 let keep_from = m.at - chrono::Duration::seconds(HISTORY_KEEP_S);
                 while history.front().is_some_and(|(at, _, _)| *at < keep_from) {
                     history.pop_front();

@@ -203,7 +203,9 @@ pub struct MeterPoint {
     pub at: chrono::DateTime<chrono::Utc>,
     /// The meter figure, W.
     pub meter_w: f64,
-    /// `measured` (the meter's own reading) or `model` (the facility model's estimate).
+    /// `measured` (the meter's own reading), or the facility model's figure standing in:
+    /// `model` (no meter source configured), `stale` (a feed's last reading too old),
+    /// `missing` (a feed with no usable reading).
     pub quality: &'static str,
     /// The ceiling in force then, W (`null`: none).
     pub ceiling_w: Option<f64>,
