@@ -224,7 +224,10 @@ fn main() {
             let kw = meter * if revision % 2 == 0 { 0.80 } else { 0.82 };
             let body = event(revision, kw);
             let start = Instant::now();
-            gw.submit_event(&body, Transport::Http { peer: None }).await.expect("accepted");
+            gw.submit(
+            flexgate::grid::dr_event::submission(&body, flexgate_policies::event::EventSource::Http),
+            Transport::Http { peer: None },
+        ).await.expect("accepted");
             let acked = start.elapsed();
             gw.tick(false).await.expect("plan");
             let planned = start.elapsed();
@@ -238,7 +241,10 @@ fn main() {
         let mut measuring = Vec::new();
         for revision in revisions + 1..=revisions + if smoke { 5 } else { 200 } {
             let kw = meter * if revision % 2 == 0 { 0.80 } else { 0.82 };
-            gw.submit_event(&event(revision, kw), Transport::Http { peer: None })
+            gw.submit(
+                flexgate::grid::dr_event::submission(&event(revision, kw), flexgate_policies::event::EventSource::Http),
+                Transport::Http { peer: None },
+            )
                 .await
                 .expect("accepted");
             let start = Instant::now();

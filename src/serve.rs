@@ -131,7 +131,8 @@ impl Server {
         let limits = http::server::HttpLimits::from_config(&full_config.gateway)
             .within_handle_limit(http::server::open_files_limit());
         let http_stop = wait(stopped);
-        let http = tokio::spawn(http::server::serve(listener, router, limits, http_stop));
+        let counters = gateway.http_connections();
+        let http = tokio::spawn(http::server::serve(listener, router, limits, counters, http_stop));
         tasks.push(control);
         tasks.push(http);
         Ok(Self {

@@ -103,7 +103,13 @@ async fn start_gateway(config: Config) -> Server {
 async fn submit(server: &Server, id: &str, ceiling_kw: f64) {
     let outcome = server
         .gateway
-        .submit_event(&event(id, 1, ceiling_kw), Transport::Http { peer: None })
+        .submit(
+            flexgate::grid::dr_event::submission(
+                &event(id, 1, ceiling_kw),
+                flexgate_policies::event::EventSource::Http,
+            ),
+            Transport::Http { peer: None },
+        )
         .await
         .unwrap_or_else(|e| panic!("event {id} refused: {e}"));
     let ack = serde_json::to_value(&outcome.ack).expect("ack JSON");
@@ -669,7 +675,10 @@ async fn slurm_jobs_are_capped_on_their_gpus_released_when_they_end_and_when_the
     .expect("event JSON");
     server
         .gateway
-        .submit_event(&short, Transport::Http { peer: None })
+        .submit(
+            flexgate::grid::dr_event::submission(&short, flexgate_policies::event::EventSource::Http),
+            Transport::Http { peer: None },
+        )
         .await
         .expect("deep event accepted");
     let state_of = |id: u32| {

@@ -9,6 +9,19 @@
 use flexgate_dr::{AckPayload, DrEvent, DrInterval, DrTarget, DrWindow, KwRange, Opt, parse_dr_event};
 use flexgate_policies::event::{Ack, EventError, EventSource, GridEvent, Interval, Participation, Target, Window};
 
+/// The submission a `dr.event/1` document makes: the event it parses to, with the document's
+/// text, or why it does not parse. What HTTP and MQTT hand the driver.
+#[must_use]
+pub fn submission(bytes: &[u8], source: EventSource) -> crate::runtime::Submission {
+    match parse_event(bytes, source) {
+        Ok(event) => crate::runtime::Submission::Document {
+            event: Box::new(event),
+            raw: String::from_utf8_lossy(bytes).into_owned(),
+        },
+        Err(e) => crate::runtime::Submission::Invalid(e),
+    }
+}
+
 /// Parses a `dr.event/1` document (`flexgate-dr`) and maps it onto a validated [`GridEvent`].
 ///
 /// `source` is the transport the document came by ([`EventSource::Http`] or

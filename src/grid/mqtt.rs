@@ -377,13 +377,14 @@ impl Intake {
         }
         tracing::debug!(event = %event_id, "MQTT event: submitting");
         pause_point("mqtt_received", event_id).await;
-        match self.gateway.submit_event(payload, transport).await {
+        let submission = crate::grid::dr_event::submission(payload, transport.source());
+        match self.gateway.submit(submission, transport).await {
             Ok(outcome) => Decision::Answer(ack_payload(&outcome.ack)),
             Err(SubmitError::Refused { ack, .. } | SubmitError::Stale { ack, .. }) => {
                 Decision::Answer(ack_payload(&ack))
             }
             Err(SubmitError::Invalid(e)) => {
-                // `submit_event` counted it when its parse refused it.
+                // `submit` counted it when its parse refused it.
                 self.refusal(
                     &topic,
                     event_id,

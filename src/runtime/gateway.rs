@@ -28,6 +28,30 @@ use flexgate_policies::event::{Ack, EventError, GridEvent, IntervalDelivery, Pha
 use std::sync::{Arc, PoisonError, RwLock};
 use tokio::sync::{Mutex, Notify};
 
+/// What the grid side hands the driver: an event it has read, with what it was read from, or
+/// the reason a document could not be read. The transports parse; the driver decides.
+#[derive(Debug, Clone)]
+pub enum Submission {
+    /// A `dr.event/1` document (HTTP, MQTT), parsed, and the text it was parsed from (recorded
+    /// verbatim; lossy only for invalid UTF-8).
+    Document {
+        /// The event.
+        event: Box<GridEvent>,
+        /// The document as received.
+        raw: String,
+    },
+    /// An event an adapter translated from its protocol's message (OpenADR), which the adapter
+    /// recorded; `wire` says which object of it.
+    Translated {
+        /// The event.
+        event: Box<GridEvent>,
+        /// The protocol object it came from.
+        wire: WireRef,
+    },
+    /// A document that could not be read as an event: counted as refused, nothing recorded.
+    Invalid(EventError),
+}
+
 /// Why a submission was not accepted. Nothing in the event book changed.
 #[derive(Debug, thiserror::Error)]
 pub enum SubmitError {
@@ -175,6 +199,9 @@ pub struct Gateway {
     /// Set when the server begins to stop: long-lived answers (`GET /v1/stream`) end at once
     /// instead of holding the shutdown for the HTTP server's grace period.
     pub(crate) stopping: std::sync::atomic::AtomicBool,
+    /// The HTTP API's connection counts (open now, refused at a limit), kept by the server
+    /// that serves this gateway ([`Gateway::http_connections`]), read for `/metrics`.
+    pub(crate) http_connections: Arc<flexgate_httpserve::Counters>,
 }
 
 impl Gateway {
@@ -231,6 +258,7 @@ impl Gateway {
             facility,
             metrics,
             stopping: std::sync::atomic::AtomicBool::new(false),
+            http_connections: Arc::default(),
         });
         gateway.recover().await?;
         Ok(gateway)
@@ -291,7 +319,7 @@ impl Gateway {
 
     /// The meter's recent history (`GET /v1/meter/history`): the last `seconds` of readings the
     /// gateway keeps, with the ceiling in force at each and where each figure came from.
-    pub async fn meter_history(&self, seconds: u64) -> crate::grid::http::dashboard::MeterHistoryView {
+    pub async fn meter_history(&self, seconds: u64) -> super::views::MeterHistoryView {
         let published = self.published();
         let snapshot = &published.snapshot;
         let since = self.clock.now() - chrono::Duration::seconds(i64::try_from(seconds).unwrap_or(21_600));
@@ -299,14 +327,14 @@ impl Gateway {
             .meter_history
             .iter()
             .filter(|(at, _, _)| *at >= since)
-            .map(|(at, kw, quality)| crate::grid::http::dashboard::MeterPoint {
+            .map(|(at, kw, quality)| super::views::MeterPoint {
                 at: *at,
                 meter_w: kw * 1000.0,
                 quality: quality.as_str(),
                 ceiling_w: snapshot.book.effective_ceiling(*at).map(|c| c.ceiling_kw * 1000.0),
             })
             .collect();
-        crate::grid::http::dashboard::MeterHistoryView {
+        super::views::MeterHistoryView {
             time_zone: self.config.site.time_zone.clone(),
             points,
         }
@@ -429,12 +457,16 @@ impl Gateway {
         Ok(())
     }
 
-    /// Accept a `dr.event/1` document: parse, then the intake rules; every record of the
-    /// decision is flushed before the ack is returned.
-    pub async fn submit_event(&self, body: &[u8], transport: Transport) -> Result<SubmitOutcome, SubmitError> {
-        let event = match crate::grid::dr_event::parse_event(body, transport.source()) {
-            Ok(event) => event,
-            Err(e) => {
+    /// Take one submission from the grid side: the intake rules for an event (every record of
+    /// the decision flushed before the ack is returned), or the count of a refused document.
+    /// The same rules for every source (`POST /v1/events`, MQTT, OpenADR), so every source gets
+    /// identical de-duplication, staleness, site and expiry handling. The driver parses
+    /// nothing: the grid side hands it the event it read ([`Submission`]).
+    pub async fn submit(&self, submission: Submission, transport: Transport) -> Result<SubmitOutcome, SubmitError> {
+        let (event, received) = match submission {
+            Submission::Document { event, raw } => (*event, Received::Bytes(raw)),
+            Submission::Translated { event, wire } => ((*event).clone(), Received::Translated { event, wire }),
+            Submission::Invalid(e) => {
                 self.decide(|core| {
                     core.count_refused();
                     ((), Vec::new())
@@ -442,23 +474,6 @@ impl Gateway {
                 .await?;
                 return Err(SubmitError::Invalid(e));
             }
-        };
-        let received = Received::Bytes(String::from_utf8_lossy(body).into_owned());
-        self.intake(event, transport, received).await
-    }
-
-    /// Accept an event an adapter has already translated (OpenADR): the same rules as
-    /// `POST /v1/events`, so every source gets identical de-duplication, staleness, site and
-    /// expiry handling. The adapter has recorded the wire message; `transport` points to it.
-    pub async fn submit_grid_event(
-        &self,
-        event: GridEvent,
-        transport: Transport,
-        wire: WireRef,
-    ) -> Result<SubmitOutcome, SubmitError> {
-        let received = Received::Translated {
-            event: Box::new(event.clone()),
-            wire,
         };
         self.intake(event, transport, received).await
     }
@@ -671,6 +686,12 @@ impl Gateway {
         self.published().snapshot.flexibility.clone()
     }
 
+    /// The counters the HTTP server serving this gateway keeps its connection counts in.
+    #[must_use]
+    pub fn http_connections(&self) -> Arc<flexgate_httpserve::Counters> {
+        self.http_connections.clone()
+    }
+
     /// The exposition for `GET /metrics` (OpenMetrics text, base units, no NaN).
     pub async fn metrics(&self) -> String {
         let status = self.status().await;
@@ -683,8 +704,8 @@ impl Gateway {
             cap_drifts: c.drifts,
             cap_retries: c.cap_retries,
             trims: c.trims,
-            http_connections_open: crate::grid::http::server::CONNECTIONS.open(),
-            http_connections_refused: crate::grid::http::server::CONNECTIONS.refused(),
+            http_connections_open: self.http_connections.open(),
+            http_connections_refused: self.http_connections.refused(),
             active_events: status.active_events.len() as u64,
             jobs: status.jobs as u64,
             caps_unconfirmed: status.unconfirmed_jobs as u64,

@@ -15,7 +15,9 @@ mod recovery;
 pub mod views;
 
 pub use crate::clock::Clock;
-pub use gateway::{EventDelivery, Gateway, OperatorError, StartError, SubmitError, SubmitOutcome, Transport, WireRef};
+pub use gateway::{
+    EventDelivery, Gateway, OperatorError, StartError, Submission, SubmitError, SubmitOutcome, Transport, WireRef,
+};
 pub use views::{
     EventDetailView, EventView, ExpectedView, FlexibilityPointView, FlexibilityView, GuaranteeView, JobView,
     PlanEntryView, PlanView, ProbeView, StatusView,

@@ -566,3 +566,27 @@ pub struct EventDetailView {
     #[schema(value_type = Object)]
     pub detail: serde_json::Value,
 }
+
+/// One point of the meter's recent history.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct MeterPoint {
+    /// When it was read.
+    pub at: chrono::DateTime<chrono::Utc>,
+    /// The meter figure, W.
+    pub meter_w: f64,
+    /// `measured` (the meter's own reading), or the facility model's figure standing in:
+    /// `model` (no meter source configured), `stale` (a feed's last reading too old),
+    /// `missing` (a feed with no usable reading).
+    pub quality: &'static str,
+    /// The ceiling in force then, W (`null`: none).
+    pub ceiling_w: Option<f64>,
+}
+
+/// `GET /v1/meter/history`.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct MeterHistoryView {
+    /// The site's time zone, for local clock labels.
+    pub time_zone: String,
+    /// Oldest first, up to six hours.
+    pub points: Vec<MeterPoint>,
+}

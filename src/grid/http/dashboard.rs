@@ -10,7 +10,7 @@
 
 use super::Api;
 use super::problem::Problem;
-use crate::runtime::views::{EventView, JobView, PlanView, StatusView};
+use crate::runtime::views::{EventView, JobView, MeterHistoryView, PlanView, StatusView};
 use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -194,30 +194,6 @@ async fn state_message(api: &Api, seq: u64) -> StreamState {
         plan: api.gateway.plan_view().await,
         jobs,
     }
-}
-
-/// One point of the meter's recent history.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-pub struct MeterPoint {
-    /// When it was read.
-    pub at: chrono::DateTime<chrono::Utc>,
-    /// The meter figure, W.
-    pub meter_w: f64,
-    /// `measured` (the meter's own reading), or the facility model's figure standing in:
-    /// `model` (no meter source configured), `stale` (a feed's last reading too old),
-    /// `missing` (a feed with no usable reading).
-    pub quality: &'static str,
-    /// The ceiling in force then, W (`null`: none).
-    pub ceiling_w: Option<f64>,
-}
-
-/// `GET /v1/meter/history`.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-pub struct MeterHistoryView {
-    /// The site's time zone, for local clock labels.
-    pub time_zone: String,
-    /// Oldest first, up to six hours.
-    pub points: Vec<MeterPoint>,
 }
 
 /// Query of `GET /v1/meter/history`.

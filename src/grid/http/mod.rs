@@ -255,7 +255,8 @@ async fn post_event(State(api): State<Api>, request: Request) -> Response {
         Ok(body) => body,
         Err(e) => return Problem::new(e.status(), e.to_string()).into_response(),
     };
-    match api.gateway.submit_event(&body, transport).await {
+    let submission = crate::grid::dr_event::submission(&body, transport.source());
+    match api.gateway.submit(submission, transport).await {
         // Same revision, different body: the first answer stands and the new body was ignored;
         // say so with a conflict rather than a plain 200.
         Ok(outcome) if outcome.differs => refused(

@@ -8,7 +8,7 @@
 use axum::Router;
 use flexgate_httpserve::{Counters, Limits, Server};
 use std::future::Future;
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 
@@ -70,20 +70,19 @@ impl Default for HttpLimits {
 
 pub use flexgate_httpserve::open_files_limit;
 
-/// The API's connection counts since start (open now, refused at a limit), for `/metrics`.
-pub(crate) static CONNECTIONS: LazyLock<Arc<Counters>> = LazyLock::new(Arc::default);
-
-/// Serve `router` on `listener` until `shutdown` resolves, within `limits`. Requests in flight
-/// get 5 s to finish. Accept errors (out of file handles, …) are logged and retried after a
-/// short pause, so that they never stop the gateway.
+/// Serve `router` on `listener` until `shutdown` resolves, within `limits`, counting its
+/// connections in `counters` (the gateway's, read for `/metrics`). Requests in flight get 5 s
+/// to finish. Accept errors (out of file handles, …) are logged and retried after a short
+/// pause, so that they never stop the gateway.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     limits: HttpLimits,
+    counters: Arc<Counters>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let mut server = Server::new("HTTP API", limits.connections());
-    server.counters = CONNECTIONS.clone();
+    server.counters = counters;
     server.serve(listener, router, shutdown).await;
 }
 

@@ -8,7 +8,7 @@
 use super::map::{Labels, MapPolicy, Timing, cancellation, grid_event};
 use crate::config::{Config, OpenAdr2bConfig};
 use crate::ledger::{Entry, Recorded};
-use crate::runtime::{Gateway, SubmitError, Transport, WireRef};
+use crate::runtime::{Gateway, Submission, SubmitError, Transport, WireRef};
 use chrono::{DateTime, TimeDelta, Utc};
 use flexgate_openadr::http::oadr2b::Oadr2bHttp;
 use flexgate_openadr::http::oadr2b::TransportError;
@@ -403,7 +403,11 @@ impl Ven2b {
             vtn: self.http.base().to_string(),
             message_seq: self.last_inbound_seq,
         };
-        match self.gateway.submit_grid_event(event, transport, wire).await {
+        let submission = Submission::Translated {
+            event: Box::new(event),
+            wire,
+        };
+        match self.gateway.submit(submission, transport).await {
             Ok(outcome) => match outcome.ack.opt {
                 Participation::In => None,
                 Participation::Out => Some(outcome.ack.reason.unwrap_or_else(|| "opted out".into())),

@@ -15,7 +15,7 @@
 use super::map::{Labels, MapPolicy, Timing, cancellation, grid_event};
 use crate::config::{Config, OpenAdr3Config};
 use crate::ledger::{Entry, Recorded};
-use crate::runtime::{Gateway, SubmitError, Transport, WireRef};
+use crate::runtime::{Gateway, Submission, SubmitError, Transport, WireRef};
 use chrono::{DateTime, Utc};
 use flexgate_openadr::oadr3::client::ClientError;
 use flexgate_openadr::oadr3::{
@@ -259,7 +259,11 @@ impl Ven3 {
             revision,
             signal: None,
         };
-        match self.gateway.submit_grid_event(grid, transport, wire).await {
+        let submission = Submission::Translated {
+            event: Box::new(grid),
+            wire,
+        };
+        match self.gateway.submit(submission, transport).await {
             Ok(outcome) if outcome.ack.opt == Participation::In => {
                 let report_spans = mapped
                     .targets
@@ -298,19 +302,15 @@ impl Ven3 {
         };
         let held = self.acting.get(id).map_or(0, |t| t.revision);
         let event = cancellation(id, revision.max(held + 1), EventSource::OpenAdr3, now);
-        match self
-            .gateway
-            .submit_grid_event(
-                event,
-                transport,
-                WireRef {
-                    id: id.to_string(),
-                    revision,
-                    signal: None,
-                },
-            )
-            .await
-        {
+        let submission = Submission::Translated {
+            event: Box::new(event),
+            wire: WireRef {
+                id: id.to_string(),
+                revision,
+                signal: None,
+            },
+        };
+        match self.gateway.submit(submission, transport).await {
             Ok(_) | Err(SubmitError::Stale { .. }) => {}
             Err(e) => tracing::warn!(event = %id, "OpenADR 3 cancellation not taken: {e}"),
         }
