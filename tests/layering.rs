@@ -127,3 +127,34 @@ fn the_decision_core_does_no_io() {
         "the manifest was read: {dependencies:?}"
     );
 }
+
+#[test]
+fn libraries_depend_on_no_workspace_crate_and_adapters_only_on_libraries() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut checked = 0;
+    for (kind, allowed_prefix) in [("libs", None), ("adapters", Some("../../libs/"))] {
+        for entry in std::fs::read_dir(root.join(kind)).expect(kind) {
+            let manifest = entry.expect("entry").path().join("Cargo.toml");
+            let Ok(text) = std::fs::read_to_string(&manifest) else {
+                continue;
+            };
+            checked += 1;
+            for path in text
+                .split("path = \"")
+                .skip(1)
+                .filter_map(|rest| rest.split('"').next())
+            {
+                // The crate's own targets (`src/lib.rs`, `src/main.rs`) are not dependencies.
+                if !path.starts_with("..") {
+                    continue;
+                }
+                assert!(
+                    allowed_prefix.is_some_and(|prefix| path.starts_with(prefix)),
+                    "{} depends on {path}: a library depends on no workspace crate, an adapter only on libraries",
+                    manifest.display()
+                );
+            }
+        }
+    }
+    assert!(checked >= 10, "only {checked} manifests read");
+}
