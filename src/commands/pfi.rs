@@ -82,29 +82,19 @@ fn sweep_of_profile(text: &str, wanted: Option<&str>) -> Result<Option<Sweep>> {
             profile.profile
         );
     }
-    // The readings as the gateway learned them: a cap that did not bind reads its power give or
-    // take the meter's noise, which a sweep file may not, but a measurement does.
-    let mut points: Vec<CurvePoint> = profile
-        .points
-        .iter()
-        .map(|p| CurvePoint {
-            cap: WattsPerGpu(p.cap_w),
-            power: Watts(p.power_w),
-            tokens: TokensPerSec(p.tokens_per_s),
-        })
-        .collect();
-    flexgate_policies::curve::settle_measured_power(gpus, &mut points);
     Ok(Some(Sweep {
         gpus,
-        points: points
+        points: profile
+            .points
             .iter()
             .map(|p| Point {
-                cap_w: p.cap.value(),
-                power_w: p.power.value(),
-                tokens_per_s: p.tokens.value(),
+                cap_w: p.cap_w,
+                power_w: p.power_w,
+                tokens_per_s: p.tokens_per_s,
             })
             .collect(),
         runs: Vec::new(),
+        measured: true,
     }))
 }
 
@@ -116,6 +106,11 @@ struct Sweep {
     points: Vec<Point>,
     #[serde(default)]
     runs: Vec<Run>,
+    /// Readings the gateway measured (an exported profile), read as the gateway learned them: a
+    /// cap that did not bind reads its power give or take the meter's noise, which a sweep file
+    /// may not, but a measurement does (`curve::settle_measured_power`).
+    #[serde(skip)]
+    measured: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -140,7 +135,7 @@ pub fn run(args: &PfiArgs) -> Result<()> {
         Some(sweep) => sweep,
         None => serde_json::from_str(&text).with_context(|| format!("{} is not a sweep", args.sweep.display()))?,
     };
-    let points: Vec<CurvePoint> = match (sweep.points.is_empty(), sweep.runs.is_empty()) {
+    let mut points: Vec<CurvePoint> = match (sweep.points.is_empty(), sweep.runs.is_empty()) {
         (false, true) => sweep
             .points
             .iter()
@@ -165,6 +160,9 @@ pub fn run(args: &PfiArgs) -> Result<()> {
             .collect::<Result<_>>()?,
         _ => bail!("give either \"points\" or \"runs\", not both or neither"),
     };
+    if sweep.measured {
+        flexgate_policies::curve::settle_measured_power(sweep.gpus, &mut points);
+    }
     let curve = PowerCurve::new(sweep.gpus, points).context("invalid sweep")?;
     let value = pfi(&curve, args.epsilon)?;
     if args.json {
