@@ -80,6 +80,7 @@ fn classify(command: &str) -> (How, Gateway) {
         _ if c.starts_with("flexgate profiles list") => (run(&[0], ""), Stopped),
         _ if c.starts_with("flexgate facility") => (run(&[0], ""), Stopped),
         _ if c.starts_with("flexgate predictor") => (run(&[0], ""), Stopped),
+        _ if c.starts_with("flexgate openapi") => (run(&[0], "is the document the gateway serves"), Stopped),
         other => panic!("README example not known to tests/readme.rs; classify it: {other}"),
     }
 }
