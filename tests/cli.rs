@@ -858,7 +858,7 @@ fn openadr_decode_refuses_an_event_whose_duration_has_no_components() {
 fn profiles_measured_in_the_demo_are_listed_exported_read_by_pfi_and_imported() {
     let dir = tempfile::tempdir().expect("temp dir");
     let data = dir.path().join("demo");
-    let out = flexgate(&["demo", "--speed", "2000", "--data", data.to_str().expect("utf-8")]);
+    let out = flexgate(&["demo", "--speed", "1000", "--data", data.to_str().expect("utf-8")]);
     assert!(out.status.success(), "demo: {}", String::from_utf8_lossy(&out.stderr));
     let out = flexgate(&["profiles", "list", "--data", data.to_str().expect("utf-8"), "--json"]);
     assert!(out.status.success(), "{out:?}");

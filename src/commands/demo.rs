@@ -79,7 +79,10 @@ async fn demo(args: &DemoArgs) -> Result<()> {
     let sim_config = SimConfig {
         nodes: args.nodes,
         seed: args.seed,
-        settle_ms: 200,
+        // A cap settles over 24 s of event time (200 ms at the default ×120). A fixed real
+        // settle would, at ×2000, outlast a quarter of the hold, and on a busy machine every
+        // closed-loop trim would restart it before any steady reading was taken.
+        settle_ms: ((24_000.0 / args.speed).round() as u64).clamp(1, 200),
         // Event time runs ×speed; the jobs' throughput window shrinks with it.
         throughput_window_ms: ((30_000.0 / args.speed).round() as u64).max(1),
         facility,
