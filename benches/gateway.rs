@@ -47,7 +47,7 @@ async fn gateway(dir: &std::path::Path, nodes: u32) -> (Arc<Gateway>, usize) {
     let gw = Gateway::start(config, Clock::real(), ledger, backend)
         .await
         .expect("gateway");
-    gw.tick(true).await.expect("first measurement");
+    gw.driver().tick(true).await.expect("first measurement");
     (gw, jobs)
 }
 
@@ -144,7 +144,7 @@ async fn black_hole_bench(requests: usize) {
     let deadline = Instant::now() + Duration::from_secs(30);
     // Agents without a meter source: the facility model's figure.
     let meter = loop {
-        if let Some(kw) = server.gateway.status().await.meter_kw() {
+        if let Some(kw) = server.gateway.read().status().await.meter_kw() {
             break kw;
         }
         assert!(Instant::now() < deadline, "no meter figure");
@@ -169,7 +169,7 @@ async fn black_hole_bench(requests: usize) {
     .expect("post");
     assert_eq!(r.status, 200, "{}", r.text());
     let pass = Instant::now();
-    server.gateway.tick(true).await.expect("tick");
+    server.gateway.driver().tick(true).await.expect("tick");
     let pass = pass.elapsed();
     let (mut reads, mut acks) = (Vec::with_capacity(requests), Vec::with_capacity(requests));
     for i in 0..requests {
@@ -218,20 +218,20 @@ fn main() {
         let (nodes, revisions) = if smoke { (40, 20) } else { (1_650, 2_000) };
         let dir = tempfile::tempdir().expect("dir");
         let (gw, jobs) = gateway(dir.path(), nodes).await;
-        let meter = gw.status().await.measured_meter_kw().expect("meter");
+        let meter = gw.read().status().await.measured_meter_kw().expect("meter");
         let (mut ack, mut recorded, mut plan) = (Vec::new(), Vec::new(), Vec::new());
         for revision in 1..=revisions {
             let kw = meter * if revision % 2 == 0 { 0.80 } else { 0.82 };
             let body = event(revision, kw);
             let start = Instant::now();
-            gw.submit(
+            gw.driver().submit(
             flexgate::grid::dr_event::submission(&body, flexgate_policies::event::EventSource::Http),
             Transport::Http { peer: None },
         ).await.expect("accepted");
             let acked = start.elapsed();
-            gw.tick(false).await.expect("plan");
+            gw.driver().tick(false).await.expect("plan");
             let planned = start.elapsed();
-            let plan_flushed = gw.plan_recorded_at().await.map(|at| at.duration_since(start));
+            let plan_flushed = gw.read().plan_recorded_at().await.map(|at| at.duration_since(start));
             if revision > 5 {
                 ack.push(acked);
                 plan.push(planned);
@@ -241,14 +241,14 @@ fn main() {
         let mut measuring = Vec::new();
         for revision in revisions + 1..=revisions + if smoke { 5 } else { 200 } {
             let kw = meter * if revision % 2 == 0 { 0.80 } else { 0.82 };
-            gw.submit(
+            gw.driver().submit(
                 flexgate::grid::dr_event::submission(&event(revision, kw), flexgate_policies::event::EventSource::Http),
                 Transport::Http { peer: None },
             )
                 .await
                 .expect("accepted");
             let start = Instant::now();
-            gw.tick(true).await.expect("measuring pass");
+            gw.driver().tick(true).await.expect("measuring pass");
             measuring.push(start.elapsed());
         }
         println!("fleet: {jobs} jobs on {nodes} nodes; ledger: {} records", gw.ledger().head().0);

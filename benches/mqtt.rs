@@ -103,7 +103,7 @@ fn event(id: &str, revision: u64, kw: f64, test: bool) -> Vec<u8> {
 async fn ready(server: &Server) -> f64 {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        if let Some(kw) = server.gateway.status().await.measured_meter_kw() {
+        if let Some(kw) = server.gateway.read().status().await.measured_meter_kw() {
             tokio::time::sleep(Duration::from_millis(500)).await;
             return kw;
         }

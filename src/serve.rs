@@ -127,11 +127,11 @@ impl Server {
                 .map_err(|e| ServeError::OpenAdr(e.to_string()))?;
             tasks.push(tokio::spawn(bridge.run(stopped.clone())));
         }
-        let control = tokio::spawn(gateway.clone().control_loop(wait(stopped.clone())));
+        let control = tokio::spawn(gateway.driver().clone().control_loop(wait(stopped.clone())));
         let limits = http::server::HttpLimits::from_config(&full_config.gateway)
             .within_handle_limit(http::server::open_files_limit());
         let http_stop = wait(stopped);
-        let counters = gateway.http_connections();
+        let counters = gateway.read().http_connections();
         let http = tokio::spawn(http::server::serve(listener, router, limits, counters, http_stop));
         tasks.push(control);
         tasks.push(http);
@@ -147,7 +147,7 @@ impl Server {
     /// Stop serving, stop the control loop, and close the ledger (which unlocks its directory).
     pub async fn shutdown(self) {
         // Live streams end first, so that the HTTP server's grace period is not spent on them.
-        self.gateway.begin_shutdown();
+        self.gateway.read().begin_shutdown();
         let _ = self.stop.send(true);
         for task in self.tasks {
             let _ = task.await;

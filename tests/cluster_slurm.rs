@@ -103,6 +103,7 @@ async fn start_gateway(config: Config) -> Server {
 async fn submit(server: &Server, id: &str, ceiling_kw: f64) {
     let outcome = server
         .gateway
+        .driver()
         .submit(
             flexgate::grid::dr_event::submission(
                 &event(id, 1, ceiling_kw),
@@ -120,8 +121,8 @@ async fn submit(server: &Server, id: &str, ceiling_kw: f64) {
 /// agents and no meter source the figure is the facility model's, and says so.
 async fn wait_inventory(server: &Server, want: &[(String, u32)]) -> f64 {
     wait_for("the gateway's inventory and meter", Duration::from_secs(20), || async {
-        let jobs = server.gateway.jobs().await;
-        let status = server.gateway.status().await;
+        let jobs = server.gateway.read().jobs().await;
+        let status = server.gateway.read().status().await;
         assert!(
             status.measured_meter_kw().is_none(),
             "a model's figure is never called measured"
@@ -355,7 +356,7 @@ async fn slurm_jobs_are_capped_on_their_gpus_released_when_they_end_and_when_the
     let t0 = Instant::now();
     let server = start_gateway(gateway_config(&dir.path().join("gw"), backend.clone(), 1)).await;
     let meter = wait_inventory(&server, &[(id1.clone(), 2), (id2.clone(), 3)]).await;
-    let jobs = server.gateway.jobs().await;
+    let jobs = server.gateway.read().jobs().await;
     for (id, pfi) in [(&id1, "PFI 2.50"), (&id2, "PFI 1.20")] {
         let job = jobs.iter().find(|j| &j.id == id).expect("job listed");
         assert_eq!(job.nodes, vec!["localhost".to_string()], "{}", brief_jobs(&jobs));
@@ -373,8 +374,8 @@ async fn slurm_jobs_are_capped_on_their_gpus_released_when_they_end_and_when_the
         "a plan in force, confirmed, with the agent's GPUs at its caps",
         Duration::from_secs(15),
         || async {
-            let plan = server.gateway.plan().await;
-            let jobs = server.gateway.jobs().await;
+            let plan = server.gateway.read().plan().await;
+            let jobs = server.gateway.read().jobs().await;
             let gpus = agent.gpus().await;
             let seen = || {
                 format!(
@@ -403,6 +404,7 @@ async fn slurm_jobs_are_capped_on_their_gpus_released_when_they_end_and_when_the
             // The plan must not have moved while the GPUs were read.
             let still = server
                 .gateway
+                .read()
                 .plan()
                 .await
                 .is_some_and(|q| q.generation == p.generation);
@@ -434,8 +436,8 @@ async fn slurm_jobs_are_capped_on_their_gpus_released_when_they_end_and_when_the
         "job 1's GPUs restored and a new plan for job 2 alone",
         Duration::from_secs(10),
         || async {
-            let plan = server.gateway.plan().await;
-            let jobs = server.gateway.jobs().await;
+            let plan = server.gateway.read().plan().await;
+            let jobs = server.gateway.read().jobs().await;
             let gpus = agent.gpus().await;
             let seen = || {
                 format!(
@@ -675,6 +677,7 @@ async fn slurm_jobs_are_capped_on_their_gpus_released_when_they_end_and_when_the
     .expect("event JSON");
     server
         .gateway
+        .driver()
         .submit(
             flexgate::grid::dr_event::submission(&short, flexgate_policies::event::EventSource::Http),
             Transport::Http { peer: None },
@@ -699,7 +702,7 @@ async fn slurm_jobs_are_capped_on_their_gpus_released_when_they_end_and_when_the
             } else {
                 Err(format!(
                     "job {j2} {s2}, job {j3} {s3}; plan {}",
-                    brief_plan(server.gateway.plan().await.as_ref())
+                    brief_plan(server.gateway.read().plan().await.as_ref())
                 ))
             }
         },
@@ -758,8 +761,8 @@ async fn an_agent_killed_mid_event_moves_its_shortfall_onto_the_confirmed_job() 
     let ceiling = meter - 3.5;
     submit(&server, "ev-agents", ceiling).await;
     let (before, n1_before) = wait_for("both nodes capped and confirmed", Duration::from_secs(15), || async {
-        let plan = server.gateway.plan().await;
-        let jobs = server.gateway.jobs().await;
+        let plan = server.gateway.read().plan().await;
+        let jobs = server.gateway.read().jobs().await;
         let seen = || format!("plan {}; jobs {}", brief_plan(plan.as_ref()), brief_jobs(&jobs));
         let Some(p) = plan.as_ref() else { return Err(seen()) };
         let (Some(c1), Some(c2)) = (cap_of(p, &job1), cap_of(p, &job2)) else {
@@ -782,6 +785,7 @@ async fn an_agent_killed_mid_event_moves_its_shortfall_onto_the_confirmed_job() 
     // The plan in force just before the kill (the closed loop may have lowered it a little).
     let n1_before = server
         .gateway
+        .read()
         .plan()
         .await
         .and_then(|p| cap_of(&p, &job1))
@@ -793,8 +797,8 @@ async fn an_agent_killed_mid_event_moves_its_shortfall_onto_the_confirmed_job() 
         "node:n2 unconfirmed, counted as fixed load, node:n1 capped deeper",
         TICK * 2 + Duration::from_secs(RENEW_S) + Duration::from_secs(8),
         || async {
-            let plan = server.gateway.plan().await;
-            let jobs = server.gateway.jobs().await;
+            let plan = server.gateway.read().plan().await;
+            let jobs = server.gateway.read().jobs().await;
             let limits1 = n1.limits().await;
             let seen = || {
                 format!(
@@ -821,7 +825,7 @@ async fn an_agent_killed_mid_event_moves_its_shortfall_onto_the_confirmed_job() 
     )
     .await;
     let took = killed.elapsed();
-    let jobs = server.gateway.jobs().await;
+    let jobs = server.gateway.read().jobs().await;
     let n2_measured = jobs.iter().find(|j| j.id == job2).map_or(0.0, |j| j.measured_power_w);
     assert!(
         close(fixed_w, n2_measured) && n2_measured >= 8.0 * 700.0 - 0.5,
@@ -875,7 +879,7 @@ async fn untagged_jobs_get_a_pfi_predicted_from_agent_metrics_and_the_more_flexi
     let meter = wait_inventory(&server, &[(job1.clone(), 8), (job2.clone(), 8)]).await;
     // Three 1 s readings of each uncapped run, then both have a predicted PFI.
     let predicted = wait_for("both jobs' PFI predicted", Duration::from_secs(15), || async {
-        let jobs = server.gateway.jobs().await;
+        let jobs = server.gateway.read().jobs().await;
         let pfi = |id: &str| {
             jobs.iter()
                 .find(|j| j.id == id)
@@ -901,8 +905,8 @@ async fn untagged_jobs_get_a_pfi_predicted_from_agent_metrics_and_the_more_flexi
     );
     submit(&server, "ev-predicted", meter - 3.0).await;
     let plan = wait_for("both nodes capped and confirmed", Duration::from_secs(15), || async {
-        let plan = server.gateway.plan().await;
-        let jobs = server.gateway.jobs().await;
+        let plan = server.gateway.read().plan().await;
+        let jobs = server.gateway.read().jobs().await;
         let seen = || format!("plan {}; jobs {}", brief_plan(plan.as_ref()), brief_jobs(&jobs));
         let Some(p) = plan.as_ref() else { return Err(seen()) };
         let capped = cap_of(p, &job1).is_some_and(|c| c < 699.5) || cap_of(p, &job2).is_some_and(|c| c < 699.5);
@@ -990,7 +994,7 @@ async fn refused_tokens_change_nothing_and_out_of_range_caps_are_clamped_and_rep
     submit(&server, "ev-refused", meter - 2.0).await;
     let row = wait_for("a refused dispatch in the ledger", Duration::from_secs(10), || async {
         let rows = dispatch_rows(&server);
-        let jobs = server.gateway.jobs().await;
+        let jobs = server.gateway.read().jobs().await;
         rows.iter()
             .find(|r| r[0] == job.as_str() && r[3] == "failed")
             .cloned()
@@ -998,9 +1002,9 @@ async fn refused_tokens_change_nothing_and_out_of_range_caps_are_clamped_and_rep
     })
     .await;
     assert!(row[5].as_str().is_some_and(|d| d.contains("403")), "{row}");
-    let jobs = server.gateway.jobs().await;
+    let jobs = server.gateway.read().jobs().await;
     assert!(jobs.iter().all(|j| !j.confirmed), "{}", brief_jobs(&jobs));
-    assert!(server.gateway.status().await.unconfirmed_jobs == 1);
+    assert!(server.gateway.read().status().await.unconfirmed_jobs == 1);
     assert!(dispatch_rows(&server).iter().all(|r| r[3] != "applied"));
     unchanged().await;
     server.shutdown().await;
@@ -1050,7 +1054,7 @@ async fn refused_tokens_change_nothing_and_out_of_range_caps_are_clamped_and_rep
             Some(row) => Ok((row.clone(), gpus)),
             None => Err(format!(
                 "dispatch rows {rows:?}; plan {}",
-                brief_plan(server.gateway.plan().await.as_ref())
+                brief_plan(server.gateway.read().plan().await.as_ref())
             )),
         }
     })

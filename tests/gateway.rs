@@ -95,8 +95,8 @@ async fn get(gw: &Arc<Gateway>, path: &str) -> (StatusCode, Vec<u8>) {
 }
 
 async fn meter_kw(gw: &Arc<Gateway>) -> f64 {
-    gw.tick(true).await.expect("tick");
-    gw.status().await.measured_meter_kw().expect("meter")
+    gw.driver().tick(true).await.expect("tick");
+    gw.read().status().await.measured_meter_kw().expect("meter")
 }
 
 #[tokio::test]
@@ -109,7 +109,10 @@ async fn writes_need_the_token_and_bad_input_changes_nothing() {
     assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
     let (status, _) = post(&gw, &good, Some("wrong")).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
-    assert!(gw.events().await.is_empty(), "an unauthorized request changed nothing");
+    assert!(
+        gw.read().events().await.is_empty(),
+        "an unauthorized request changed nothing"
+    );
 
     for (bad, field) in [
         (json!({"schema": "dr.event/2"}), "schema"),
@@ -145,14 +148,14 @@ async fn writes_need_the_token_and_bad_input_changes_nothing() {
         assert_eq!(body["type"], "about:blank", "{body}");
         assert!(named.contains(field), "error should name {field}: {body}");
     }
-    assert!(gw.events().await.is_empty(), "invalid input changed nothing");
+    assert!(gw.read().events().await.is_empty(), "invalid input changed nothing");
 
     let mut other_site = good.clone();
     other_site["site"] = json!("elsewhere");
     let (status, body) = post(&gw, &other_site, Some(TOKEN)).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
     assert_eq!(body["ack"]["opt"], "out");
-    assert!(gw.events().await.is_empty());
+    assert!(gw.read().events().await.is_empty());
 
     let (status, ack) = post(&gw, &good, Some(TOKEN)).await;
     assert_eq!(status, StatusCode::OK, "{ack}");
@@ -175,7 +178,7 @@ async fn writes_need_the_token_and_bad_input_changes_nothing() {
 async fn read_endpoints_answer() {
     let dir = tempfile::tempdir().expect("dir");
     let (gw, _sim) = gateway(dir.path(), 4, SimFaults::default()).await;
-    gw.tick(true).await.expect("tick");
+    gw.driver().tick(true).await.expect("tick");
     for path in [
         "/healthz",
         "/v1/status",
@@ -260,7 +263,7 @@ async fn revisions_higher_replaces_lower_is_refused_equal_is_repeated() {
     );
     assert_eq!(conflict["ack"]["log_checkpoint"], ack["log_checkpoint"]);
     assert_eq!(
-        gw.events().await[0].lowest_ceiling_w,
+        gw.read().events().await[0].lowest_ceiling_w,
         Some(100_000.0),
         "the new body changed nothing"
     );
@@ -268,7 +271,7 @@ async fn revisions_higher_replaces_lower_is_refused_equal_is_repeated() {
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
     let (status, _) = post(&gw, &event("ev-r", 3, 80.0, 600, Some(1800)), Some(TOKEN)).await;
     assert_eq!(status, StatusCode::OK);
-    let events = gw.events().await;
+    let events = gw.read().events().await;
     assert_eq!(
         (events.len(), events[0].revision, events[0].lowest_ceiling_w),
         (1, 3, Some(80_000.0))
@@ -280,7 +283,7 @@ async fn revisions_higher_replaces_lower_is_refused_equal_is_repeated() {
     body.insert("cancel".into(), json!(true));
     let (status, ack) = post(&gw, &cancel, Some(TOKEN)).await;
     assert_eq!(status, StatusCode::OK, "{ack}");
-    let events = gw.events().await;
+    let events = gw.read().events().await;
     assert_eq!(
         (events[0].revision, events[0].state.as_str()),
         (4, "cancelled"),
@@ -301,9 +304,9 @@ async fn an_event_caps_jobs_holds_the_ceiling_and_restores_at_the_end() {
     // Baseline: a few telemetry ticks.
     for _ in 0..5 {
         tokio::time::sleep(Duration::from_secs(5)).await;
-        gw.tick(true).await.expect("tick");
+        gw.driver().tick(true).await.expect("tick");
     }
-    let baseline = gw.status().await.measured_meter_kw().expect("meter");
+    let baseline = gw.read().status().await.measured_meter_kw().expect("meter");
     let ceiling = (baseline * 0.85 * 10.0).round() / 10.0;
     // Before the event: the site publishes what shedding would cost, at the meter.
     let (code, body) = get(&gw, "/v1/flexibility").await;
@@ -336,16 +339,20 @@ async fn an_event_caps_jobs_holds_the_ceiling_and_restores_at_the_end() {
 
     let stop = Arc::new(tokio::sync::Notify::new());
     let loop_stop = stop.clone();
-    let control = tokio::spawn(gw.clone().control_loop(async move { loop_stop.notified().await }));
+    let control = tokio::spawn(
+        gw.driver()
+            .clone()
+            .control_loop(async move { loop_stop.notified().await }),
+    );
 
     // Ramp (60 s lead + 300 s ramp) and settle, then check the hold. Reads never wait for the
     // control loop, so with tokio's clock paused the loop may lag the jump: catch it up first.
     tokio::time::sleep(Duration::from_secs(60 + 300 + 120)).await;
-    gw.tick(false).await.expect("tick");
-    let status = gw.status().await;
+    gw.driver().tick(false).await.expect("tick");
+    let status = gw.read().status().await;
     assert_eq!(status.phase.as_deref(), Some("active"), "{status:?}");
     assert_eq!(status.meter_ceiling_kw(), Some(ceiling));
-    let plan = gw.plan().await.expect("plan in force");
+    let plan = gw.read().plan().await.expect("plan in force");
     assert!(
         plan.entries.iter().any(|e| e.cap_w_per_gpu < 700.0),
         "some job is capped"
@@ -380,16 +387,16 @@ async fn an_event_caps_jobs_holds_the_ceiling_and_restores_at_the_end() {
     // The meter holds the ceiling for the rest of the hold.
     for _ in 0..20 {
         tokio::time::sleep(Duration::from_secs(60)).await;
-        let s = gw.status().await;
+        let s = gw.read().status().await;
         let meter = s.measured_meter_kw().expect("meter");
         assert!(meter <= ceiling + 0.5, "meter {meter} above ceiling {ceiling}");
     }
     // After the window and recovery, every job is back at its uncapped limit.
     tokio::time::sleep(Duration::from_secs(3600 + 300 + 60)).await;
-    gw.tick(false).await.expect("tick");
-    let events = gw.events().await;
+    gw.driver().tick(false).await.expect("tick");
+    let events = gw.read().events().await;
     assert_eq!(events[0].state, "completed", "{events:?}");
-    assert!(gw.plan().await.is_none());
+    assert!(gw.read().plan().await.is_none());
     let inventory: Vec<JobState> = sim.inventory().await.expect("inventory");
     assert!(
         inventory
@@ -413,9 +420,9 @@ async fn test_events_are_acknowledged_but_never_acted_on_and_overlaps_take_the_l
     assert_eq!(status, StatusCode::OK);
     assert!(ack["reason"].as_str().unwrap_or("").contains("test"), "{ack}");
     tokio::time::sleep(Duration::from_secs(400)).await;
-    gw.tick(true).await.expect("tick");
+    gw.driver().tick(true).await.expect("tick");
     assert_eq!(
-        gw.status().await.meter_ceiling_kw(),
+        gw.read().status().await.meter_ceiling_kw(),
         None,
         "a test event sets no ceiling"
     );
@@ -423,8 +430,8 @@ async fn test_events_are_acknowledged_but_never_acted_on_and_overlaps_take_the_l
     post(&gw, &event("ev-a", 1, baseline * 0.9, 0, Some(3600)), Some(TOKEN)).await;
     post(&gw, &event("ev-b", 1, baseline * 0.8, 0, Some(3600)), Some(TOKEN)).await;
     tokio::time::sleep(Duration::from_secs(400)).await;
-    gw.tick(true).await.expect("tick");
-    let status = gw.status().await;
+    gw.driver().tick(true).await.expect("tick");
+    let status = gw.read().status().await;
     assert_eq!(
         status.meter_ceiling_kw(),
         Some(baseline * 0.8),
@@ -443,16 +450,16 @@ async fn unconfirmed_caps_are_counted_at_measured_power_and_state_survives_a_res
     let baseline = meter_kw(&gw).await;
     post(&gw, &event("ev-keep", 1, baseline * 0.85, 0, None), Some(TOKEN)).await;
     tokio::time::sleep(Duration::from_secs(400)).await;
-    gw.tick(true).await.expect("tick");
-    gw.tick(true).await.expect("tick");
-    let status = gw.status().await;
+    gw.driver().tick(true).await.expect("tick");
+    gw.driver().tick(true).await.expect("tick");
+    let status = gw.read().status().await;
     assert!(
         status.unconfirmed_jobs >= 1,
         "the job on the unreachable node is unconfirmed: {status:?}"
     );
-    let plan = gw.plan().await.expect("plan");
+    let plan = gw.read().plan().await.expect("plan");
     assert!(
-        plan.entries.len() < gw.jobs().await.len(),
+        plan.entries.len() < gw.read().jobs().await.len(),
         "unconfirmed jobs are fixed load, not planned"
     );
 
@@ -464,7 +471,7 @@ async fn unconfirmed_caps_are_counted_at_measured_power_and_state_survives_a_res
     gw_ptr.close().await.expect("close");
     let (gw2, sim2) = gateway_on(dir.path(), 8, SimFaults::default(), clock).await;
     assert!(gw2.ledger().head().0 > head.0, "startup recorded");
-    let events = gw2.events().await;
+    let events = gw2.read().events().await;
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].id, "ev-keep");
     let inventory = sim2.inventory().await.expect("inventory");
@@ -472,8 +479,8 @@ async fn unconfirmed_caps_are_counted_at_measured_power_and_state_survives_a_res
         inventory.iter().any(|j| j.applied_cap.value() < 699.0),
         "caps re-applied at start"
     );
-    gw2.tick(true).await.expect("tick");
-    assert_eq!(gw2.status().await.meter_ceiling_kw(), Some(baseline * 0.85));
+    gw2.driver().tick(true).await.expect("tick");
+    assert_eq!(gw2.read().status().await.meter_ceiling_kw(), Some(baseline * 0.85));
 }
 
 #[tokio::test(start_paused = true)]
@@ -483,8 +490,8 @@ async fn an_operator_opt_out_lifts_the_ceiling_is_recorded_and_survives_a_restar
     let baseline = meter_kw(&gw).await;
     post(&gw, &event("ev-op", 1, baseline * 0.8, 0, None), Some(TOKEN)).await;
     tokio::time::sleep(Duration::from_secs(400)).await;
-    gw.tick(true).await.expect("tick");
-    assert!(gw.status().await.meter_ceiling_kw().is_some());
+    gw.driver().tick(true).await.expect("tick");
+    assert!(gw.read().status().await.meter_ceiling_kw().is_some());
 
     let router = flexgate::grid::http::router(gw.clone(), TOKEN);
     let body = json!({"event_id": "ev-op", "operator": "alice", "reason": "must-run training deadline"}).to_string();
@@ -498,7 +505,7 @@ async fn an_operator_opt_out_lifts_the_ceiling_is_recorded_and_survives_a_restar
         .await
         .expect("response");
     assert_eq!(unauthorized.status(), StatusCode::UNAUTHORIZED);
-    assert!(gw.status().await.meter_ceiling_kw().is_some(), "nothing changed");
+    assert!(gw.read().status().await.meter_ceiling_kw().is_some(), "nothing changed");
     let response = router
         .oneshot(
             Request::post("/v1/operator/opt-out")
@@ -509,14 +516,14 @@ async fn an_operator_opt_out_lifts_the_ceiling_is_recorded_and_survives_a_restar
         .await
         .expect("response");
     assert_eq!(response.status(), StatusCode::OK);
-    gw.tick(true).await.expect("tick");
+    gw.driver().tick(true).await.expect("tick");
     assert_eq!(
-        gw.status().await.meter_ceiling_kw(),
+        gw.read().status().await.meter_ceiling_kw(),
         None,
         "the opted-out event no longer binds"
     );
     // The event itself says so, in the list and in its own view.
-    let events = gw.events().await;
+    let events = gw.read().events().await;
     assert_eq!(events[0].state, "opted_out", "{events:?}");
     assert_eq!(events[0].ceiling_w, None, "no ceiling in force");
     let (status, one) = get(&gw, "/v1/events/ev-op").await;
@@ -524,11 +531,14 @@ async fn an_operator_opt_out_lifts_the_ceiling_is_recorded_and_survives_a_restar
     let one: Value = serde_json::from_slice(&one).expect("json");
     assert_eq!(one["summary"]["state"], "opted_out", "{one}");
     // A second opt-out of the same event is refused and changes nothing.
-    let again = gw.operator_opt_out("ev-op", "bob", "again").await;
+    let again = gw.driver().operator_opt_out("ev-op", "bob", "again").await;
     assert!(again.is_err(), "{again:?}");
     // Every job is back at its uncapped limit, as the cluster reports at the next reading.
-    gw.tick(true).await.expect("tick");
-    assert!(gw.jobs().await.iter().all(|j| j.cap_w_per_gpu >= 699.9), "caps lifted");
+    gw.driver().tick(true).await.expect("tick");
+    assert!(
+        gw.read().jobs().await.iter().all(|j| j.cap_w_per_gpu >= 699.9),
+        "caps lifted"
+    );
 
     let clock = gw.clock();
     Arc::try_unwrap(gw)
@@ -581,9 +591,9 @@ async fn an_operator_opt_out_lifts_the_ceiling_is_recorded_and_survives_a_restar
     assert!(markdown.contains("by alice"), "{markdown}");
     assert!(markdown.contains("→ opted_out"), "{markdown}");
     let (gw2, _) = gateway_on(dir.path(), 8, SimFaults::default(), clock).await;
-    gw2.tick(true).await.expect("tick");
+    gw2.driver().tick(true).await.expect("tick");
     assert_eq!(
-        gw2.status().await.meter_ceiling_kw(),
+        gw2.read().status().await.meter_ceiling_kw(),
         None,
         "the opt-out survives a restart"
     );
@@ -598,7 +608,7 @@ async fn an_event_whose_window_is_over_is_refused_and_does_not_shadow_a_correcti
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
     assert_eq!(body["ack"]["opt"], "out");
     assert!(body["detail"].as_str().unwrap_or("").contains("ended"), "{body}");
-    assert!(gw.events().await.is_empty(), "nothing entered the book");
+    assert!(gw.read().events().await.is_empty(), "nothing entered the book");
     let (status, ack) = post(&gw, &event("ev-late", 1, 100.0, 60, Some(600)), Some(TOKEN)).await;
     assert_eq!(status, StatusCode::OK, "the corrected event is taken: {ack}");
     assert_eq!(ack["opt"], "in");
@@ -614,12 +624,12 @@ async fn caps_alone_short_of_the_target_suspend_the_jobs_whose_tier_allows_it() 
     let (gw, sim) = gateway(dir.path(), 16, SimFaults::default()).await;
     for _ in 0..5 {
         tokio::time::sleep(Duration::from_secs(5)).await;
-        gw.tick(true).await.expect("tick");
+        gw.driver().tick(true).await.expect("tick");
     }
     let jobs: Vec<JobState> = sim.inventory().await.expect("inventory");
     let (first, second) = (jobs[0].spec.id.clone(), jobs[1].spec.id.clone());
     sim.set_suspendable(&first, true).expect("job");
-    let baseline = gw.status().await.measured_meter_kw().expect("meter");
+    let baseline = gw.read().status().await.measured_meter_kw().expect("meter");
     // A ceiling whose GPU budget (≈ 12 kW over 128 GPUs) is below what caps at the 200 W
     // minimum draw (25.6 kW): only suspension can close the gap.
     let facility = flexgate_policies::facility::FacilityModel::new(facility_for_nodes(16)).expect("facility");
@@ -638,7 +648,11 @@ async fn caps_alone_short_of_the_target_suspend_the_jobs_whose_tier_allows_it() 
     assert_eq!(status, StatusCode::OK, "{ack}");
     let stop = Arc::new(tokio::sync::Notify::new());
     let loop_stop = stop.clone();
-    let control = tokio::spawn(gw.clone().control_loop(async move { loop_stop.notified().await }));
+    let control = tokio::spawn(
+        gw.driver()
+            .clone()
+            .control_loop(async move { loop_stop.notified().await }),
+    );
     // The ledger's writer is a real thread: let real time pass while the paused clock waits.
     let settle = || async {
         tokio::task::spawn_blocking(|| std::thread::sleep(Duration::from_millis(5)))
@@ -649,6 +663,7 @@ async fn caps_alone_short_of_the_target_suspend_the_jobs_whose_tier_allows_it() 
     for _ in 0..120 {
         if sim.is_suspended(&first) == Some(true)
             && gw
+                .read()
                 .plan()
                 .await
                 .is_some_and(|p| p.entries.iter().all(|e| *e.job != *first))
@@ -676,7 +691,7 @@ async fn caps_alone_short_of_the_target_suspend_the_jobs_whose_tier_allows_it() 
     assert_eq!(record["jobs"][0]["job"], json!(&*first), "{record}");
     assert_eq!(record["jobs"][0]["outcome"], "suspended", "{record}");
     // The plan after it counts the suspended job as fixed load and plans the others only.
-    let plan = gw.plan().await.expect("plan in force");
+    let plan = gw.read().plan().await.expect("plan in force");
     assert!(
         plan.entries.iter().all(|e| *e.job != *first),
         "the suspended job is not planned"
@@ -708,16 +723,16 @@ async fn reconcile_notices_drift_and_re_sends_unconfirmed_caps_once_the_node_ans
     let (gw, sim) = gateway(dir.path(), 16, SimFaults::default()).await;
     for _ in 0..5 {
         tokio::time::sleep(Duration::from_secs(5)).await;
-        gw.tick(true).await.expect("tick");
+        gw.driver().tick(true).await.expect("tick");
     }
-    let baseline = gw.status().await.measured_meter_kw().expect("meter");
+    let baseline = gw.read().status().await.measured_meter_kw().expect("meter");
     let (status, ack) = post(&gw, &event("ev-drift", 1, baseline * 0.85, 0, Some(3600)), Some(TOKEN)).await;
     assert_eq!(status, StatusCode::OK, "{ack}");
     for _ in 0..80 {
         tokio::time::sleep(Duration::from_secs(5)).await;
-        gw.tick(true).await.expect("tick");
+        gw.driver().tick(true).await.expect("tick");
     }
-    let plan = gw.plan().await.expect("plan in force");
+    let plan = gw.read().plan().await.expect("plan in force");
     // The plan states its contract against the equal cut: judged on the gateway's objective,
     // never below the equal cut by more than the tolerance on any plausible curve.
     let guarantee = plan.guarantee.clone().expect("a hedged plan states its guarantee");
@@ -751,7 +766,7 @@ async fn reconcile_notices_drift_and_re_sends_unconfirmed_caps_once_the_node_ans
     // Once for every job, then only where knowledge grew from what was measured during the
     // event (a PFI from the measured points, or the measured curve), with that evidence.
     let first = known[0]["elasticity_known"].as_object().expect("map");
-    assert_eq!(first.len(), gw.jobs().await.len());
+    assert_eq!(first.len(), gw.read().jobs().await.len());
     for (job, what) in first {
         let what = what.as_str().unwrap_or_default();
         assert!(
@@ -788,7 +803,7 @@ async fn reconcile_notices_drift_and_re_sends_unconfirmed_caps_once_the_node_ans
     // records the drift, counts the job at its measured draw and re-sends its cap.
     sim.revert_cap(&job).expect("job");
     assert_eq!(sim.cap_of(&job).map(|c| c.value()), Some(700.0));
-    gw.tick(true).await.expect("tick");
+    gw.driver().tick(true).await.expect("tick");
     let drift = records_with(&|b| b["action"] == "drift");
     assert_eq!(drift.len(), 1, "one drift record: {drift:?}");
     assert_eq!(drift[0]["drifted"][0]["job"], json!(&*job), "{}", drift[0]);
@@ -801,7 +816,7 @@ async fn reconcile_notices_drift_and_re_sends_unconfirmed_caps_once_the_node_ans
         sim.cap_of(&job).is_some_and(|c| c.value() < 699.0),
         "the cap is back in force"
     );
-    assert_eq!(gw.status().await.unconfirmed_jobs, 0);
+    assert_eq!(gw.read().status().await.unconfirmed_jobs, 0);
 
     // The job's node stops answering: the job is unconfirmed and not retried while unreachable
     // (that would hold every tick for a timeout); once it answers, its cap is re-sent.
@@ -821,9 +836,9 @@ async fn reconcile_notices_drift_and_re_sends_unconfirmed_caps_once_the_node_ans
     .expect("faults");
     for _ in 0..3 {
         tokio::time::sleep(Duration::from_secs(5)).await;
-        gw.tick(true).await.expect("tick");
+        gw.driver().tick(true).await.expect("tick");
     }
-    assert!(gw.status().await.unconfirmed_jobs >= 1);
+    assert!(gw.read().status().await.unconfirmed_jobs >= 1);
     assert_eq!(
         records_with(&|b| b["purpose"] == "retry_unconfirmed").len(),
         1,
@@ -831,13 +846,21 @@ async fn reconcile_notices_drift_and_re_sends_unconfirmed_caps_once_the_node_ans
     );
     sim.set_faults(SimFaults::default()).expect("faults");
     tokio::time::sleep(Duration::from_secs(5)).await;
-    gw.tick(true).await.expect("tick");
+    gw.driver().tick(true).await.expect("tick");
     let retries = records_with(&|b| b["purpose"] == "retry_unconfirmed");
     assert_eq!(retries.len(), 2, "{retries:?}");
-    assert_eq!(gw.status().await.unconfirmed_jobs, 0);
+    assert_eq!(gw.read().status().await.unconfirmed_jobs, 0);
     // Confirmed again, the job is planned as flexible again at the next pass.
-    gw.tick(true).await.expect("tick");
-    assert!(gw.plan().await.expect("plan").entries.iter().any(|e| *e.job == *job));
+    gw.driver().tick(true).await.expect("tick");
+    assert!(
+        gw.read()
+            .plan()
+            .await
+            .expect("plan")
+            .entries
+            .iter()
+            .any(|e| *e.job == *job)
+    );
     let metrics = String::from_utf8(get(&gw, "/metrics").await.1).expect("utf-8");
     assert!(metrics.contains("flexgate_cap_drifts_total 1"), "{metrics}");
     assert!(metrics.contains("flexgate_cap_retries_total 2"), "{metrics}");
@@ -853,16 +876,22 @@ async fn after_a_restart_mid_event_the_end_restores_every_job_to_its_uncapped_li
     // Through the 300 s ramp (the ceiling steps down at its end), with revisions on top.
     for _ in 0..80 {
         tokio::time::sleep(Duration::from_secs(5)).await;
-        gw.tick(true).await.expect("tick");
+        gw.driver().tick(true).await.expect("tick");
     }
     for revision in 2..=4 {
         tokio::time::sleep(Duration::from_secs(5)).await;
         let kw = baseline * (0.8 - 0.01 * revision as f64);
         let (status, ack) = post(&gw, &event("ev-pre", revision, kw, 0, Some(600)), Some(TOKEN)).await;
         assert_eq!(status, StatusCode::OK, "{ack}");
-        gw.tick(true).await.expect("tick");
+        gw.driver().tick(true).await.expect("tick");
     }
-    let capped_before = gw.jobs().await.iter().filter(|j| j.cap_w_per_gpu < 699.0).count();
+    let capped_before = gw
+        .read()
+        .jobs()
+        .await
+        .iter()
+        .filter(|j| j.cap_w_per_gpu < 699.0)
+        .count();
     assert!(capped_before > 0, "the event capped jobs");
 
     // Crash and restart on the same ledger; the event ends; every job goes back to 700 W.
@@ -871,11 +900,11 @@ async fn after_a_restart_mid_event_the_end_restores_every_job_to_its_uncapped_li
     gw.close().await.expect("close");
     let (gw2, sim2) = gateway_on(dir.path(), 8, SimFaults::default(), clock).await;
     assert!(
-        gw2.plan().await.is_some(),
+        gw2.read().plan().await.is_some(),
         "the plan in force is rebuilt from the ledger"
     );
     tokio::time::sleep(Duration::from_secs(600 + 300 + 60)).await;
-    gw2.tick(true).await.expect("tick");
+    gw2.driver().tick(true).await.expect("tick");
     let restore = gw2
         .ledger()
         .iter_from(1)
@@ -891,9 +920,9 @@ async fn after_a_restart_mid_event_the_end_restores_every_job_to_its_uncapped_li
             .all(|row| row[1].as_f64() == Some(700.0) && row[3] == "applied"),
         "every capped job is restored to its uncapped limit: {restore}"
     );
-    gw2.tick(true).await.expect("tick");
-    assert!(gw2.plan().await.is_none());
-    assert_eq!(gw2.status().await.unconfirmed_jobs, 0);
+    gw2.driver().tick(true).await.expect("tick");
+    assert!(gw2.read().plan().await.is_none());
+    assert_eq!(gw2.read().status().await.unconfirmed_jobs, 0);
     let inventory = sim2.inventory().await.expect("inventory");
     assert!(
         inventory.iter().all(|j| j.applied_cap.value() >= 699.9),
@@ -915,8 +944,9 @@ async fn back_to_back_events_end_with_every_job_at_its_uncapped_limit() {
     // Event A: 300 s ramp, 600 s window, 300 s recovery.
     for _ in 0..300 {
         tokio::time::sleep(Duration::from_secs(5)).await;
-        gw.tick(true).await.expect("tick");
+        gw.driver().tick(true).await.expect("tick");
         if gw
+            .read()
             .events()
             .await
             .iter()
@@ -925,25 +955,25 @@ async fn back_to_back_events_end_with_every_job_at_its_uncapped_limit() {
             break;
         }
     }
-    gw.tick(false).await.expect("the restore of A");
-    assert!(gw.plan().await.is_none(), "A is over and restored");
+    gw.driver().tick(false).await.expect("the restore of A");
+    assert!(gw.read().plan().await.is_none(), "A is over and restored");
     // Event B starts right after A's restore, before any new inventory is read: submitted and
     // planned in the same instant (no measuring tick in between).
     let mut b = event("ev-b", 1, baseline * 0.7, 0, Some(600));
     b["window"]["start"] = json!(gw.clock().now().to_rfc3339_opts(SecondsFormat::Secs, true));
     let (status, ack) = post(&gw, &b, Some(TOKEN)).await;
     assert_eq!(status, StatusCode::OK, "{ack}");
-    gw.tick(false).await.expect("tick");
+    gw.driver().tick(false).await.expect("tick");
     for _ in 0..260 {
         tokio::time::sleep(Duration::from_secs(5)).await;
-        gw.tick(true).await.expect("tick");
+        gw.driver().tick(true).await.expect("tick");
     }
-    let events = gw.events().await;
+    let events = gw.read().events().await;
     assert!(
         events.iter().all(|e| e.state == "completed"),
         "both events are over: {events:?}"
     );
-    assert!(gw.plan().await.is_none());
+    assert!(gw.read().plan().await.is_none());
     let inventory = sim.inventory().await.expect("inventory");
     assert!(
         inventory.iter().all(|j| j.applied_cap.value() >= 699.9),
@@ -1025,15 +1055,19 @@ async fn a_tiered_job_measured_slower_than_its_tier_is_backed_off_within_one_pas
     // Uncapped for more than a throughput window: its uncapped point is measured.
     for _ in 0..8 {
         tokio::time::sleep(Duration::from_secs(5)).await;
-        gw.tick(true).await.expect("tick");
+        gw.driver().tick(true).await.expect("tick");
     }
-    let baseline = gw.status().await.measured_meter_kw().expect("meter");
+    let baseline = gw.read().status().await.measured_meter_kw().expect("meter");
     let ceiling = (baseline * 0.80 * 10.0).round() / 10.0;
     let (status, ack) = post(&gw, &event("ev-tier", 1, ceiling, 0, Some(3600)), Some(TOKEN)).await;
     assert_eq!(status, StatusCode::OK, "{ack}");
     let stop = Arc::new(tokio::sync::Notify::new());
     let loop_stop = stop.clone();
-    let control = tokio::spawn(gw.clone().control_loop(async move { loop_stop.notified().await }));
+    let control = tokio::spawn(
+        gw.driver()
+            .clone()
+            .control_loop(async move { loop_stop.notified().await }),
+    );
     let records = |entry: &str| -> Vec<Value> {
         gw.ledger()
             .iter_from(1)
@@ -1124,6 +1158,7 @@ async fn a_tiered_job_measured_slower_than_its_tier_is_backed_off_within_one_pas
         "cap {cap} W: slowdown {truth_slowdown}"
     );
     let view = gw
+        .read()
         .jobs()
         .await
         .into_iter()
@@ -1172,13 +1207,13 @@ async fn a_rerun_of_a_measured_configuration_starts_from_its_profile_even_after_
     let (gw, sim) = gateway(dir.path(), 16, SimFaults::default()).await;
     for _ in 0..8 {
         tokio::time::sleep(Duration::from_secs(5)).await;
-        gw.tick(true).await.expect("tick");
+        gw.driver().tick(true).await.expect("tick");
     }
     let baseline = meter_kw(&gw).await;
     post(&gw, &event("ev-learn", 1, baseline * 0.8, 0, Some(1200)), Some(TOKEN)).await;
     for _ in 0..60 {
         tokio::time::sleep(Duration::from_secs(5)).await;
-        gw.tick(true).await.expect("tick");
+        gw.driver().tick(true).await.expect("tick");
     }
     // A job measured under a cap, with its profile in the ledger.
     let points: Vec<Value> = gw
@@ -1216,7 +1251,7 @@ async fn a_rerun_of_a_measured_configuration_starts_from_its_profile_even_after_
     // The job ends; a job of the same configuration starts and is known from the first pass.
     sim.end_job(&job).expect("running");
     let rerun = find_rerun(&sim, &profile).await;
-    gw.tick(true).await.expect("tick");
+    gw.driver().tick(true).await.expect("tick");
     let known = learned_for(&gw, &rerun, 1).expect("the re-run's knowledge is recorded");
     assert!(known.contains("measured"), "{rerun}: {known}");
     // A restarted gateway folds the profile back from the ledger.
@@ -1236,7 +1271,7 @@ async fn a_rerun_of_a_measured_configuration_starts_from_its_profile_even_after_
         .find(|j| j.signature.as_deref() == Some(profile.as_str()))
         .map(|j| j.spec.id.to_string())
         .expect("the fleet has that configuration");
-    gw2.tick(true).await.expect("tick");
+    gw2.driver().tick(true).await.expect("tick");
     let known = learned_for(&gw2, &again, before_restart + 1).expect("knowledge recorded after the restart");
     assert!(known.contains("measured"), "{again}: {known}");
 }
@@ -1312,9 +1347,9 @@ async fn probing_measures_the_opted_in_jobs_curves_before_the_first_event() {
     let mut done = false;
     for _ in 0..720 {
         tokio::time::sleep(Duration::from_secs(5)).await;
-        gw.tick(true).await.expect("tick");
+        gw.driver().tick(true).await.expect("tick");
         let all = bodies(&gw);
-        let open = !gw.status().await.probes_in_flight.is_empty();
+        let open = !gw.read().status().await.probes_in_flight.is_empty();
         if !open && batch.iter().all(|id| known(&all, id).contains("measured curve")) {
             done = true;
             break;
@@ -1349,7 +1384,7 @@ async fn probing_measures_the_opted_in_jobs_curves_before_the_first_event() {
     assert!(!probe_dispatches.is_empty());
     // Back at their uncapped limits, and the status says nothing is capped.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    gw.tick(true).await.expect("tick");
+    gw.driver().tick(true).await.expect("tick");
     for job in sim.inventory().await.expect("inventory") {
         assert_eq!(job.applied_cap, job.spec.cap_range.max, "{} left capped", job.spec.id);
     }
@@ -1364,7 +1399,7 @@ async fn probing_measures_the_opted_in_jobs_curves_before_the_first_event() {
     assert_eq!(status, StatusCode::OK, "{ack}");
     for _ in 0..4 {
         tokio::time::sleep(Duration::from_secs(5)).await;
-        gw.tick(true).await.expect("tick");
+        gw.driver().tick(true).await.expect("tick");
     }
     let all = bodies(&gw);
     let first_plan = all.iter().position(|b| b["entry"] == "plan").expect("a plan");
@@ -1390,7 +1425,7 @@ async fn probing_measures_the_opted_in_jobs_curves_before_the_first_event() {
 async fn the_generated_openapi_document_is_complete_and_every_operation_is_served() {
     let dir = tempfile::tempdir().expect("dir");
     let (gw, _sim) = gateway(dir.path(), 4, SimFaults::default()).await;
-    gw.tick(true).await.expect("tick");
+    gw.driver().tick(true).await.expect("tick");
     let (status, spec) = get(&gw, "/openapi.json").await;
     assert_eq!(status, StatusCode::OK);
     let spec: Value = serde_json::from_slice(&spec).expect("JSON");
@@ -1604,7 +1639,7 @@ async fn the_live_stream_sends_state_and_ends_when_the_gateway_stops() {
     use http_body_util::BodyExt as _;
     let dir = tempfile::tempdir().expect("dir");
     let (gw, _sim) = gateway(dir.path(), 4, SimFaults::default()).await;
-    gw.tick(true).await.expect("tick");
+    gw.driver().tick(true).await.expect("tick");
     let router = flexgate::grid::http::router(gw.clone(), TOKEN);
     let response = router
         .oneshot(Request::get("/v1/stream").body(Body::empty()).expect("request"))
@@ -1623,7 +1658,7 @@ async fn the_live_stream_sends_state_and_ends_when_the_gateway_stops() {
     let state: Value = serde_json::from_str(text.trim_start_matches("event: state\ndata: ").trim()).expect("JSON");
     assert_eq!(state["seq"], 1);
     assert_eq!(state["status"]["site"], "site-1");
-    gw.begin_shutdown();
+    gw.read().begin_shutdown();
     let ended = tokio::time::timeout(Duration::from_secs(3), async {
         while let Some(frame) = body.frame().await {
             frame.expect("frame");

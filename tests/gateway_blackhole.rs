@@ -103,7 +103,7 @@ async fn a_node_that_never_answers_delays_no_status_read_and_no_ack() {
     // The live node's job is in the inventory and the meter is read.
     // Agents without a meter source: the figure is the facility model's (never "measured").
     let meter = wait_for("a meter figure and n1's job", Duration::from_secs(30), || async {
-        let s = server.gateway.status().await;
+        let s = server.gateway.read().status().await;
         assert!(s.measured_meter_kw().is_none(), "{s:?}");
         match s.meter_kw() {
             Some(kw) if s.jobs >= 1 => Ok(kw),
@@ -126,7 +126,7 @@ async fn a_node_that_never_answers_delays_no_status_read_and_no_ack() {
 
     // A control pass really is slow: the black hole holds it for at least one timeout.
     let pass = Instant::now();
-    server.gateway.tick(true).await.expect("tick");
+    server.gateway.driver().tick(true).await.expect("tick");
     let pass = pass.elapsed();
     assert!(
         pass >= AGENT_TIMEOUT * 9 / 10,

@@ -65,7 +65,7 @@ async fn a_python_job_reports_through_its_agent_and_the_gateway_calls_it_measure
     let mut impostor = training_loop(&b, "node:tp-b", &token_a, 8);
 
     let rate = wait_for("node A's job throughput, measured", Duration::from_secs(20), || async {
-        let jobs = server.gateway.jobs().await;
+        let jobs = server.gateway.read().jobs().await;
         jobs.iter()
             .find(|j| j.id == "node:tp-a" && j.throughput == "measured")
             .and_then(|j| j.measured_tokens_per_s)
@@ -78,7 +78,7 @@ async fn a_python_job_reports_through_its_agent_and_the_gateway_calls_it_measure
         (0.6 * best..=1.01 * best).contains(&rate),
         "the top-decile rate {rate:.0} tokens/s should be near {best:.0} (the helper times whole steps, and sleeps only lengthen them)"
     );
-    let jobs = server.gateway.jobs().await;
+    let jobs = server.gateway.read().jobs().await;
     let b_job = jobs.iter().find(|j| j.id == "node:tp-b").expect("node B's job");
     assert_eq!(b_job.throughput, "unknown", "{b_job:?}");
     assert_eq!(b_job.measured_tokens_per_s, None, "unknown is never shown as 0");

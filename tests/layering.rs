@@ -64,6 +64,34 @@ fn the_driver_does_not_reach_into_the_grid_side_or_the_commands() {
 }
 
 #[test]
+fn the_read_side_holds_nothing_that_can_write() {
+    // No driver, no controller, no backend, no ledger writer: a standby serves this read side,
+    // and nothing that serves a reader may change a cap or add a record.
+    let found = crossings(
+        &[
+            "src/runtime/read_side.rs",
+            "src/runtime/views.rs",
+            "src/runtime/metrics.rs",
+        ],
+        &[
+            "Driver",
+            "Controller",
+            "ClusterBackend",
+            "ledger::Ledger;",
+            "ledger::{Ledger",
+            ": Ledger,",
+            "&Ledger",
+            "Mutex<",
+        ],
+    );
+    assert!(
+        found.is_empty(),
+        "the read side reads the published snapshot and the ledger's reader only:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
 fn cluster_ledger_meter_and_reports_do_not_import_the_driver_or_the_grid_side() {
     let found = crossings(
         &["src/cluster", "src/ledger", "src/meter", "src/reports", "src/clock.rs"],

@@ -111,11 +111,14 @@ async fn a_schema_1_ledger_is_refused_then_migrated_and_replayed() {
 
     // And the gateway replays it: the event is back in the book, opted out by alice.
     let gw = start(&new).await.expect("the migrated ledger is replayed");
-    let events = gw.events().await;
+    let events = gw.read().events().await;
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(events[0].id, "ev-old");
     assert_eq!(events[0].state, "opted_out", "{events:?}");
-    assert!(gw.plan().await.is_none(), "the restore was recorded: no plan in force");
+    assert!(
+        gw.read().plan().await.is_none(),
+        "the restore was recorded: no plan in force"
+    );
     Arc::try_unwrap(gw)
         .ok()
         .expect("sole owner")

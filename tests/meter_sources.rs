@@ -72,7 +72,7 @@ async fn gateway(dir: &std::path::Path, meter: MeterConfig) -> Server {
 }
 
 async fn status(server: &Server) -> serde_json::Value {
-    serde_json::to_value(server.gateway.status().await).expect("status as JSON")
+    serde_json::to_value(server.gateway.read().status().await).expect("status as JSON")
 }
 
 async fn wait_for(
@@ -125,7 +125,7 @@ async fn the_gateway_acts_on_a_real_modbus_meter_and_falls_back_when_it_hangs() 
         "the pymodbus meter's figure, not the simulated site's: {fresh}"
     );
     assert_eq!(fresh["meter_w"], fresh["measured_meter_w"]);
-    let metrics = server.gateway.metrics().await;
+    let metrics = server.gateway.read().metrics().await;
     assert!(
         metrics.contains("flexgate_meter_quality{quality=\"measured\"} 1"),
         "{metrics}"
@@ -146,14 +146,14 @@ async fn the_gateway_acts_on_a_real_modbus_meter_and_falls_back_when_it_hangs() 
         fallback < 900.0,
         "the simulated site's model upper estimate, not the meter's last ~1,000 kW: {stale}"
     );
-    let metrics = server.gateway.metrics().await;
+    let metrics = server.gateway.read().metrics().await;
     assert!(
         metrics.contains("flexgate_meter_quality{quality=\"stale\"} 1"),
         "{metrics}"
     );
     // The history keeps each figure's own quality: the readings, then the stale stand-ins
     // (it once called every figure that was not a reading `model`).
-    let history = server.gateway.meter_history(3600).await;
+    let history = server.gateway.read().meter_history(3600).await;
     let qualities: Vec<&str> = history.points.iter().map(|p| p.quality).collect();
     assert!(
         qualities.contains(&"measured") && qualities.contains(&"stale") && !qualities.contains(&"model"),
@@ -238,7 +238,7 @@ async fn prometheus_sources_sum_with_their_signs_and_a_vanished_series_is_not_me
     exporter.task.abort();
     let gone = wait_for(&server, "a stale meter", 30, |s| s["meter_quality"] == "stale").await;
     assert!(gone["measured_meter_w"].is_null(), "{gone}");
-    let metrics = server.gateway.metrics().await;
+    let metrics = server.gateway.read().metrics().await;
     assert!(
         metrics.contains("flexgate_meter_read_errors_total{source=\"all-feeds\"}"),
         "{metrics}"

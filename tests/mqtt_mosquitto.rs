@@ -140,7 +140,7 @@ async fn an_event_is_planned_capped_and_acknowledged() {
     let meter = {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            if let Some(kw) = server.gateway.status().await.measured_meter_kw() {
+            if let Some(kw) = server.gateway.read().status().await.measured_meter_kw() {
                 break kw;
             }
             assert!(Instant::now() < deadline, "no meter reading");
@@ -186,8 +186,8 @@ async fn an_event_is_planned_capped_and_acknowledged() {
     // The event reached the book and a plan capped jobs under it.
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        if let Some(plan) = server.gateway.plan().await
-            && server.gateway.status().await.meter_ceiling_kw() == Some(ceiling)
+        if let Some(plan) = server.gateway.read().plan().await
+            && server.gateway.read().status().await.meter_ceiling_kw() == Some(ceiling)
         {
             let plan = serde_json::to_value(&plan).expect("plan");
             assert!(plan.to_string().contains("cap"), "{plan}");
@@ -298,10 +298,13 @@ async fn malformed_payloads_get_refusals_and_change_nothing() {
         let reason = ack["reason"].as_str().unwrap_or_default().to_lowercase();
         assert!(!reason.is_empty(), "{id}: a refusal says why: {ack}");
         assert!(reason.contains(&expect.to_lowercase()), "{id}: {reason}");
-        assert!(server.gateway.event(id).await.is_none(), "{id} must not reach the book");
+        assert!(
+            server.gateway.read().event(id).await.is_none(),
+            "{id} must not reach the book"
+        );
     }
     // Each refusal is counted once, whether the MQTT bridge or the intake refused it.
-    let metrics = server.gateway.metrics().await;
+    let metrics = server.gateway.read().metrics().await;
     let refused = metrics
         .lines()
         .find_map(|l| l.strip_prefix("flexgate_events_refused_total "))
@@ -348,8 +351,8 @@ async fn a_broker_restart_mid_event_loses_nothing() {
     utility.publish("after", &event("after", 1, 90.0, 0, false)).await;
     let ack = utility.next_on(&format!("dr/{SITE}/acks/after"), 20).await;
     assert_eq!(ack["opt"], "in", "{ack}");
-    assert!(server.gateway.event("after").await.is_some());
-    assert!(server.gateway.event("before").await.is_some());
+    assert!(server.gateway.read().event("after").await.is_some());
+    assert!(server.gateway.read().event("before").await.is_some());
     server.shutdown().await;
 }
 
@@ -502,7 +505,7 @@ async fn a_report_follows_the_end_of_each_event() {
     let meter = {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            if let Some(kw) = server.gateway.status().await.measured_meter_kw() {
+            if let Some(kw) = server.gateway.read().status().await.measured_meter_kw() {
                 break kw;
             }
             assert!(Instant::now() < deadline, "no meter reading");
@@ -583,7 +586,7 @@ async fn every_report_goes_out_when_more_events_end_at_once_than_the_phase_chann
     let meter = {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            if let Some(kw) = server.gateway.status().await.measured_meter_kw() {
+            if let Some(kw) = server.gateway.read().status().await.measured_meter_kw() {
                 break kw;
             }
             assert!(Instant::now() < deadline, "no meter reading");
@@ -719,7 +722,7 @@ async fn an_oversized_retained_event_waiting_at_start_is_refused_and_intake_goes
     assert_eq!(records.len(), 1, "{records:?}");
     assert_eq!(records[0]["protocol"], "mqtt");
     assert_eq!(records[0]["code"], 413);
-    assert!(server.gateway.event(id).await.is_none());
+    assert!(server.gateway.read().event(id).await.is_none());
     server.shutdown().await;
 
     // The retained copy comes back at the next start: answered again, recorded once.
@@ -833,7 +836,7 @@ async fn a_signed_event_replayed_at_another_site_or_topic_is_refused() {
     let bytes = signed_for(&format!("dr/{SITE}/events/ev-signed"), doc);
     for server in [&site_a, &site_b] {
         let deadline = Instant::now() + Duration::from_secs(10);
-        while server.gateway.status().await.measured_meter_kw().is_none() {
+        while server.gateway.read().status().await.measured_meter_kw().is_none() {
             assert!(Instant::now() < deadline, "gateway not running");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -843,7 +846,7 @@ async fn a_signed_event_replayed_at_another_site_or_topic_is_refused() {
     utility.publish_on(&format!("dr/{SITE}/events/ev-signed"), &bytes).await;
     let ack = utility.next_on(&format!("dr/{SITE}/acks/ev-signed"), 10).await;
     assert_eq!(ack["opt"], "in", "the legitimate event: {ack}");
-    assert!(site_a.gateway.event("ev-signed").await.is_some());
+    assert!(site_a.gateway.read().event("ev-signed").await.is_some());
 
     // The capture replayed at another site, and at this site as another event.
     for (server, topic, ack_topic) in [
@@ -860,7 +863,7 @@ async fn a_signed_event_replayed_at_another_site_or_topic_is_refused() {
         );
         let event_id = topic.rsplit('/').next().unwrap_or_default();
         if event_id == "ev-replayed" {
-            assert!(server.gateway.event(event_id).await.is_none());
+            assert!(server.gateway.read().event(event_id).await.is_none());
         }
         let records: Vec<_> = server
             .gateway
@@ -887,7 +890,7 @@ async fn a_signed_event_replayed_at_another_site_or_topic_is_refused() {
         );
     }
     assert!(
-        site_b.gateway.event("ev-signed").await.is_none(),
+        site_b.gateway.read().event("ev-signed").await.is_none(),
         "the replay must not reach site-2's book"
     );
     site_a.shutdown().await;

@@ -152,7 +152,7 @@ async fn a_pushed_distribute_is_authenticated_applied_and_answered() {
     );
     assert_eq!(push(gw_addr, Some(PUSH_TOKEN), "<oadrPayload").await, 400);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(server.gateway.event("E-bad").await.is_none());
+    assert!(server.gateway.read().event("E-bad").await.is_none());
 
     // An authenticated push reaches the book and is answered with oadrCreatedEvent.
     assert_eq!(push(gw_addr, Some(PUSH_TOKEN), &distribute("E-push", 123.0)).await, 200);
@@ -170,12 +170,13 @@ async fn a_pushed_distribute_is_authenticated_applied_and_answered() {
     };
     let answer = format!("{created:?}");
     assert!(answer.contains("E-push") && answer.contains("OptIn"), "{answer}");
-    let event = server.gateway.event("E-push").await.expect("E-push in the book");
+    let event = server.gateway.read().event("E-push").await.expect("E-push in the book");
     assert_eq!(event["detail"]["ceilings"][0]["ceiling_kw"].as_f64(), Some(123.0));
 
     // An operator's opt-out is told to the VTN with oadrCreateOpt.
     server
         .gateway
+        .driver()
         .operator_opt_out("E-push", "Ada (site operator)", "must-run training checkpoint")
         .await
         .expect("opt-out");
@@ -222,7 +223,7 @@ async fn a_pushed_distribute_is_authenticated_applied_and_answered() {
     .await;
     assert_eq!(status, 400, "{text}");
     assert!(text.contains("belongs to the EiEvent service"), "{text}");
-    assert!(server.gateway.event("E-path").await.is_none());
+    assert!(server.gateway.read().event("E-path").await.is_none());
 
     // An event duration without components (`PT`) is not "no end": the VEN answers 454 with
     // the reason, and the event never enters the book (issue 12, item 2, end to end).
@@ -236,7 +237,7 @@ async fn a_pushed_distribute_is_authenticated_applied_and_answered() {
     let refused = created_event_for(&seen, "E-pt").await;
     assert!(refused.contains("454"), "{refused}");
     assert!(
-        server.gateway.event("E-pt").await.is_none(),
+        server.gateway.read().event("E-pt").await.is_none(),
         "an invalid duration must not enter the book"
     );
     server.shutdown().await;

@@ -142,7 +142,7 @@ struct Site {
 impl Site {
     /// The gateway's view of `id`: (state, revision, ceiling of the first interval, baseline).
     async fn event(&self, id: &str) -> Option<Value> {
-        self.server.gateway.event(id).await
+        self.server.gateway.read().event(id).await
     }
 
     async fn ceiling_of(&self, id: &str) -> Option<(f64, Option<f64>)> {
@@ -220,7 +220,10 @@ async fn the_gateway_follows_a_real_openleadr_vtn() {
     let saved = std::fs::read_to_string(site.data_dir.join(flexgate::grid::openadr::ven2b::REGISTRATION_FILE))
         .expect("registration file");
     assert!(saved.contains(&site.ven_id), "{saved}");
-    let meter = eventually("a meter reading", 20, async || gw.status().await.measured_meter_kw()).await;
+    let meter = eventually("a meter reading", 20, async || {
+        gw.read().status().await.measured_meter_kw()
+    })
+    .await;
     assert!(meter > 10.0, "meter {meter}");
 
     // 1. LOAD_DISPATCH setpoint, applied at dtstart and not before.
@@ -240,7 +243,7 @@ async fn the_gateway_follows_a_real_openleadr_vtn() {
     assert_eq!(opt["opt_type"], "optIn", "{opt}");
     assert_eq!(opt["response_code"], 200, "{opt}");
     let first_binding = eventually("the setpoint binding the site", 20, async || {
-        let status = gw.status().await;
+        let status = gw.read().status().await;
         status
             .meter_ceiling_kw()
             .filter(|c| close(*c, setpoint))
@@ -445,7 +448,10 @@ async fn the_gateway_follows_a_real_openleadr_vtn() {
 async fn back_to_back_events_from_openleadr_leave_every_job_uncapped() {
     let site = start_site().await;
     let gw = site.server.gateway.clone();
-    let meter = eventually("a meter reading", 20, async || gw.status().await.measured_meter_kw()).await;
+    let meter = eventually("a meter reading", 20, async || {
+        gw.read().status().await.measured_meter_kw()
+    })
+    .await;
     let a_start = Utc::now() + chrono::Duration::seconds(4);
     let a_end = a_start + chrono::Duration::seconds(12);
     let b_start = a_end + chrono::Duration::seconds(1);
@@ -464,13 +470,13 @@ async fn back_to_back_events_from_openleadr_leave_every_job_uncapped() {
         .await;
     // A caps jobs while it is in force.
     eventually("A capping jobs", 20, async || {
-        let capped = gw.jobs().await.iter().any(|j| j.cap_w_per_gpu < 699.0);
-        (capped && gw.status().await.active_events.contains(&a)).then_some(())
+        let capped = gw.read().jobs().await.iter().any(|j| j.cap_w_per_gpu < 699.0);
+        (capped && gw.read().status().await.active_events.contains(&a)).then_some(())
     })
     .await;
     // B takes over right after A.
     eventually("B in force", 30, async || {
-        gw.status().await.active_events.contains(&b).then_some(())
+        gw.read().status().await.active_events.contains(&b).then_some(())
     })
     .await;
     // After both: nothing in force, no plan, every job at 700 W as the cluster reports it.
@@ -478,10 +484,11 @@ async fn back_to_back_events_from_openleadr_leave_every_job_uncapped() {
         "every job back at its uncapped limit after both events",
         40,
         async || {
-            let status = gw.status().await;
-            let jobs = gw.jobs().await;
+            let status = gw.read().status().await;
+            let jobs = gw.read().jobs().await;
             let uncapped = jobs.iter().all(|j| j.cap_w_per_gpu >= 699.9 && j.confirmed);
-            (status.active_events.is_empty() && gw.plan().await.is_none() && uncapped && !jobs.is_empty()).then_some(())
+            (status.active_events.is_empty() && gw.read().plan().await.is_none() && uncapped && !jobs.is_empty())
+                .then_some(())
         },
     )
     .await;
@@ -531,6 +538,7 @@ async fn usage_reports_keep_flowing_when_the_stock_vtn_refuses_status_reports() 
         .and_then(|v| v.parse::<f64>().ok())
         .unwrap_or_else(|| panic!("no oadrCapacity in the status update: {content}"));
     let most = gw
+        .read()
         .flexibility()
         .await
         .map(|c| c.most_meter_shed_kw())
@@ -557,7 +565,7 @@ async fn usage_reports_keep_flowing_when_the_stock_vtn_refuses_status_reports() 
 
 /// `flexgate_events_refused_total` as `/metrics` shows it.
 async fn refused_total(gw: &flexgate::runtime::Gateway) -> f64 {
-    let metrics = gw.metrics().await;
+    let metrics = gw.read().metrics().await;
     metrics
         .lines()
         .find_map(|l| l.strip_prefix("flexgate_events_refused_total "))

@@ -135,8 +135,8 @@ impl MqttBridge {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         let mut pipeline: VecDeque<InFlight> = VecDeque::new();
         let mut ids_in_flight: HashSet<String> = HashSet::new();
-        let mut transitions = self.intake.gateway.subscribe_transitions();
-        let mut reported = Reported::seeded(&self.intake.gateway.events().await);
+        let mut transitions = self.intake.gateway.driver().subscribe_transitions();
+        let mut reported = Reported::seeded(&self.intake.gateway.read().events().await);
         loop {
             tokio::select! {
                 () = async { let _ = stop.wait_for(|s| *s).await; } => break,
@@ -241,7 +241,7 @@ impl MqttBridge {
     /// it reported on (or that needs none: a test event), `None` when it could not.
     async fn publish_report(&self, event_id: &str) -> Option<u64> {
         let gateway = &self.intake.gateway;
-        let delivery = gateway.event_delivery(event_id).await?;
+        let delivery = gateway.read().event_delivery(event_id).await?;
         if delivery.test {
             return Some(delivery.revision);
         }
@@ -272,7 +272,10 @@ impl MqttBridge {
             content: WireContent::Json(serde_json::to_value(&report).unwrap_or_default()),
             answer: PeerAnswer::Published,
         });
-        let recorded = gateway.record(Recorded::new(entry, Some(event_id.to_string()))).await;
+        let recorded = gateway
+            .driver()
+            .record(Recorded::new(entry, Some(event_id.to_string())))
+            .await;
         if let Err(e) = recorded {
             tracing::warn!(event = %event_id, "MQTT report published but not recorded: {e}");
         }
@@ -282,7 +285,7 @@ impl MqttBridge {
     /// After the phase-change channel lagged: publish the report of every event the book shows
     /// as ended that has not had one, so a burst cannot make a report go missing.
     async fn catch_up_reports(&self, reported: &mut Reported) {
-        let views = self.intake.gateway.events().await;
+        let views = self.intake.gateway.read().events().await;
         for (event_id, _) in reported.owed(&views) {
             if let Some(revision) = self.publish_report(&event_id).await {
                 reported.insert(&event_id, revision);
@@ -292,14 +295,14 @@ impl MqttBridge {
     }
 
     async fn publish_status(&self) {
-        let status = self.intake.gateway.status().await;
+        let status = self.intake.gateway.read().status().await;
         let mut payload = StatusPayload::new(&self.site, GatewayState::Online, status.at);
         payload.active_event = status.active_events.first().cloned();
         payload.meter_kw = status.measured_meter_kw();
         payload.meter_quality = status.meter_quality.map(|q| q.as_str().to_string());
         payload.gpu_board_kw = status.measured_gpu_w.map(|w| w / 1000.0);
         payload.log_checkpoint = Some(status.log_checkpoint.clone());
-        payload.phase = Some(match self.intake.gateway.phase() {
+        payload.phase = Some(match self.intake.gateway.read().phase() {
             Some(Phase::Ramping) => flexgate_mqtt::Phase::RampingDown,
             Some(Phase::Active) => flexgate_mqtt::Phase::Holding,
             Some(Phase::Recovering) => flexgate_mqtt::Phase::RampingUp,
@@ -311,7 +314,7 @@ impl MqttBridge {
     }
 
     async fn publish_telemetry(&self) {
-        let status = self.intake.gateway.status().await;
+        let status = self.intake.gateway.read().status().await;
         let mut sample = TelemetryPayload::new(
             &self.site,
             status.at,
@@ -320,7 +323,7 @@ impl MqttBridge {
             status.flex_available_kw(),
         );
         sample.meter_quality = status.meter_quality.map(|q| q.as_str().to_string());
-        sample.flexibility = self.intake.gateway.flexibility().await.map(|curve| {
+        sample.flexibility = self.intake.gateway.read().flexibility().await.map(|curve| {
             curve
                 .points
                 .iter()
@@ -378,7 +381,7 @@ impl Intake {
         tracing::debug!(event = %event_id, "MQTT event: submitting");
         pause_point("mqtt_received", event_id).await;
         let submission = crate::grid::dr_event::submission(payload, transport.source());
-        match self.gateway.submit(submission, transport).await {
+        match self.gateway.driver().submit(submission, transport).await {
             Ok(outcome) => Decision::Answer(ack_payload(&outcome.ack)),
             Err(SubmitError::Refused { ack, .. } | SubmitError::Stale { ack, .. }) => {
                 Decision::Answer(ack_payload(&ack))
@@ -458,7 +461,7 @@ impl Intake {
                 Some(last) => {
                     if !last.duplicate
                         && counted == Counted::Here
-                        && let Err(e) = self.gateway.count_adapter_refusal().await
+                        && let Err(e) = self.gateway.driver().count_adapter_refusal().await
                     {
                         tracing::warn!(event = %event_id, "MQTT refusal recorded but not counted: {e}");
                     }

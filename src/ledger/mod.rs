@@ -80,7 +80,7 @@
 //! sled takes an exclusive `flock` on its `db` file. Only one open handle per directory can
 //! exist, even within one process: [`verify`] and [`export`] open the store themselves, so they
 //! fail with [`LedgerError::Locked`] (or a `VerifyFailure` saying so) while a gateway has the
-//! ledger open. Use [`Ledger::verify`] and [`Ledger::export`] on the running instance instead.
+//! ledger open. Use [`LedgerReader::verify`] and [`LedgerReader::export`] on the running instance instead.
 //! Note that opening a sled store is never strictly read-only: sled may write recovery state.
 //! To examine a store without touching it, copy the directory first.
 
@@ -325,6 +325,14 @@ pub enum LedgerError {
 /// flush, then releases the lock before the drop returns.
 #[derive(Clone)]
 pub struct Ledger {
+    reader: LedgerReader,
+}
+
+/// A handle that can read an open ledger and never write to it: what the read side holds, so
+/// that nothing serving a reader can add a record. [`Ledger`] dereferences to one. Like every
+/// handle, it keeps the ledger open until dropped.
+#[derive(Clone)]
+pub struct LedgerReader {
     inner: Arc<Inner>,
 }
 
@@ -424,13 +432,15 @@ impl Ledger {
                 })?
         };
         Ok(Ledger {
-            inner: Arc::new(Inner {
-                dir: dir.to_path_buf(),
-                store,
-                shared,
-                tx: Some(tx),
-                writer: Mutex::new(Some(thread)),
-            }),
+            reader: LedgerReader {
+                inner: Arc::new(Inner {
+                    dir: dir.to_path_buf(),
+                    store,
+                    shared,
+                    tx: Some(tx),
+                    writer: Mutex::new(Some(thread)),
+                }),
+            },
         })
     }
 
@@ -482,6 +492,67 @@ impl Ledger {
         answer.await.unwrap_or_else(|_| Err(self.stopped()))
     }
 
+    /// Have `observer` told of every group commit from now on (its duration, and whether it
+    /// stored its batch). One observer per ledger: a second call is ignored and returns false.
+    pub fn observe_flushes(&self, observer: FlushObserver) -> bool {
+        self.inner.shared.flush_observer.set(observer).is_ok()
+    }
+
+    /// Flushes and stops the writer (appends queued before the call are still written and
+    /// answered; later ones, from any clone, fail with [`LedgerError::Closed`]), then drops this
+    /// handle. The directory is unlocked when this returns unless other clones are still alive.
+    pub async fn close(self) -> Result<(), LedgerError> {
+        let (reply, answer) = oneshot::channel();
+        let flushed = match self.send(writer::Command::Close { reply }).await {
+            Ok(()) => answer.await.unwrap_or_else(|_| Err(self.stopped())),
+            Err(e) => Err(e),
+        };
+        // Dropping the last handle joins the writer and sled's flusher thread: keep that blocking
+        // off the runtime's workers. sled lets go of its file lock from a background thread a
+        // moment later, so wait (briefly) until the lock is free: after `close` returns, the
+        // directory can be opened again, by this process or another.
+        let lock_file = self.inner.dir.join("db");
+        let last = Arc::strong_count(&self.inner) == 1;
+        let _ = tokio::task::spawn_blocking(move || {
+            drop(self);
+            if last {
+                wait_for_unlock(&lock_file, std::time::Duration::from_secs(2));
+            }
+        })
+        .await;
+        match flushed {
+            Err(LedgerError::Closed) => Ok(()), // closed before: nothing left to flush
+            other => other,
+        }
+    }
+
+    async fn send(&self, command: writer::Command) -> Result<(), LedgerError> {
+        let Some(tx) = &self.inner.tx else {
+            return Err(LedgerError::Closed);
+        };
+        tx.send(command).await.map_err(|_| self.stopped())
+    }
+
+    fn stopped(&self) -> LedgerError {
+        stopped(&self.inner.shared)
+    }
+
+    /// A read-only handle on this ledger, for code that must not write (the read side).
+    #[must_use]
+    pub fn reader(&self) -> LedgerReader {
+        self.reader.clone()
+    }
+}
+
+impl std::ops::Deref for Ledger {
+    type Target = LedgerReader;
+
+    fn deref(&self) -> &LedgerReader {
+        &self.reader
+    }
+}
+
+impl LedgerReader {
     /// Latest flushed (seq, hash); `(0, GENESIS_HASH)` for an empty ledger.
     pub fn head(&self) -> (u64, String) {
         self.inner
@@ -532,12 +603,6 @@ impl Ledger {
         self.inner.store.verify(Some(self.len()))
     }
 
-    /// Have `observer` told of every group commit from now on (its duration, and whether it
-    /// stored its batch). One observer per ledger: a second call is ignored and returns false.
-    pub fn observe_flushes(&self, observer: FlushObserver) -> bool {
-        self.inner.shared.flush_observer.set(observer).is_ok()
-    }
-
     /// Whether the writer has stopped after a storage failure (nothing more is acknowledged).
     #[must_use]
     pub fn writer_failed(&self) -> bool {
@@ -552,45 +617,6 @@ impl Ledger {
     /// Exports the flushed records of the open ledger (see [`export`]).
     pub fn export(&self, format: ExportFormat, event: Option<&str>, out: &mut dyn Write) -> Result<u64, LedgerError> {
         self.inner.store.export(format, event, Some(self.len()), out)
-    }
-
-    /// Flushes and stops the writer (appends queued before the call are still written and
-    /// answered; later ones, from any clone, fail with [`LedgerError::Closed`]), then drops this
-    /// handle. The directory is unlocked when this returns unless other clones are still alive.
-    pub async fn close(self) -> Result<(), LedgerError> {
-        let (reply, answer) = oneshot::channel();
-        let flushed = match self.send(writer::Command::Close { reply }).await {
-            Ok(()) => answer.await.unwrap_or_else(|_| Err(self.stopped())),
-            Err(e) => Err(e),
-        };
-        // Dropping the last handle joins the writer and sled's flusher thread: keep that blocking
-        // off the runtime's workers. sled lets go of its file lock from a background thread a
-        // moment later, so wait (briefly) until the lock is free: after `close` returns, the
-        // directory can be opened again, by this process or another.
-        let lock_file = self.inner.dir.join("db");
-        let last = Arc::strong_count(&self.inner) == 1;
-        let _ = tokio::task::spawn_blocking(move || {
-            drop(self);
-            if last {
-                wait_for_unlock(&lock_file, std::time::Duration::from_secs(2));
-            }
-        })
-        .await;
-        match flushed {
-            Err(LedgerError::Closed) => Ok(()), // closed before: nothing left to flush
-            other => other,
-        }
-    }
-
-    async fn send(&self, command: writer::Command) -> Result<(), LedgerError> {
-        let Some(tx) = &self.inner.tx else {
-            return Err(LedgerError::Closed);
-        };
-        tx.send(command).await.map_err(|_| self.stopped())
-    }
-
-    fn stopped(&self) -> LedgerError {
-        stopped(&self.inner.shared)
     }
 }
 
@@ -655,7 +681,7 @@ pub fn verify_dir(dir: &Path) -> Result<Result<VerifyReport, VerifyFailure>, Led
 
 /// Writes the records of the ledger in `dir` (optionally only those whose `event` equals
 /// `event`) to `out`; returns how many were written. Opens the store itself, so the gateway must
-/// not be running (use [`Ledger::export`] on a running one). Stops at the first undecodable
+/// not be running (use [`LedgerReader::export`] on a running one). Stops at the first undecodable
 /// record with [`LedgerError::Corrupt`]; it does not check hashes (use [`verify`]).
 pub fn export(dir: &Path, format: ExportFormat, event: Option<&str>, out: &mut dyn Write) -> Result<u64, LedgerError> {
     let store = store::Store::open(dir, false)?;

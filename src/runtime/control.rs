@@ -5,7 +5,7 @@
 //! controller's lock (records queued in order), the flush, then the actions the decision asked
 //! for (cap commands, suspensions), whose results are fed back the same way.
 
-use super::gateway::Gateway;
+use super::driver::Driver;
 use crate::ledger::LedgerError;
 use chrono::Duration as ChronoDuration;
 use flexgate_policies::control::entry::{SuspendOutcome, SuspendResult};
@@ -14,7 +14,7 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::Arc;
 
-impl Gateway {
+impl Driver {
     /// Run until `shutdown` resolves.
     pub async fn control_loop(self: Arc<Self>, shutdown: impl Future<Output = ()>) {
         tokio::pin!(shutdown);

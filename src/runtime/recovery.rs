@@ -3,11 +3,12 @@
 //! the cluster is read and the last plan's caps are re-applied with their original generation
 //! (idempotent at the backend).
 
-use super::gateway::{Gateway, StartError};
+use super::driver::Driver;
+use super::gateway::StartError;
 use flexgate_policies::control::entry::{DispatchPurpose, Entry};
 use flexgate_policies::control::{Effect, Input};
 
-impl Gateway {
+impl Driver {
     /// Replay the ledger into the controller, read the cluster, re-apply the caps in force.
     /// Called once, before serving.
     pub(crate) async fn recover(&self) -> Result<(), StartError> {

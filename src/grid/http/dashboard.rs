@@ -151,10 +151,10 @@ pub(super) async fn stream(State(api): State<Api>, Query(query): Query<StreamQue
         }
         // Wait for a new snapshot, or the heartbeat; end when the gateway stops.
         loop {
-            if api.gateway.is_stopping() {
+            if api.gateway.read().is_stopping() {
                 return None;
             }
-            let now = api.gateway.published_snapshot();
+            let now = api.gateway.read().published();
             let changed = last.as_ref().is_none_or(|l| !std::sync::Arc::ptr_eq(l, &now));
             if changed || last_sent.elapsed() >= STREAM_HEARTBEAT {
                 let state = state_message(&api, sent + 1).await;
@@ -174,7 +174,7 @@ pub(super) async fn stream(State(api): State<Api>, Query(query): Query<StreamQue
 }
 
 async fn state_message(api: &Api, seq: u64) -> StreamState {
-    let mut jobs = api.gateway.jobs().await;
+    let mut jobs = api.gateway.read().jobs().await;
     // The deepest 40 without sorting every job (a site may run 100 k, and each open dashboard
     // gets up to four messages a second).
     let deepest = |a: &JobView, b: &JobView| {
@@ -189,9 +189,9 @@ async fn state_message(api: &Api, seq: u64) -> StreamState {
     jobs.sort_by(deepest);
     StreamState {
         seq,
-        status: api.gateway.status().await,
-        events: api.gateway.events().await,
-        plan: api.gateway.plan_view().await,
+        status: api.gateway.read().status().await,
+        events: api.gateway.read().events().await,
+        plan: api.gateway.read().plan_view().await,
         jobs,
     }
 }
@@ -210,7 +210,7 @@ pub(super) struct HistoryQuery {
     responses((status = 200, description = "Meter history", body = MeterHistoryView)))]
 pub(super) async fn meter_history(State(api): State<Api>, Query(query): Query<HistoryQuery>) -> Response {
     let seconds = query.seconds.unwrap_or(3600).clamp(60, 21_600);
-    axum::Json(api.gateway.meter_history(seconds).await).into_response()
+    axum::Json(api.gateway.read().meter_history(seconds).await).into_response()
 }
 
 /// An event's audit, rebuilt from the live ledger (what `flexgate audit --format json` gives
@@ -232,7 +232,7 @@ pub(super) async fn event_audit(State(api): State<Api>, Path(id): Path<String>) 
 /// The live audit of `id`, or the problem to answer: 404 for an event the ledger does not
 /// hold, 500 for a ledger that could not be read.
 async fn audit_of(api: &Api, id: &str) -> Result<crate::reports::audit::AuditReport, Problem> {
-    match api.gateway.audit(id).await {
+    match api.gateway.read().audit(id).await {
         Ok(Some(report)) => Ok(report),
         Ok(None) => Err(Problem::new(StatusCode::NOT_FOUND, format!("no event {id:?} in the ledger")).field("id")),
         Err(e) => Err(Problem::new(StatusCode::INTERNAL_SERVER_ERROR, e)),

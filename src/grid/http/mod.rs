@@ -195,7 +195,7 @@ pub(crate) fn bearer_token(headers: &HeaderMap) -> Option<&str> {
 impl Api {
     /// How long a request body may take (`gateway.http_body_timeout_s`).
     fn body_timeout(&self) -> std::time::Duration {
-        std::time::Duration::from_secs(self.gateway.config.gateway.http_body_timeout_s)
+        std::time::Duration::from_secs(self.gateway.read().config.gateway.http_body_timeout_s)
     }
 
     fn authorized(&self, headers: &HeaderMap) -> bool {
@@ -256,7 +256,7 @@ async fn post_event(State(api): State<Api>, request: Request) -> Response {
         Err(e) => return Problem::new(e.status(), e.to_string()).into_response(),
     };
     let submission = crate::grid::dr_event::submission(&body, transport.source());
-    match api.gateway.submit(submission, transport).await {
+    match api.gateway.driver().submit(submission, transport).await {
         // Same revision, different body: the first answer stands and the new body was ignored;
         // say so with a conflict rather than a plain 200.
         Ok(outcome) if outcome.differs => refused(
@@ -288,7 +288,7 @@ async fn post_event(State(api): State<Api>, request: Request) -> Response {
 #[utoipa::path(get, path = "/v1/events", tag = "events",
     responses((status = 200, description = "Events", body = Vec<EventView>)))]
 async fn list_events(State(api): State<Api>) -> Response {
-    axum::Json(api.gateway.events().await).into_response()
+    axum::Json(api.gateway.read().events().await).into_response()
 }
 
 /// One event: its summary and the book's record of it.
@@ -299,7 +299,7 @@ async fn list_events(State(api): State<Api>) -> Response {
         (status = 404, description = "No such event", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn get_event(State(api): State<Api>, Path(id): Path<String>) -> Response {
-    match api.gateway.event_view(&id).await {
+    match api.gateway.read().event_view(&id).await {
         Some(event) => axum::Json(event).into_response(),
         None => Problem::new(StatusCode::NOT_FOUND, format!("no event {id:?}"))
             .field("id")
@@ -312,21 +312,21 @@ async fn get_event(State(api): State<Api>, Path(id): Path<String>) -> Response {
 #[utoipa::path(get, path = "/v1/status", tag = "state",
     responses((status = 200, description = "Status", body = StatusView)))]
 async fn status(State(api): State<Api>) -> Response {
-    axum::Json(api.gateway.status().await).into_response()
+    axum::Json(api.gateway.read().status().await).into_response()
 }
 
 /// The running jobs with their caps, confirmation, measured power and throughput.
 #[utoipa::path(get, path = "/v1/jobs", tag = "state",
     responses((status = 200, description = "Jobs", body = Vec<JobView>)))]
 async fn jobs(State(api): State<Api>) -> Response {
-    axum::Json(api.gateway.jobs().await).into_response()
+    axum::Json(api.gateway.read().jobs().await).into_response()
 }
 
 /// The plan in force, or an empty plan (`in_force: false`) when no event constrains the site.
 #[utoipa::path(get, path = "/v1/plan", tag = "state",
     responses((status = 200, description = "The plan", body = PlanView)))]
 async fn plan(State(api): State<Api>) -> Response {
-    axum::Json(api.gateway.plan_view().await).into_response()
+    axum::Json(api.gateway.read().plan_view().await).into_response()
 }
 
 /// The site's flexibility curve now: for shed levels from none to every plannable job at its
@@ -338,7 +338,7 @@ async fn plan(State(api): State<Api>) -> Response {
         (status = 404, description = "No curve yet (no telemetry), or a proportional policy, which costs none", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn flexibility(State(api): State<Api>) -> Response {
-    match api.gateway.flexibility().await {
+    match api.gateway.read().flexibility().await {
         Some(curve) => axum::Json(FlexibilityView::build(&curve)).into_response(),
         None => Problem::new(
             StatusCode::NOT_FOUND,
@@ -417,7 +417,7 @@ async fn verify_ledger(State(api): State<Api>) -> Response {
 async fn metrics(State(api): State<Api>) -> Response {
     (
         [(header::CONTENT_TYPE, crate::runtime::metrics::CONTENT_TYPE)],
-        api.gateway.metrics().await,
+        api.gateway.read().metrics().await,
     )
         .into_response()
 }
@@ -483,6 +483,7 @@ async fn operator_opt_out(State(api): State<Api>, request: Request) -> Response 
     };
     match api
         .gateway
+        .driver()
         .operator_opt_out(&req.event_id, &req.operator, &req.reason)
         .await
     {

@@ -101,7 +101,7 @@ impl Ven2b {
     /// Runs until `stop` turns true. Pushed messages (push mode) arrive on `pushed`.
     pub async fn run(mut self, mut stop: watch::Receiver<bool>, mut pushed: mpsc::Receiver<Pushed>) {
         let clock = self.gateway.clock();
-        let mut opt_outs = self.gateway.subscribe_opt_outs();
+        let mut opt_outs = self.gateway.driver().subscribe_opt_outs();
         let mut queue: VecDeque<Action> = self.ven.start(clock.now()).into();
         tracing::info!(vtn = %self.http.base(), "OpenADR 2.0b VEN started");
         loop {
@@ -223,11 +223,11 @@ impl Ven2b {
     /// curve. The whole curve with its costs goes where a protocol has room for it (OpenADR 3
     /// reports, `dr.telemetry/1`).
     async fn sample(&mut self) {
-        let status = self.gateway.status().await;
+        let status = self.gateway.read().status().await;
         let Some(meter_kw) = status.measured_meter_kw() else {
             return;
         };
-        let flexible_kw = self.gateway.flexibility().await.map(|c| c.most_meter_shed_kw());
+        let flexible_kw = self.gateway.read().flexibility().await.map(|c| c.most_meter_shed_kw());
         let sample = TelemetrySample {
             meter_kw,
             gpu_board_kw: status.measured_gpu_w.map(|w| w / 1000.0),
@@ -248,7 +248,7 @@ impl Ven2b {
             message: message.to_string(),
             content: WireContent::Text(String::from_utf8_lossy(raw).into_owned()),
         });
-        match self.gateway.record(Recorded::new(entry, None)).await {
+        match self.gateway.driver().record(Recorded::new(entry, None)).await {
             Ok(appended) => self.last_inbound_seq = appended.seq,
             Err(e) => tracing::error!("ledger: cannot record an OpenADR message: {e}"),
         }
@@ -265,7 +265,7 @@ impl Ven2b {
             content: WireContent::Text(sent),
             answer,
         });
-        if let Err(e) = self.gateway.record(Recorded::new(entry, None)).await {
+        if let Err(e) = self.gateway.driver().record(Recorded::new(entry, None)).await {
             tracing::error!("ledger: cannot record an OpenADR message: {e}");
         }
     }
@@ -297,9 +297,14 @@ impl Ven2b {
                         code,
                         reason: reason.clone(),
                     });
-                    match self.gateway.record(Recorded::new(entry, Some(event_id.clone()))).await {
+                    match self
+                        .gateway
+                        .driver()
+                        .record(Recorded::new(entry, Some(event_id.clone())))
+                        .await
+                    {
                         Ok(_) => {
-                            if let Err(e) = self.gateway.count_adapter_refusal().await {
+                            if let Err(e) = self.gateway.driver().count_adapter_refusal().await {
                                 tracing::warn!("the VEN's opt-out of {event_id} is recorded but not counted: {e}");
                             }
                         }
@@ -407,7 +412,7 @@ impl Ven2b {
             event: Box::new(event),
             wire,
         };
-        match self.gateway.submit(submission, transport).await {
+        match self.gateway.driver().submit(submission, transport).await {
             Ok(outcome) => match outcome.ack.opt {
                 Participation::In => None,
                 Participation::Out => Some(outcome.ack.reason.unwrap_or_else(|| "opted out".into())),

@@ -165,12 +165,12 @@ impl Ven3 {
             self.meter.clear();
             return;
         }
-        if let Some(kw) = self.gateway.status().await.measured_meter_kw() {
+        if let Some(kw) = self.gateway.read().status().await.measured_meter_kw() {
             self.meter.push((now, kw));
         }
         let begun = |s: &ReportSpan| s.start <= now && s.offered.is_none();
         if self.acting.values().flat_map(|t| &t.spans).any(begun) {
-            let curve = self.gateway.flexibility().await;
+            let curve = self.gateway.read().flexibility().await;
             for span in self
                 .acting
                 .values_mut()
@@ -192,7 +192,12 @@ impl Ven3 {
             message: format!("event ({change})"),
             content: WireContent::Json(serde_json::to_value(event).unwrap_or_default()),
         });
-        match self.gateway.record(Recorded::new(entry, event.id.clone())).await {
+        match self
+            .gateway
+            .driver()
+            .record(Recorded::new(entry, event.id.clone()))
+            .await
+        {
             Ok(appended) => appended.seq,
             Err(e) => {
                 tracing::error!("ledger: cannot record an OpenADR 3 event: {e}");
@@ -263,7 +268,7 @@ impl Ven3 {
             event: Box::new(grid),
             wire,
         };
-        match self.gateway.submit(submission, transport).await {
+        match self.gateway.driver().submit(submission, transport).await {
             Ok(outcome) if outcome.ack.opt == Participation::In => {
                 let report_spans = mapped
                     .targets
@@ -310,7 +315,7 @@ impl Ven3 {
                 signal: None,
             },
         };
-        match self.gateway.submit(submission, transport).await {
+        match self.gateway.driver().submit(submission, transport).await {
             Ok(_) | Err(SubmitError::Stale { .. }) => {}
             Err(e) => tracing::warn!(event = %id, "OpenADR 3 cancellation not taken: {e}"),
         }
@@ -361,7 +366,12 @@ impl Ven3 {
             content: WireContent::Json(body),
             answer,
         });
-        if let Err(e) = self.gateway.record(Recorded::new(entry, Some(id.to_string()))).await {
+        if let Err(e) = self
+            .gateway
+            .driver()
+            .record(Recorded::new(entry, Some(id.to_string())))
+            .await
+        {
             tracing::error!(event = %id, "ledger: cannot record an OpenADR 3 report: {e}");
         }
     }
