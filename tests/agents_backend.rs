@@ -121,7 +121,7 @@ async fn gpus(url: &str) -> Vec<GpuStatus> {
 
 fn command(job: &str, cap: f64, generation: u64) -> CapCommand {
     CapCommand {
-        job: Arc::from(job),
+        job: flexgate_policies::ids::JobId::from(job),
         cap: WattsPerGpu(cap),
         generation,
         until: Some(chrono::Utc::now() + chrono::Duration::minutes(10)),

@@ -42,7 +42,6 @@ use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const SITE: &str = "site-1";
@@ -1018,7 +1017,7 @@ async fn refused_tokens_change_nothing_and_out_of_range_caps_are_clamped_and_rep
     backend.inventory().await.expect("inventory");
     let until = Some(chrono::Utc::now() + chrono::Duration::minutes(10));
     let command = |cap: f64, generation: u64| CapCommand {
-        job: Arc::from(job.as_str()),
+        job: flexgate_policies::ids::JobId::from(job.as_str()),
         cap: WattsPerGpu(cap),
         generation,
         until,

@@ -749,7 +749,7 @@ async fn reconcile_notices_drift_and_re_sends_unconfirmed_caps_once_the_node_ans
         .find(|e| e.cap_w_per_gpu < 650.0)
         .expect("a deeply capped job")
         .clone();
-    let job: std::sync::Arc<str> = capped.job.as_str().into();
+    let job = flexgate_policies::ids::JobId::from(capped.job.as_str());
     assert_eq!(
         sim.cap_of(&job).map(|c| c.value()),
         Some(capped.cap_w_per_gpu),
@@ -830,7 +830,7 @@ async fn reconcile_notices_drift_and_re_sends_unconfirmed_caps_once_the_node_ans
         .nodes[0]
         .clone();
     sim.set_faults(SimFaults {
-        unreachable_nodes: vec![node],
+        unreachable_nodes: vec![node.to_string()],
         ..SimFaults::default()
     })
     .expect("faults");

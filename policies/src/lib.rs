@@ -15,6 +15,7 @@ pub mod curve;
 pub mod estimate;
 pub mod event;
 pub mod facility;
+pub mod ids;
 pub mod meter;
 pub mod pfi;
 pub mod physics;

@@ -24,6 +24,7 @@ use flexgate_policies::control::entry::{Entry, ProbeOutcome, Received, SuspendOu
 use flexgate_policies::control::{Controller, Effect, Input, IntakeDecision, Settings};
 use flexgate_policies::event::{Ack, EventSource, GridEvent, Interval, Target, Window};
 use flexgate_policies::facility::FacilityParams;
+use flexgate_policies::ids::JobId;
 use flexgate_policies::units::{Kilowatts, TokensPerSec, Watts, WattsPerGpu};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
@@ -35,7 +36,7 @@ const MAX_W: f64 = 700.0;
 /// One job of the model cluster.
 #[derive(Debug, Clone)]
 struct ModelJob {
-    id: Arc<str>,
+    id: JobId,
     uncapped_per_gpu: f64,
     cap: f64,
     generation: u64,
@@ -68,7 +69,7 @@ impl ModelJob {
 struct ModelCluster {
     jobs: Vec<ModelJob>,
     /// Jobs whose node does not answer: commands fail, telemetry omits them.
-    silent: Vec<Arc<str>>,
+    silent: Vec<JobId>,
     /// Whether the meter figure is a reading (`false`: the facility model's estimate).
     model_meter: bool,
     /// Fail every command while set.
@@ -87,7 +88,7 @@ impl ModelCluster {
     fn start_job(&mut self, uncapped_per_gpu: f64, suspendable: bool) {
         self.next_job += 1;
         self.jobs.push(ModelJob {
-            id: Arc::from(format!("job-{}", self.next_job)),
+            id: JobId::from(format!("job-{}", self.next_job)),
             uncapped_per_gpu,
             cap: MAX_W,
             generation: 0,
@@ -121,7 +122,7 @@ impl ModelCluster {
                     // Every other job counts double under the progress objective.
                     priority: 1.0 + (i % 2) as f64,
                 },
-                nodes: vec![format!("node-{i}")],
+                nodes: vec![format!("node-{i}").into()],
                 applied_cap: WattsPerGpu(j.cap),
                 generation: j.generation,
                 measured_power: Watts(j.draw()),
@@ -270,7 +271,7 @@ fn event(
     test: bool,
 ) -> GridEvent {
     GridEvent {
-        id: format!("ev-{index}"),
+        id: format!("ev-{index}").into(),
         revision,
         source: EventSource::Http,
         site: Some("site-1".into()),
@@ -667,7 +668,7 @@ fn check_invariants(mut h: Harness, ops: &[Op]) -> Result<(), TestCaseError> {
             h.measure_and_tick();
         }
         // Open-ended events (no duration) stay in force until cancelled: cancel them.
-        let open: Vec<(String, u64)> = h
+        let open: Vec<(flexgate_policies::ids::EventId, u64)> = h
             .controller
             .book()
             .events()
@@ -895,7 +896,7 @@ fn a_step_that_measures_nothing_times_out_and_waits_before_a_retry() {
         .collect();
     assert!(!timeouts.is_empty(), "the steps timed out");
     assert!(timeouts.iter().all(|t| t.retry_after.is_some()));
-    let timed_out: Vec<Arc<str>> = timeouts.iter().map(|t| Arc::from(t.job.as_str())).collect();
+    let timed_out: Vec<JobId> = timeouts.iter().map(|t| JobId::from(t.job.as_str())).collect();
     for job in &timed_out {
         assert!(!h.controller.probes().contains_key(job));
         let cap = h.cluster.jobs.iter().find(|j| j.id == *job).map(|j| j.cap);

@@ -25,6 +25,7 @@ use flexgate_policies::alloc::{Elasticity, JobSpec};
 use flexgate_policies::control::cluster::MeasuredThroughput;
 use flexgate_policies::curve::PowerCurve;
 use flexgate_policies::facility::{FacilityParams, FacilityPoint};
+use flexgate_policies::ids::{JobId, NodeId};
 use flexgate_policies::units::{Kilowatts, TokensPerSec, Watts, WattsPerGpu};
 use serde::{Deserialize, Serialize};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -360,7 +361,7 @@ struct State {
     /// figures mean the same thing.
     throughput: JobWindows,
     /// The latest aggregate per job, for the inventory between telemetry samples.
-    throughput_now: std::collections::HashMap<Arc<str>, MeasuredThroughput>,
+    throughput_now: std::collections::HashMap<JobId, MeasuredThroughput>,
 }
 
 impl State {
@@ -496,7 +497,7 @@ impl SimCluster {
     /// checked that they suffice).
     fn template_job(&self, state: &mut State, index: usize, number: u64, unknown: bool, now: Instant) -> SimJob {
         let Template { template, label } = &self.templates[index];
-        let id: Arc<str> = format!("job-{number:03}-{label}").into();
+        let id: JobId = format!("job-{number:03}-{label}").into();
         let elasticity = match template.true_pfi {
             Some(pfi) if !unknown => {
                 let mut noise = SplitMix64::derive(self.config.seed ^ NOISE_STREAM, number);
@@ -572,7 +573,7 @@ impl SimCluster {
     /// Start a job from template `template` on the lowest free nodes, uncapped. Its elasticity
     /// is unknown with probability `unknown_elasticity_share` (seeded per job number), otherwise
     /// a noisy predicted PFI, as for the initial fleet. Returns its id.
-    pub fn start_job(&self, template: usize) -> Result<Arc<str>, SimError> {
+    pub fn start_job(&self, template: usize) -> Result<JobId, SimError> {
         let count = self.templates.len();
         let gpus = self
             .templates
@@ -594,7 +595,7 @@ impl SimCluster {
     /// Start a job described by the caller: `spec` is exactly what the gateway will be told
     /// (id, elasticity, uncapped point may even be wrong on purpose), `truth` is what the job
     /// really does. Runs uncapped on the lowest free nodes. Returns its id.
-    pub fn start_custom_job(&self, spec: JobSpec, truth: PowerCurve) -> Result<Arc<str>, SimError> {
+    pub fn start_custom_job(&self, spec: JobSpec, truth: PowerCurve) -> Result<JobId, SimError> {
         spec.validate().map_err(|e| SimError::InvalidJob(e.to_string()))?;
         if truth.gpus() != spec.gpus {
             return Err(SimError::InvalidJob(format!(
@@ -781,7 +782,7 @@ impl ClusterBackend for SimCluster {
                 let (power, _) = j.ramp.at(now, settle);
                 JobState {
                     spec: j.spec.clone(),
-                    nodes: j.nodes.iter().map(|&n| node_name(n)).collect(),
+                    nodes: j.nodes.iter().map(|&n| NodeId::from(node_name(n))).collect(),
                     applied_cap: j.cap,
                     generation: j.generation,
                     measured_power: power,
@@ -798,7 +799,7 @@ impl ClusterBackend for SimCluster {
         let now = Instant::now();
         let mut state = self.lock();
         // One lookup per command, not a scan of every job (dispatches carry ~1 command per job).
-        let index: std::collections::HashMap<Arc<str>, usize> = state
+        let index: std::collections::HashMap<JobId, usize> = state
             .jobs
             .iter()
             .enumerate()
@@ -873,7 +874,7 @@ impl ClusterBackend for SimCluster {
                         .get(t.job_id.as_str())
                         .is_some_and(|from| t.window_start >= *from),
                 };
-                (Arc::<str>::from(t.job_id), reading)
+                (JobId::from(t.job_id), reading)
             })
             .collect();
         state.throughput_now = throughput_now;
@@ -983,7 +984,7 @@ mod tests {
         SimCluster::new(config).expect("valid config")
     }
 
-    fn cmd(job: &Arc<str>, cap: f64, generation: u64) -> CapCommand {
+    fn cmd(job: &JobId, cap: f64, generation: u64) -> CapCommand {
         CapCommand {
             job: job.clone(),
             cap: WattsPerGpu(cap),
@@ -1027,7 +1028,7 @@ mod tests {
             });
             let jobs = sim.inventory().await.expect("inventory");
             assert_eq!(sim.free_nodes(), 0, "seed {seed}: every node is used");
-            let mut nodes: Vec<&String> = jobs.iter().flat_map(|j| &j.nodes).collect();
+            let mut nodes: Vec<&NodeId> = jobs.iter().flat_map(|j| &j.nodes).collect();
             assert_eq!(nodes.len(), 16);
             nodes.sort();
             nodes.dedup();
@@ -1178,7 +1179,7 @@ mod tests {
         assert_eq!(newer[0].outcome.applied(), Some(WattsPerGpu(600.0)));
         let state = first_job(&sim).await;
         assert_eq!((state.generation, state.applied_cap), (6, WattsPerGpu(600.0)));
-        let unknown = sim.apply(&[cmd(&Arc::from("job-999-nope"), 400.0, 1)]).await;
+        let unknown = sim.apply(&[cmd(&JobId::from("job-999-nope"), 400.0, 1)]).await;
         assert_eq!(unknown[0].outcome, CapOutcome::UnknownJob);
     }
 
@@ -1376,7 +1377,7 @@ mod tests {
         let jobs = sim.inventory().await.expect("inventory");
         let victim = &jobs[1];
         sim.set_faults(SimFaults {
-            unreachable_nodes: vec![victim.nodes[0].clone()],
+            unreachable_nodes: vec![victim.nodes[0].to_string()],
             ..SimFaults::default()
         })
         .expect("valid faults");
@@ -1386,7 +1387,7 @@ mod tests {
                 let CapOutcome::Failed { reason } = &r.outcome else {
                     panic!("expected a failure, got {r:?}");
                 };
-                assert!(reason.contains(&victim.nodes[0]), "{reason}");
+                assert!(reason.contains(victim.nodes[0].as_str()), "{reason}");
                 assert_eq!(sim.cap_of(&r.job), Some(WattsPerGpu(700.0)));
             } else {
                 assert_eq!(r.outcome.applied(), Some(WattsPerGpu(300.0)), "{r:?}");

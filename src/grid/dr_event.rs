@@ -48,7 +48,7 @@ pub fn parse_event(bytes: &[u8], source: EventSource) -> Result<GridEvent, Event
         })?;
     }
     let event = GridEvent {
-        id: doc.event_id,
+        id: doc.event_id.into(),
         revision: doc.revision,
         source,
         site: doc.site,
@@ -89,7 +89,7 @@ pub fn to_document(event: &GridEvent) -> DrEvent {
     let single_target = matches!(event.intervals.as_slice(), [only] if only.offset_s == 0 && only.duration_s.is_none());
     let w = &event.window;
     DrEvent {
-        event_id: event.id.clone(),
+        event_id: event.id.to_string(),
         revision: event.revision,
         site: event.site.clone(),
         issued_at: event.issued_at,
@@ -127,7 +127,7 @@ pub fn ack_payload(ack: &Ack) -> AckPayload {
         Participation::Out => Opt::Out,
     };
     let mut payload = AckPayload::new(
-        ack.event_id.clone(),
+        ack.event_id.to_string(),
         ack.revision,
         ack.received_at,
         opt,

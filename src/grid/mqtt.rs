@@ -25,6 +25,7 @@ use flexgate_policies::control::entry::{
     AdapterOptedOut, PeerAnswer, WireContent, WireProtocol, WireReceived, WireSent,
 };
 use flexgate_policies::event::Phase;
+use flexgate_policies::ids::EventId;
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
@@ -274,7 +275,7 @@ impl MqttBridge {
         });
         let recorded = gateway
             .driver()
-            .record(Recorded::new(entry, Some(event_id.to_string())))
+            .record(Recorded::new(entry, Some(EventId::from(event_id))))
             .await;
         if let Err(e) = recorded {
             tracing::warn!(event = %event_id, "MQTT report published but not recorded: {e}");
@@ -438,7 +439,7 @@ impl Intake {
                 message: "dr.event/1".into(),
                 content: WireContent::Text(String::from_utf8_lossy(payload).into_owned()),
             });
-            records.push(Recorded::new(received, Some(event_id.to_owned())).keyed(format!("{key}:received")));
+            records.push(Recorded::new(received, Some(EventId::from(event_id))).keyed(format!("{key}:received")));
         }
         let opted_out = Entry::AdapterOptedOut(AdapterOptedOut {
             at: now,
@@ -448,7 +449,7 @@ impl Intake {
             code,
             reason: reason.clone(),
         });
-        records.push(Recorded::new(opted_out, Some(event_id.to_owned())).keyed(format!("{key}:opted_out")));
+        records.push(Recorded::new(opted_out, Some(EventId::from(event_id))).keyed(format!("{key}:opted_out")));
         let appended = self
             .gateway
             .ledger()

@@ -16,6 +16,7 @@ use flexgate_policies::control::entry::{
 };
 use flexgate_policies::control::trim::TrimDirection;
 use flexgate_policies::event::{Ack, EventSource, MeterRangeKw, Participation};
+use flexgate_policies::ids::EventId;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use std::path::Path;
@@ -108,10 +109,10 @@ pub async fn migrate(from: &Path, to: &Path) -> Result<MigrationReport, MigrateE
         {
             converted.push(NewRecord::from(Recorded::new(
                 Entry::CurtailmentEnded(CurtailmentEnded { at: d.at }),
-                record.event.clone(),
+                record.event.as_deref().map(EventId::from),
             )));
         }
-        let mut new = NewRecord::from(Recorded::new(entry, record.event.clone()));
+        let mut new = NewRecord::from(Recorded::new(entry, record.event.as_deref().map(EventId::from)));
         new.dedup_key = record.dedup_key.clone();
         converted.push(new);
     }
@@ -355,7 +356,7 @@ fn convert_plan(record: &Record) -> Result<Entry, String> {
 /// The acknowledgement decision a schema-1 `dr.ack/1` record carried.
 fn ack_decision(doc: flexgate_dr::AckPayload) -> Ack {
     Ack {
-        event_id: doc.event_id,
+        event_id: doc.event_id.into(),
         revision: doc.revision,
         received_at: doc.received_at,
         opt: match doc.opt {

@@ -175,7 +175,7 @@ impl From<Recorded> for NewRecord {
     fn from(recorded: Recorded) -> Self {
         NewRecord {
             kind: recorded.entry.kind(),
-            event: recorded.event,
+            event: recorded.event.map(|e| e.to_string()),
             dedup_key: recorded.dedup_key,
             body: serde_json::to_value(&recorded.entry).unwrap_or_else(|e| {
                 // Every entry type serialises (no maps with non-string keys, no failing

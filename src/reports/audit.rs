@@ -1032,7 +1032,7 @@ mod tests {
     use flexgate_policies::event::{CeilingTarget, EventSource};
 
     fn record(seq: u64, entry: Entry, event: Option<&str>) -> Record {
-        let new = NewRecord::from(Recorded::new(entry, event.map(str::to_string)));
+        let new = NewRecord::from(Recorded::new(entry, event.map(flexgate_policies::ids::EventId::from)));
         Record {
             seq,
             time: DateTime::UNIX_EPOCH,

@@ -328,7 +328,7 @@ impl Driver {
                 ack: Box::new(ack),
             }),
             IntakeDecision::Stale { held, ack } => Err(SubmitError::Stale {
-                event_id: ack.event_id.clone(),
+                event_id: ack.event_id.to_string(),
                 revision: ack.revision,
                 held,
                 ack: Box::new(ack),

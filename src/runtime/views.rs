@@ -211,7 +211,7 @@ pub struct PhaseAt {
 impl EventView {
     pub(crate) fn build(entry: &BookEntry, now: DateTime<Utc>) -> Self {
         Self {
-            id: entry.event.id.clone(),
+            id: entry.event.id.to_string(),
             revision: entry.revision(),
             state: entry.phase_at(now).as_str().to_string(),
             test: entry.event.test,
@@ -287,7 +287,7 @@ impl JobView {
         Self {
             id: job.spec.id.to_string(),
             gpus: job.spec.gpus,
-            nodes: job.nodes.clone(),
+            nodes: job.nodes.iter().map(ToString::to_string).collect(),
             cap_w_per_gpu: applied.map_or(job.applied_cap.value(), |a| a.cap.value()),
             confirmed: applied.is_none_or(|a| a.confirmed),
             generation: applied.map_or(job.generation, |a| a.generation),
@@ -443,7 +443,7 @@ impl PlanView {
             at: Some(p.at),
             policy: Some(a.policy.as_str().to_string()),
             ceiling_w: Some(kw_to_w(p.ceiling_kw)),
-            binding_event: Some(p.binding_event.clone()),
+            binding_event: Some(p.binding_event.to_string()),
             gpu_budget_w: Some(p.gpu_budget_w),
             trim_w: p.trim_w,
             planned_power_w: Some(a.planned_power),

@@ -1,10 +1,10 @@
 //! Inputs and outputs shared by every allocation policy.
 
 use crate::curve::PowerCurve;
+use crate::ids::JobId;
 use crate::pfi::CapGrid;
 use crate::units::{Fraction, TokensPerSec, Watts, WattsPerGpu};
 use serde::Serialize;
-use std::sync::Arc;
 
 /// The per-GPU cap range a GPU accepts (NVML's min/max power-management limits).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -83,7 +83,7 @@ impl Elasticity {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct JobSpec {
     /// Job identifier (shared, cheap to clone into plans).
-    pub id: Arc<str>,
+    pub id: crate::ids::JobId,
     /// GPUs the job runs on; its cap applies to each of them.
     pub gpus: u32,
     /// Cap range of the job's GPUs.
@@ -308,7 +308,7 @@ impl FloorKind {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PlanEntry {
     /// Job id.
-    pub job: Arc<str>,
+    pub job: JobId,
     /// Per-GPU cap to apply to each of the job's GPUs.
     pub cap: WattsPerGpu,
     /// Expected aggregate draw under that cap (at most `gpus × cap`).
@@ -339,7 +339,7 @@ pub struct CapPlan {
     /// Per-job caps, in the order of the input jobs.
     pub entries: Vec<PlanEntry>,
     /// Jobs whose elasticity was unknown and that had to be capped anyway.
-    pub fallbacks: Vec<Arc<str>>,
+    pub fallbacks: Vec<JobId>,
 }
 
 #[cfg(test)]

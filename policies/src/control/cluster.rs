@@ -6,6 +6,7 @@
 //! The async trait that moves them lives with the gateway's cluster drivers.
 
 use crate::alloc::JobSpec;
+use crate::ids::JobId;
 use crate::meter::Quality;
 use crate::units::{Kilowatts, TokensPerSec, Watts, WattsPerGpu};
 use chrono::{DateTime, Utc};
@@ -19,7 +20,7 @@ pub struct JobState {
     /// (T_max), and the elasticity that is *known* (not the truth), and the QoS limit.
     pub spec: JobSpec,
     /// Nodes the job runs on, so that node faults can be mapped to the jobs they affect.
-    pub nodes: Vec<String>,
+    pub nodes: Vec<crate::ids::NodeId>,
     /// Per-GPU cap now applied to each of the job's GPUs (the range maximum means uncapped).
     pub applied_cap: WattsPerGpu,
     /// Generation of the latest applied cap command (0 before any), so that the gateway
@@ -48,7 +49,7 @@ impl JobState {
     /// The key its measurements are kept under: its signature, or its id.
     #[must_use]
     pub fn profile_key(&self) -> &Arc<str> {
-        self.signature.as_ref().unwrap_or(&self.spec.id)
+        self.signature.as_ref().unwrap_or(self.spec.id.shared())
     }
 }
 
@@ -56,7 +57,7 @@ impl JobState {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CapCommand {
     /// The job to cap.
-    pub job: Arc<str>,
+    pub job: JobId,
     /// Per-GPU cap; the backend clamps it into the GPUs' range and says so.
     pub cap: WattsPerGpu,
     /// Monotone per job: a higher generation wins, an equal one is a harmless repeat, a lower
@@ -73,7 +74,7 @@ pub struct CapCommand {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CapResult {
     /// The job the command was for.
-    pub job: Arc<str>,
+    pub job: JobId,
     /// The command's generation, so that a result can be matched to its command.
     pub generation: u64,
     /// What happened.
@@ -167,7 +168,7 @@ fn model_quality() -> Quality {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobTelemetry {
     /// The job.
-    pub job: Arc<str>,
+    pub job: JobId,
     /// Aggregate GPU-board power of the job.
     pub power: Watts,
     /// Training throughput the job reported, `None` when it reports nothing (unknown, never 0).

@@ -15,10 +15,11 @@ use super::config::PolicyKind;
 use super::trim::TrimDirection;
 use crate::alloc::{FloorKind, Objective, Reason};
 use crate::event::{Ack, BaselineEstimate, CeilingTarget, EffectiveCeiling, EventSource, GridEvent, Transition};
+use crate::ids::EventId;
+use crate::ids::JobId;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
-use std::sync::Arc;
 
 /// The coarse kind of a ledger record (what was asked, interpreted, decided, done and measured), for filters and the
 /// export's `kind` column. Every [`Entry`] has exactly one.
@@ -260,20 +261,12 @@ pub enum PlanReason {
 /// floor_w, floor_kind, reason]` (an array, not an object: a 10,000-job plan is recorded,
 /// hashed and flushed on the event path).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PlanRow(
-    pub Arc<str>,
-    pub f64,
-    pub f64,
-    pub f64,
-    pub f64,
-    pub FloorKind,
-    pub Reason,
-);
+pub struct PlanRow(pub JobId, pub f64, pub f64, pub f64, pub f64, pub FloorKind, pub Reason);
 
 impl PlanRow {
     /// The job.
     #[must_use]
-    pub fn job(&self) -> &Arc<str> {
+    pub fn job(&self) -> &JobId {
         &self.0
     }
 
@@ -339,7 +332,7 @@ pub struct RecordedAllocation {
     /// What the plan could not cut, W (every floor reached).
     pub shortfall: f64,
     /// Jobs of unknown elasticity that had to be capped anyway.
-    pub fallbacks: Vec<Arc<str>>,
+    pub fallbacks: Vec<JobId>,
     /// Column names of `rows`.
     pub columns: Vec<String>,
     /// One row per job.
@@ -443,7 +436,7 @@ pub struct PlanRecorded {
     /// Draw of jobs counted as fixed load (unconfirmed caps, suspended), W.
     pub unconfirmed_fixed_w: f64,
     /// Jobs suspended by the gateway.
-    pub suspended: BTreeSet<Arc<str>>,
+    pub suspended: BTreeSet<JobId>,
     /// The budget the policy split, W.
     pub gpu_budget_w: f64,
     /// The allocation.
@@ -493,7 +486,7 @@ pub enum DispatchStatus {
 /// One command with what became of it: `[job, cap_w, generation, status, applied_w, detail]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DispatchRow(
-    pub Arc<str>,
+    pub JobId,
     pub f64,
     pub u64,
     pub DispatchStatus,
@@ -542,7 +535,7 @@ impl DispatchRow {
 
     /// The job.
     #[must_use]
-    pub fn job(&self) -> &Arc<str> {
+    pub fn job(&self) -> &JobId {
         &self.0
     }
 
@@ -592,7 +585,7 @@ pub struct CapsDispatched {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Drifted {
     /// The job.
-    pub job: Arc<str>,
+    pub job: JobId,
     /// The cap the gateway confirmed, W per GPU.
     pub wanted_w_per_gpu: f64,
     /// The limit the cluster reports, W per GPU.
@@ -618,14 +611,14 @@ pub struct CapsLost {
     /// When.
     pub at: DateTime<Utc>,
     /// The jobs.
-    pub unmeasured_capped_jobs: Vec<Arc<str>>,
+    pub unmeasured_capped_jobs: Vec<JobId>,
 }
 
 /// What became of one suspend or resume request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SuspendOutcome {
     /// The job.
-    pub job: Arc<str>,
+    pub job: JobId,
     /// Its expected draw under the plan, W (suspensions only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected_w: Option<f64>,
@@ -690,9 +683,9 @@ pub struct JobsChanged {
     /// When.
     pub at: DateTime<Utc>,
     /// Jobs that appeared.
-    pub jobs_started: Vec<Arc<str>>,
+    pub jobs_started: Vec<JobId>,
     /// Jobs that ended.
-    pub jobs_ended: Vec<Arc<str>>,
+    pub jobs_ended: Vec<JobId>,
 }
 
 /// What the planner knows of each job's elasticity, where it changed.
@@ -1131,7 +1124,7 @@ pub struct Recorded {
     /// The entry.
     pub entry: Entry,
     /// The grid event it belongs to.
-    pub event: Option<String>,
+    pub event: Option<crate::ids::EventId>,
     /// De-duplication key.
     pub dedup_key: Option<String>,
 }
@@ -1139,7 +1132,7 @@ pub struct Recorded {
 impl Recorded {
     /// `entry` for `event`, without a key.
     #[must_use]
-    pub fn new(entry: Entry, event: Option<String>) -> Self {
+    pub fn new(entry: Entry, event: Option<EventId>) -> Self {
         Recorded {
             entry,
             event,

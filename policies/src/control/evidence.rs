@@ -23,6 +23,7 @@ use super::entry::{Entry, PlanReason, Recorded, ThroughputPoint, TierBackedOff};
 use super::{Controller, Effect};
 use crate::alloc::{Elasticity, JobSpec};
 use crate::curve::{CurvePoint, PowerCurve};
+use crate::ids::JobId;
 use crate::pfi::{CapGrid, DEFAULT_EPSILON, pfi_from_points};
 use crate::units::{TokensPerSec, Watts, WattsPerGpu};
 use chrono::{DateTime, Utc};
@@ -459,11 +460,11 @@ pub(crate) struct LearnedKey {
 }
 
 /// A job's learned knowledge, cached with what it was computed from.
-pub(crate) type LearnedCache = std::collections::HashMap<Arc<str>, (LearnedKey, Option<Learned>)>;
+pub(crate) type LearnedCache = std::collections::HashMap<JobId, (LearnedKey, Option<Learned>)>;
 
 /// One steady reading to check against its job's tier: job, profile key, the point, the tier,
 /// the range maximum.
-type TierReading = (Arc<str>, Arc<str>, Point, Option<crate::units::Fraction>, f64);
+type TierReading = (JobId, Arc<str>, Point, Option<crate::units::Fraction>, f64);
 
 impl Controller {
     /// Take each steady reading as a point of its job's curve, then check the tiers on it.

@@ -17,6 +17,7 @@ use crate::event::{
     PriceRule, SiteContext, to_ceiling,
 };
 use crate::facility::CoolingState;
+use crate::ids::EventId;
 use crate::units::{Fraction, Kilowatts, Watts};
 use chrono::{DateTime, Utc};
 
@@ -394,7 +395,7 @@ impl Controller {
                     operator: operator.to_string(),
                     reason: reason.to_string(),
                 }),
-                Some(event_id.to_string()),
+                Some(EventId::from(event_id)),
             ),
         );
         self.record(&mut effects, ack_entry(&ack, false, None));

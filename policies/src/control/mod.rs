@@ -47,6 +47,8 @@ use crate::alloc::{CapPlan, JobSpec, Objective};
 use crate::estimate::CurveFamily;
 use crate::event::{EffectiveCeiling, EventBook, Transition};
 use crate::facility::{CoolingState, FacilityModel, FacilityParams};
+use crate::ids::EventId;
+use crate::ids::JobId;
 use crate::units::{Watts, WattsPerGpu};
 use budget::OperatingPoint;
 use chrono::{DateTime, Utc};
@@ -126,7 +128,7 @@ pub struct PlanInForce {
     /// The ceiling it serves, kW.
     pub ceiling_kw: f64,
     /// The event whose ceiling binds.
-    pub binding_event: String,
+    pub binding_event: EventId,
     /// The events contributing a ceiling.
     pub events: Vec<String>,
     /// The budget the policy split, W.
@@ -203,14 +205,14 @@ pub enum Effect {
     /// Suspend these jobs; feed the outcomes back with [`Input::Suspended`].
     Suspend {
         /// Jobs with their expected draw under the plan, W.
-        jobs: Vec<(Arc<str>, f64)>,
+        jobs: Vec<(JobId, f64)>,
         /// The shortfall that calls for it, W.
         shortfall_w: f64,
     },
     /// Resume these jobs; feed the outcomes back with [`Input::Resumed`].
     Resume {
         /// The jobs.
-        jobs: Vec<Arc<str>>,
+        jobs: Vec<JobId>,
     },
     /// An event changed phase (once its record is flushed, tell the adapters).
     Announce(Transition),
@@ -272,7 +274,7 @@ pub struct Snapshot {
     /// Running jobs as last reported.
     pub jobs: Arc<Vec<JobState>>,
     /// Caps in force.
-    pub caps: Arc<HashMap<Arc<str>, AppliedCap>>,
+    pub caps: Arc<HashMap<JobId, AppliedCap>>,
     /// The plan in force.
     pub plan: Option<Arc<PlanInForce>>,
     /// The latest telemetry.
@@ -291,9 +293,9 @@ pub struct Snapshot {
     /// Counters.
     pub counters: Counters,
     /// Probe steps in flight.
-    pub probes: Arc<std::collections::BTreeMap<Arc<str>, probe::ActiveProbe>>,
+    pub probes: Arc<std::collections::BTreeMap<JobId, probe::ActiveProbe>>,
     /// The evidence behind each job's learned knowledge (`elasticity_known`'s note), by job.
-    pub knowledge: Arc<HashMap<Arc<str>, String>>,
+    pub knowledge: Arc<HashMap<JobId, String>>,
 }
 
 /// The controller. See the module docs.
@@ -304,28 +306,28 @@ pub struct Controller {
     planner: Planner,
     // Durable: the fold of the recorded entries.
     book: Arc<EventBook>,
-    acks: HashMap<(String, u64), crate::event::Ack>,
+    acks: HashMap<(EventId, u64), crate::event::Ack>,
     /// SHA-256 of the document each keyed ack answered (where one was received as bytes), so
     /// that a resend of the same revision with a different body is told apart from a repeat.
-    ack_inputs: HashMap<(String, u64), String>,
-    caps: Arc<HashMap<Arc<str>, AppliedCap>>,
-    suspended: BTreeSet<Arc<str>>,
+    ack_inputs: HashMap<(EventId, u64), String>,
+    caps: Arc<HashMap<JobId, AppliedCap>>,
+    suspended: BTreeSet<JobId>,
     plan: Option<Arc<PlanInForce>>,
     curtailment: Option<OperatingPoint>,
     trim_w: f64,
     last_dispatch: Option<DateTime<Utc>>,
-    elasticity_known: HashMap<Arc<str>, String>,
-    throughput_known: HashMap<Arc<str>, String>,
+    elasticity_known: HashMap<JobId, String>,
+    throughput_known: HashMap<JobId, String>,
     /// What was measured of each running job's curve (`throughput_point` records).
     evidence: HashMap<Arc<str>, evidence::JobEvidence>,
     /// Floors raised because a job was measured slower than its tier (until the curtailment ends).
-    tier_floors: HashMap<Arc<str>, f64>,
+    tier_floors: HashMap<JobId, f64>,
     /// Probe steps in flight, by job (`probe_step` records not yet ended).
-    probes: std::collections::BTreeMap<Arc<str>, probe::ActiveProbe>,
+    probes: std::collections::BTreeMap<JobId, probe::ActiveProbe>,
     /// Profiles not to probe again before the time given (after a step timed out or failed).
     probe_retry: HashMap<Arc<str>, DateTime<Utc>>,
     /// Observed: the evidence behind each job's learned elasticity, for `elasticity_known`.
-    knowledge_notes: Arc<HashMap<Arc<str>, String>>,
+    knowledge_notes: Arc<HashMap<JobId, String>>,
     /// Observed: each job's learned knowledge, recomputed only when its evidence changed.
     learned_cache: evidence::LearnedCache,
     /// Persistent: a snapshot shares it instead of copying six hours of samples.
@@ -410,7 +412,7 @@ impl Controller {
 
     /// The caps the gateway sent and what became of them.
     #[must_use]
-    pub fn caps(&self) -> &HashMap<Arc<str>, AppliedCap> {
+    pub fn caps(&self) -> &HashMap<JobId, AppliedCap> {
         &self.caps
     }
 
@@ -422,13 +424,13 @@ impl Controller {
 
     /// Probe steps in flight, by job.
     #[must_use]
-    pub fn probes(&self) -> &std::collections::BTreeMap<Arc<str>, probe::ActiveProbe> {
+    pub fn probes(&self) -> &std::collections::BTreeMap<JobId, probe::ActiveProbe> {
         &self.probes
     }
 
     /// Jobs suspended by the gateway.
     #[must_use]
-    pub fn suspended(&self) -> &BTreeSet<Arc<str>> {
+    pub fn suspended(&self) -> &BTreeSet<JobId> {
         &self.suspended
     }
 
@@ -588,7 +590,7 @@ impl Controller {
                     self.elasticity_known.remove(job);
                     self.throughput_known.remove(job);
                     // Kept under a signature, a profile outlives its job; under a job id, not.
-                    self.evidence.remove(job);
+                    self.evidence.remove(job.as_str());
                     self.tier_floors.remove(job);
                 }
             }
@@ -602,17 +604,17 @@ impl Controller {
             Entry::ProbeStep(s) => self.apply_probe_step(s),
             Entry::ProbeEnded(e) => self.apply_probe_ended(e),
             Entry::TierBackedOff(b) => {
-                let floor = self.tier_floors.entry(Arc::from(b.job.as_str())).or_insert(0.0);
+                let floor = self.tier_floors.entry(JobId::from(b.job.as_str())).or_insert(0.0);
                 *floor = floor.max(b.floor_w_per_gpu);
             }
             Entry::ThroughputKnown(k) => {
                 for (job, known) in &k.throughput {
-                    self.throughput_known.insert(Arc::from(job.as_str()), known.clone());
+                    self.throughput_known.insert(JobId::from(job.as_str()), known.clone());
                 }
             }
             Entry::ElasticityKnown(k) => {
                 for (job, known) in &k.elasticity_known {
-                    self.elasticity_known.insert(Arc::from(job.as_str()), known.clone());
+                    self.elasticity_known.insert(JobId::from(job.as_str()), known.clone());
                 }
             }
             Entry::MeterSample(m) => {
@@ -721,7 +723,7 @@ impl Controller {
         effects
     }
 
-    fn binding_event(&self) -> Option<String> {
+    fn binding_event(&self) -> Option<EventId> {
         self.plan.as_ref().map(|p| p.binding_event.clone())
     }
 
@@ -1144,7 +1146,7 @@ impl Controller {
         if shortfall_w <= SHORTFALL_TOLERANCE_W {
             return;
         }
-        let candidates: Vec<(Arc<str>, f64)> = self
+        let candidates: Vec<(JobId, f64)> = self
             .jobs
             .iter()
             .filter(|j| j.suspendable && !self.suspended.contains(&j.spec.id))

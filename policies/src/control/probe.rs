@@ -31,6 +31,7 @@ use super::entry::{DispatchPurpose, Entry, ProbeEnded, ProbeOutcome, ProbeStep, 
 use super::evidence::{JobEvidence, Level, bucket, slowdown};
 use super::{Controller, Effect};
 use crate::alloc::JobSpec;
+use crate::ids::JobId;
 use crate::units::WattsPerGpu;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -210,7 +211,7 @@ impl Controller {
 
     /// A ceiling came into force: every step in flight ends before the plan.
     pub(crate) fn end_probes_for_event(&mut self, event: &str, now: DateTime<Utc>, effects: &mut Vec<Effect>) {
-        let jobs: Vec<Arc<str>> = self.probes.keys().cloned().collect();
+        let jobs: Vec<JobId> = self.probes.keys().cloned().collect();
         for job in jobs {
             self.end_probe(
                 &job,
@@ -260,7 +261,7 @@ impl Controller {
     }
 
     fn advance_probes(&mut self, now: DateTime<Utc>, effects: &mut Vec<Effect>, commands: &mut Vec<CapCommand>) {
-        let active: Vec<(Arc<str>, ActiveProbe)> = self.probes.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let active: Vec<(JobId, ActiveProbe)> = self.probes.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         for (id, probe) in active {
             let Some(job) = self.jobs.iter().find(|j| j.spec.id == id).cloned() else {
                 self.end_probe(&id, ProbeOutcome::JobEnded, "the job ended".into(), now, effects);
@@ -440,7 +441,7 @@ impl Controller {
 
     pub(crate) fn end_probe(
         &mut self,
-        job: &Arc<str>,
+        job: &JobId,
         outcome: ProbeOutcome,
         detail: String,
         now: DateTime<Utc>,
@@ -474,7 +475,7 @@ impl Controller {
     pub(crate) fn apply_probe_step(&mut self, s: &ProbeStep) {
         self.next_generation = self.next_generation.max(s.generation.saturating_add(1));
         self.probes.insert(
-            Arc::from(s.job.as_str()),
+            JobId::from(s.job.as_str()),
             ActiveProbe {
                 profile: Arc::from(s.profile.as_str()),
                 cap_w: s.cap_w_per_gpu,

@@ -18,6 +18,7 @@ use super::entry::{
 };
 use super::{Controller, DRIFT_TOLERANCE_W, Effect};
 use crate::alloc::Elasticity;
+use crate::ids::JobId;
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -39,7 +40,7 @@ pub fn elasticity_known(elasticity: &Elasticity) -> String {
 /// changes an `elasticity_known` or `throughput_known` record holds.
 fn changed(
     jobs: &[JobState],
-    known: &std::collections::HashMap<Arc<str>, String>,
+    known: &std::collections::HashMap<JobId, String>,
     describe: impl Fn(&JobState) -> String,
 ) -> BTreeMap<String, String> {
     jobs.iter()
@@ -52,7 +53,7 @@ fn changed(
 
 /// The fewest suspendable jobs, largest expected draw first, whose draw covers `shortfall_w`.
 #[must_use]
-pub fn select_suspensions(mut candidates: Vec<(Arc<str>, f64)>, shortfall_w: f64) -> Vec<(Arc<str>, f64)> {
+pub fn select_suspensions(mut candidates: Vec<(JobId, f64)>, shortfall_w: f64) -> Vec<(JobId, f64)> {
     candidates.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     let mut covered = 0.0;
     let mut chosen = Vec::new();
@@ -69,16 +70,16 @@ pub fn select_suspensions(mut candidates: Vec<(Arc<str>, f64)>, shortfall_w: f64
 impl Controller {
     pub(crate) fn observe_inventory(&mut self, jobs: Vec<JobState>, now: DateTime<Utc>, effects: &mut Vec<Effect>) {
         let jobs = self.with_learned_elasticity(jobs);
-        let before: HashSet<&Arc<str>> = self.jobs.iter().map(|j| &j.spec.id).collect();
-        let after: HashSet<&Arc<str>> = jobs.iter().map(|j| &j.spec.id).collect();
-        let ended: Vec<Arc<str>> = self
+        let before: HashSet<&JobId> = self.jobs.iter().map(|j| &j.spec.id).collect();
+        let after: HashSet<&JobId> = jobs.iter().map(|j| &j.spec.id).collect();
+        let ended: Vec<JobId> = self
             .jobs
             .iter()
             .map(|j| &j.spec.id)
             .filter(|id| !after.contains(id))
             .cloned()
             .collect();
-        let started: Vec<Arc<str>> = jobs
+        let started: Vec<JobId> = jobs
             .iter()
             .map(|j| &j.spec.id)
             .filter(|id| !before.contains(id))
@@ -209,7 +210,7 @@ impl Controller {
 
     pub(crate) fn reconcile_lost(&mut self, t: &Telemetry, now: DateTime<Utc>, effects: &mut Vec<Effect>) {
         let measured: HashSet<&str> = t.jobs.iter().map(|m| &*m.job).collect();
-        let mut lost: Vec<Arc<str>> = self
+        let mut lost: Vec<JobId> = self
             .caps
             .iter()
             .filter(|(job, cap)| cap.confirmed && !measured.contains(&***job) && !self.suspended.contains(*job))
@@ -281,9 +282,9 @@ mod tests {
     #[test]
     fn suspensions_take_the_largest_draws_until_the_shortfall_is_covered() {
         let jobs = vec![
-            (Arc::from("a"), 100.0),
-            (Arc::from("b"), 300.0),
-            (Arc::from("c"), 200.0),
+            (JobId::from("a"), 100.0),
+            (JobId::from("b"), 300.0),
+            (JobId::from("c"), 200.0),
         ];
         let chosen = select_suspensions(jobs.clone(), 250.0);
         assert_eq!(chosen.iter().map(|(j, _)| &**j).collect::<Vec<_>>(), ["b"]);

@@ -35,7 +35,7 @@ pub struct MeterRangeKw {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Ack {
     /// The acknowledged event.
-    pub event_id: String,
+    pub event_id: crate::ids::EventId,
     /// The acknowledged revision.
     pub revision: u64,
     /// When the gateway received the event.
@@ -68,7 +68,12 @@ impl Ack {
     /// An acknowledgement with no reason, target or expectation; set those fields directly where
     /// they apply.
     #[must_use]
-    pub fn new(event_id: impl Into<String>, revision: u64, received_at: DateTime<Utc>, opt: Participation) -> Self {
+    pub fn new(
+        event_id: impl Into<crate::ids::EventId>,
+        revision: u64,
+        received_at: DateTime<Utc>,
+        opt: Participation,
+    ) -> Self {
         Self {
             event_id: event_id.into(),
             revision,

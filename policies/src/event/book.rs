@@ -42,6 +42,7 @@
 //! restrictive (lowest) wins ([`EventBook::effective_ceiling`]). Test events run their lifecycle
 //! (they are acknowledged and reported) but never contribute.
 
+use crate::ids::EventId;
 use imbl::OrdMap;
 use std::sync::Arc;
 
@@ -198,7 +199,7 @@ pub enum UpsertOutcome {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Transition {
     /// The event.
-    pub event_id: String,
+    pub event_id: EventId,
     /// Phase before.
     pub from: Phase,
     /// Phase after.
@@ -213,7 +214,7 @@ pub struct EffectiveCeiling {
     /// The lowest ceiling of all contributing events, meter kW.
     pub ceiling_kw: f64,
     /// The event that sets it (ties: the smallest id).
-    pub binding_event: String,
+    pub binding_event: EventId,
     /// The binding event's phase.
     pub phase: Phase,
     /// Every event contributing a ceiling right now, by id.
@@ -230,7 +231,7 @@ pub struct EventBook {
     /// after every decision, and with thousands of events held (terminal ones still deduplicate
     /// late copies) a copy per submission would make a burst of events quadratic.
     /// Values are shared too, so that copying a node on a write copies pointers, not events.
-    entries: OrdMap<Arc<str>, Arc<BookEntry>>,
+    entries: OrdMap<EventId, Arc<BookEntry>>,
 }
 
 /// The start delay of event `id` in `[0, max_s]`, derived from the id (64-bit FNV-1a).
@@ -290,7 +291,7 @@ impl EventBook {
             return self.cancel(event, ceilings, pre_event_meter_kw, now);
         }
         let test = event.test;
-        let id: Arc<str> = Arc::from(event.id.as_str());
+        let id = EventId::from(event.id.as_str());
         let (entry, new) = match self.entries.remove(&*id) {
             None => (BookEntry::new(event, ceilings, pre_event_meter_kw, now), true),
             Some(old) => (
@@ -364,7 +365,7 @@ impl EventBook {
             opted_out: false,
         });
         entry.cancel = Some(record);
-        self.entries.insert(Arc::from(id.as_str()), Arc::new(entry));
+        self.entries.insert(EventId::from(id.as_str()), Arc::new(entry));
         UpsertOutcome::Cancelled { new: true }
     }
 
@@ -436,7 +437,7 @@ impl EventBook {
             for (at, phase) in entry.phase_points() {
                 if at <= now && phase > cur {
                     out.push(Transition {
-                        event_id: id.to_string(),
+                        event_id: EventId::from(&**id),
                         from: cur,
                         to: phase,
                         at: at.max(entry.accepted_at),
@@ -495,7 +496,7 @@ impl EventBook {
         }
         best.map(|(ceiling_kw, id, phase)| EffectiveCeiling {
             ceiling_kw,
-            binding_event: id.to_owned(),
+            binding_event: EventId::from(id),
             phase,
             events,
         })
@@ -1546,7 +1547,7 @@ mod tests {
             })
     }
 
-    type State = (Option<(u64, String, Phase)>, Vec<(Phase, Option<u64>)>);
+    type State = (Option<(u64, EventId, Phase)>, Vec<(Phase, Option<u64>)>);
 
     fn state(book: &EventBook, now: DateTime<Utc>) -> State {
         (

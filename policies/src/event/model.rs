@@ -118,7 +118,7 @@ impl EventSource {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GridEvent {
     /// The sender's event id (OpenADR eventID, `dr.event/1` `event_id`).
-    pub id: String,
+    pub id: crate::ids::EventId,
     /// Modification number; increments on every change, cancellation included.
     pub revision: u64,
     /// The adapter that produced the event.
@@ -592,9 +592,9 @@ mod tests {
             assert_eq!(field_of(&ev), "id", "{bad:?}");
         }
         let mut ev = sample();
-        ev.id = "x".repeat(129);
+        ev.id = "x".repeat(129).into();
         assert_eq!(field_of(&ev), "id");
-        ev.id = "é".repeat(128);
+        ev.id = "é".repeat(128).into();
         ev.validate().unwrap();
     }
 
@@ -705,7 +705,7 @@ mod tests {
         ev.intervals.clear();
         ev.window.duration_s = Some(0);
         ev.validate().unwrap();
-        ev.id.clear();
+        ev.id = "".into();
         assert_eq!(field_of(&ev), "id");
     }
 

@@ -13,6 +13,7 @@ use flexgate_agent::api::{
     CapStatus, GpuCap, LeaseRequest, LeaseResponse, ReleaseResponse, RenewRequest, RestorePolicy, lease_path,
     renew_path,
 };
+use flexgate_policies::ids::JobId;
 use flexgate_policies::units::WattsPerGpu;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -50,7 +51,7 @@ impl AgentsBackend {
     /// One renewal round (also the reconcile: a lease the agent no longer holds is re-sent).
     pub async fn renew_all(&self) {
         let now = crate::clock::wall_now();
-        let wanted: Vec<((Arc<str>, usize), WantedLease)> = {
+        let wanted: Vec<((JobId, usize), WantedLease)> = {
             let mut known = self.known();
             // A lease past the event's end is not renewed; the agent's expiry restores it.
             known.leases.retain(|_, l| l.until.is_none_or(|u| u > now));
@@ -236,7 +237,7 @@ impl AgentsBackend {
     }
 
     /// Deletes the leases of jobs that are gone, restoring their GPUs' pre-event limits.
-    pub(super) async fn release_leases(&self, leases: &[(Arc<str>, usize)]) {
+    pub(super) async fn release_leases(&self, leases: &[(JobId, usize)]) {
         let deadline = Instant::now() + self.deadline;
         let calls = leases.iter().map(|(job, node)| async move {
             tracing::info!(job = %job, node = %self.agents[*node].node, "job ended: releasing its GPUs");

@@ -11,6 +11,7 @@ use crate::cluster::{BackendError, JobState};
 use flexgate_agent::api::{GpuStatus, gpus_path};
 use flexgate_policies::alloc::{CapRange, Elasticity, JobSpec};
 use flexgate_policies::control::evidence::cap_moved;
+use flexgate_policies::ids::{JobId, NodeId};
 use flexgate_policies::pfi::CapGrid;
 use flexgate_policies::units::{Fraction, TokensPerSec, Watts, WattsPerGpu};
 use std::collections::HashMap;
@@ -27,9 +28,9 @@ impl AgentsBackend {
         }
         let jobs = self.map_jobs(&gpus).await?;
         let running: std::collections::HashSet<&str> = jobs.iter().map(|j| &*j.id).collect();
-        let ended: Vec<(Arc<str>, usize)> = {
+        let ended: Vec<(JobId, usize)> = {
             let mut known = self.known();
-            let ended: Vec<(Arc<str>, usize)> = known
+            let ended: Vec<(JobId, usize)> = known
                 .leases
                 .keys()
                 .filter(|(job, _)| !running.contains(&**job))
@@ -104,7 +105,7 @@ impl AgentsBackend {
                     let id = format!("node:{}", self.agents[i].node);
                     match g {
                         Some(g) => Some(MappedJob {
-                            id: Arc::from(id),
+                            id: JobId::from(id),
                             slurm_id: None,
                             suspendable: false,
                             gpus: g.iter().map(|s| (i, s.uuid.clone())).collect(),
@@ -154,7 +155,7 @@ impl AgentsBackend {
             }
             let profile = signature(&job.name, mapped.len(), job.flex.profile.as_deref());
             jobs.push(MappedJob {
-                id: Arc::from(job.id.to_string()),
+                id: JobId::from(job.id.to_string()),
                 slurm_id: Some(job.id),
                 suspendable: inventory.may_suspend(job),
                 gpus: mapped,
@@ -173,7 +174,7 @@ impl AgentsBackend {
         job: &MappedJob,
         gpus: &[Option<Vec<GpuStatus>>],
         known: &mut Known,
-        capped_jobs: &std::collections::HashSet<Arc<str>>,
+        capped_jobs: &std::collections::HashSet<JobId>,
     ) -> JobState {
         let statuses: Vec<Option<&GpuStatus>> = job
             .gpus
@@ -253,7 +254,7 @@ impl AgentsBackend {
             nodes: {
                 let mut nodes: Vec<String> = job.gpus.iter().map(|(i, _)| self.agents[*i].node.clone()).collect();
                 nodes.dedup();
-                nodes
+                nodes.into_iter().map(NodeId::from).collect()
             },
             applied_cap: WattsPerGpu(applied),
             generation: known.generations.get(&job.id).copied().unwrap_or(0),

@@ -42,6 +42,7 @@ use chrono::{DateTime, Utc};
 use client::{AgentEndpoint, CallError, Caller, Verb};
 use flexgate_agent::api::GpuStatus;
 use flexgate_policies::facility::FacilityModel;
+use flexgate_policies::ids::JobId;
 use flexgate_policies::predictor::{PfiPredictor, UncappedRunMeans};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -53,7 +54,7 @@ use tokio::time::Instant;
 /// Where a job's GPUs are: (node index, GPU uuid).
 #[derive(Debug, Clone)]
 struct MappedJob {
-    id: Arc<str>,
+    id: JobId,
     /// Slurm's job id (for suspension); `None` without Slurm.
     slurm_id: Option<u32>,
     /// Its flex tier allows suspension (Slurm's `suspendable_tiers`).
@@ -85,28 +86,28 @@ struct Known {
     /// Jobs as last mapped (shared: telemetry and dispatch read them without copying).
     jobs: Arc<[MappedJob]>,
     /// Position of each job in `jobs`, for dispatch's per-command lookup.
-    job_index: HashMap<Arc<str>, usize>,
+    job_index: HashMap<JobId, usize>,
     /// Latest generation confirmed or attempted per job.
-    generations: HashMap<Arc<str>, u64>,
+    generations: HashMap<JobId, u64>,
     /// Leases wanted, per (job, node index).
-    leases: HashMap<(Arc<str>, usize), WantedLease>,
+    leases: HashMap<(JobId, usize), WantedLease>,
     /// Highest draw seen while a job was uncapped (its P_max estimate).
-    uncapped_seen: HashMap<Arc<str>, f64>,
+    uncapped_seen: HashMap<JobId, f64>,
     /// Each GPU's maximum limit as last reported, to count it at that when it goes unmeasured.
     gpu_max: HashMap<String, f64>,
     /// Memory-activity means of each job's uncapped run, for the PFI predictor.
-    uncapped_runs: HashMap<Arc<str>, UncappedRunMeans>,
+    uncapped_runs: HashMap<JobId, UncappedRunMeans>,
     /// Jobs suspended through this backend (their telemetry is not their uncapped run).
-    suspended: std::collections::HashSet<Arc<str>>,
+    suspended: std::collections::HashSet<JobId>,
     /// Each job's throughput as it last reported it to an agent (jobs that report nothing are
     /// absent: unknown, never 0).
-    throughput: HashMap<Arc<str>, flexgate_policies::control::cluster::MeasuredThroughput>,
+    throughput: HashMap<JobId, flexgate_policies::control::cluster::MeasuredThroughput>,
     /// When each job's applied cap last moved beyond
     /// [`flexgate_policies::control::evidence::STEADY_CAP_TOLERANCE_W`] of the cap its settling
     /// began at (the enforced limit its GPUs report), and that cap: the throughput samples
     /// before it were taken at another point of the curve.
-    cap_changed: HashMap<Arc<str>, chrono::DateTime<chrono::Utc>>,
-    cap_seen: HashMap<Arc<str>, f64>,
+    cap_changed: HashMap<JobId, chrono::DateTime<chrono::Utc>>,
+    cap_seen: HashMap<JobId, f64>,
     /// Per node, whether it answered the last GPU poll (empty before the first).
     answered: Vec<bool>,
 }
@@ -114,7 +115,7 @@ struct Known {
 impl Known {
     /// Jobs holding a lease on some node, computed once per pass (one set lookup per job
     /// instead of a scan of every lease).
-    fn capped_jobs(&self) -> std::collections::HashSet<Arc<str>> {
+    fn capped_jobs(&self) -> std::collections::HashSet<JobId> {
         self.leases.keys().map(|(job, _)| job.clone()).collect()
     }
 
@@ -233,7 +234,7 @@ impl ClusterBackend for AgentsBackend {
             .suspend(id)
             .await
             .map_err(|e| BackendError::Unreachable(format!("Slurm: suspending job {id}: {e}")))?;
-        self.known().suspended.insert(Arc::from(job));
+        self.known().suspended.insert(JobId::from(job));
         Ok(())
     }
 

@@ -12,9 +12,9 @@ use flexgate_agent::api::{JOB_THROUGHPUT_PATH, JobThroughput};
 use flexgate_agent::metrics::GpuSample;
 use flexgate_policies::control::cluster::MeasuredThroughput;
 use flexgate_policies::facility::CoolingState;
+use flexgate_policies::ids::JobId;
 use flexgate_policies::units::{Kilowatts, TokensPerSec, Watts};
 use std::collections::HashMap;
-use std::sync::Arc;
 use tokio::time::Instant;
 
 /// Largest plausible board power of one GPU, W: a reading above it (or negative, or NaN) is
@@ -41,7 +41,7 @@ impl AgentsBackend {
         let jobs = self.known().jobs.clone();
         let mut per_job = Vec::new();
         // Each job's GPU-mean memory activity now, for the predictor (only if every GPU said).
-        let mut activity: Vec<(Arc<str>, f64, f64)> = Vec::new();
+        let mut activity: Vec<(JobId, f64, f64)> = Vec::new();
         for job in jobs.iter() {
             // A job with any GPU unmeasured is left out: the gateway counts it conservatively.
             let mut power = 0.0;
@@ -91,13 +91,13 @@ impl AgentsBackend {
         self.observe_uncapped_runs(&mut known, &activity);
         // Steady: every sample counted arrived after the job's cap last changed plus NVML's
         // averaging time, compared on the agents' clock with a margin for clock skew.
-        let settled_from = |job: &Arc<str>| {
+        let settled_from = |job: &JobId| {
             known
                 .cap_changed
                 .get(job)
                 .map(|at| *at + chrono::TimeDelta::seconds(CAP_SETTLE_S))
         };
-        let throughput: HashMap<Arc<str>, MeasuredThroughput> = jobs
+        let throughput: HashMap<JobId, MeasuredThroughput> = jobs
             .iter()
             .filter_map(|j| {
                 let mut t = *reported.get(&*j.id)?;
@@ -203,7 +203,7 @@ impl AgentsBackend {
 
     /// Adds this round's memory activity to the uncapped runs of jobs that are neither capped
     /// nor suspended, and says when a job's PFI prediction becomes available.
-    fn observe_uncapped_runs(&self, known: &mut Known, activity: &[(Arc<str>, f64, f64)]) {
+    fn observe_uncapped_runs(&self, known: &mut Known, activity: &[(JobId, f64, f64)]) {
         let Some((model, min_readings)) = &self.predictor else {
             return;
         };

@@ -98,7 +98,7 @@ pub fn grid_event(labels: Labels, timing: Timing, intervals: &[TargetInterval], 
         .collect();
     mapped.sort_by_key(|i| i.offset_s);
     GridEvent {
-        id: labels.id,
+        id: labels.id.into(),
         revision: labels.revision,
         source: labels.source,
         site: None,
@@ -122,7 +122,7 @@ pub fn grid_event(labels: Labels, timing: Timing, intervals: &[TargetInterval], 
 /// A cancellation of `id` at `revision` (the book needs a higher revision than it holds).
 pub fn cancellation(id: &str, revision: u64, source: EventSource, now: DateTime<Utc>) -> GridEvent {
     GridEvent {
-        id: id.to_string(),
+        id: id.into(),
         revision,
         source,
         site: None,

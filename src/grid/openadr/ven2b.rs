@@ -22,6 +22,7 @@ use flexgate_policies::control::entry::{
     AdapterOptedOut, PeerAnswer, WireContent, WireProtocol, WireReceived, WireSent,
 };
 use flexgate_policies::event::{EventSource, Participation};
+use flexgate_policies::ids::EventId;
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -300,7 +301,7 @@ impl Ven2b {
                     match self
                         .gateway
                         .driver()
-                        .record(Recorded::new(entry, Some(event_id.clone())))
+                        .record(Recorded::new(entry, Some(EventId::from(event_id.as_str()))))
                         .await
                     {
                         Ok(_) => {

@@ -26,6 +26,7 @@ use flexgate_openadr::oadr3::{IsoDuration, PayloadValue};
 use flexgate_policies::control::entry::{PeerAnswer, WireContent, WireProtocol, WireReceived, WireSent};
 use flexgate_policies::control::flexibility::SiteFlexibility;
 use flexgate_policies::event::{EventSource, Participation};
+use flexgate_policies::ids::EventId;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -195,7 +196,7 @@ impl Ven3 {
         match self
             .gateway
             .driver()
-            .record(Recorded::new(entry, event.id.clone()))
+            .record(Recorded::new(entry, event.id.as_deref().map(EventId::from)))
             .await
         {
             Ok(appended) => appended.seq,
@@ -369,7 +370,7 @@ impl Ven3 {
         if let Err(e) = self
             .gateway
             .driver()
-            .record(Recorded::new(entry, Some(id.to_string())))
+            .record(Recorded::new(entry, Some(EventId::from(id))))
             .await
         {
             tracing::error!(event = %id, "ledger: cannot record an OpenADR 3 report: {e}");
