@@ -465,6 +465,8 @@ mod tests {
                 held: 0,
                 expired_total: 0,
                 restores_pending: 0,
+                fence_epoch: 0,
+                fenced_total: 0,
             },
         );
         text.push_str(&agent);

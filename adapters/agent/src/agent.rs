@@ -189,6 +189,22 @@ impl Agent {
         self.inner.ready.is_ok()
     }
 
+    /// [`Agent::with_core`] for a command that can change a cap: fenced by `epoch` first
+    /// ([`LeaseBook::admit_epoch`]); a refusal is logged and counted, and changes nothing.
+    fn fenced<T>(
+        &self,
+        epoch: u64,
+        f: impl FnOnce(&mut LeaseBook, &mut dyn Journal, &dyn GpuControl) -> Result<T, LeaseError>,
+    ) -> Result<T, LeaseError> {
+        self.with_core(|book, journal, gpus| {
+            if let Err(e) = book.admit_epoch(epoch, journal) {
+                tracing::warn!(epoch, highest = book.fence_epoch(), "{e}");
+                return Err(e);
+            }
+            f(book, journal, gpus)
+        })
+    }
+
     fn with_core<T>(&self, f: impl FnOnce(&mut LeaseBook, &mut dyn Journal, &dyn GpuControl) -> T) -> T {
         let mut core: MutexGuard<'_, Core> = self.inner.core.lock().unwrap_or_else(PoisonError::into_inner);
         let core = &mut *core;
@@ -197,45 +213,52 @@ impl Agent {
         out
     }
 
-    /// `PUT /v1/leases/{id}`.
-    pub fn put_lease(&self, id: &str, req: &LeaseRequest) -> Result<LeaseResponse, LeaseError> {
+    /// `PUT /v1/leases/{id}`, sent under gateway epoch `epoch` (0: none).
+    pub fn put_lease(&self, id: &str, req: &LeaseRequest, epoch: u64) -> Result<LeaseResponse, LeaseError> {
         let now = self.inner.clock.now();
-        self.with_core(|book, journal, gpus| book.put(id, req, now, gpus, journal))
+        self.fenced(epoch, |book, journal, gpus| book.put(id, req, now, gpus, journal))
     }
 
     /// `PUT /v1/leases/{id}` with the body as received: decoded and checked by
     /// [`crate::api::decode_lease_request`] at the agent's time, then [`Agent::put_lease`]. What
     /// the HTTP handler calls, so a malformed body is refused (400) before the lease book is
     /// touched.
-    pub fn put_lease_json(&self, id: &str, body: &[u8]) -> Result<LeaseResponse, LeaseError> {
+    pub fn put_lease_json(&self, id: &str, body: &[u8], epoch: u64) -> Result<LeaseResponse, LeaseError> {
         let now = self.inner.clock.now();
         let req = crate::api::decode_lease_request(body, now, self.inner.config.max_lease_ttl)?;
-        self.with_core(|book, journal, gpus| book.put(id, &req, now, gpus, journal))
+        self.fenced(epoch, |book, journal, gpus| book.put(id, &req, now, gpus, journal))
     }
 
     /// `POST /v1/leases/{id}/renew`.
-    pub fn renew_lease(&self, id: &str, req: &RenewRequest) -> Result<LeaseSummary, LeaseError> {
+    pub fn renew_lease(&self, id: &str, req: &RenewRequest, epoch: u64) -> Result<LeaseSummary, LeaseError> {
         let now = self.inner.clock.now();
-        self.with_core(|book, journal, gpus| book.renew(id, req, now, gpus, journal))
+        self.fenced(epoch, |book, journal, gpus| book.renew(id, req, now, gpus, journal))
     }
 
     /// `DELETE /v1/leases/{id}`.
-    pub fn delete_lease(&self, id: &str) -> Result<ReleaseResponse, LeaseError> {
+    pub fn delete_lease(&self, id: &str, epoch: u64) -> Result<ReleaseResponse, LeaseError> {
         let now = self.inner.clock.now();
-        self.with_core(|book, journal, gpus| book.delete(id, now, gpus, journal))
+        self.fenced(epoch, |book, journal, gpus| book.delete(id, now, gpus, journal))
     }
 
     /// `POST /v1/jobs/{job_id}/start`.
-    pub fn job_start(&self, job_id: &str, req: &JobRequest) -> Result<JobResponse, LeaseError> {
+    pub fn job_start(&self, job_id: &str, req: &JobRequest, epoch: u64) -> Result<JobResponse, LeaseError> {
         let now = self.inner.clock.now();
-        self.with_core(|book, journal, gpus| book.job_start(job_id, req, now, gpus, journal))
+        self.fenced(epoch, |book, journal, gpus| {
+            book.job_start(job_id, req, now, gpus, journal)
+        })
     }
 
     /// `POST /v1/jobs/{job_id}/end`: also forgets the job's throughput.
-    pub fn job_end(&self, job_id: &str, req: &JobRequest) -> Result<JobResponse, LeaseError> {
+    pub fn job_end(&self, job_id: &str, req: &JobRequest, epoch: u64) -> Result<JobResponse, LeaseError> {
         let now = self.inner.clock.now();
-        self.throughput().forget(job_id);
-        self.with_core(|book, journal, gpus| book.job_end(job_id, req, now, gpus, journal))
+        let answer = self.fenced(epoch, |book, journal, gpus| {
+            book.job_end(job_id, req, now, gpus, journal)
+        });
+        if answer.is_ok() {
+            self.throughput().forget(job_id);
+        }
+        answer
     }
 
     fn throughput(&self) -> MutexGuard<'_, JobWindows> {
@@ -384,6 +407,8 @@ impl Agent {
             held: book.held(),
             expired_total: book.expired_total(),
             restores_pending: book.pending_restore().len(),
+            fence_epoch: book.fence_epoch(),
+            fenced_total: book.fenced_total(),
         });
         metrics::render_leases(&mut text, &self.inner.config.hostname, leases);
         text

@@ -41,6 +41,13 @@ pub struct ThroughputAccepted {
     pub tokens_per_s: Option<f64>,
 }
 
+/// The header a gateway replica sends its epoch (leadership term) in, on every command that can
+/// change a cap (`PUT`/`DELETE` of a lease, renew, job start and end). The agent keeps the
+/// highest epoch it has seen, across its own restarts, and refuses a command under a lower one
+/// with 409 `fenced`, so that a leader that has lost its term can change no cap. Absent means
+/// epoch 0: a single gateway never sends it, and is refused once a replica has.
+pub const EPOCH_HEADER: &str = "flexgate-epoch";
+
 /// Prefix of every versioned endpoint.
 pub const API_PREFIX: &str = "/v1";
 
@@ -356,6 +363,9 @@ pub enum ErrorKind {
     ImplausibleThroughput,
     /// The state file could not be written, so nothing was changed (503).
     Unavailable,
+    /// Sent under an older gateway epoch than one the agent has seen: a deposed leader (409);
+    /// `fence_epoch` is the highest seen. Nothing changed.
+    Fenced,
     /// A bug (500).
     Internal,
     /// A kind this version does not know (from a newer agent).
@@ -374,6 +384,9 @@ pub struct ErrorBody {
     /// deleted), so the gateway can number its next request above it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_generation: Option<u64>,
+    /// With `fenced`: the highest gateway epoch the agent has seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence_epoch: Option<u64>,
 }
 
 /// Why a request body or path was refused (400).
@@ -645,6 +658,7 @@ mod tests {
             error: ErrorKind::StaleGeneration,
             detail: "d".into(),
             held_generation: Some(4),
+            fence_epoch: None,
         };
         let text = serde_json::to_string(&stale).expect("ser");
         assert!(text.contains(r#""error":"stale_generation""#) && text.contains(r#""held_generation":4"#));

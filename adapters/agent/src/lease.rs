@@ -118,6 +118,16 @@ pub struct PersistedState {
     /// Tombstones of deleted leases.
     #[serde(default)]
     pub deleted: BTreeMap<String, Tombstone>,
+    /// The highest gateway epoch (leadership term) seen, kept across restarts so that a deposed
+    /// leader stays fenced after the agent restarts ([`LeaseBook::admit_epoch`]). 0 (absent from
+    /// the file) until a gateway replica sends one.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub fence_epoch: u64,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Where the book persists itself; implemented by [`crate::state::FileJournal`] and, for
@@ -188,6 +198,17 @@ pub enum LeaseError {
     /// The intent could not be journaled, so nothing was applied (503).
     #[error("{0}; nothing was changed")]
     Persist(#[from] JournalError),
+    /// Sent under an older gateway epoch than one already seen (409): a deposed leader. Nothing
+    /// changed.
+    #[error(
+        "fenced: this request carries gateway epoch {epoch}, and epoch {highest} has been seen; a gateway that has lost its leadership may change no cap. Nothing was changed"
+    )]
+    Fenced {
+        /// The epoch the request carried (0: none).
+        epoch: u64,
+        /// The highest epoch seen.
+        highest: u64,
+    },
 }
 
 /// Why a state file could not be loaded at all (the agent does not start).
@@ -350,6 +371,10 @@ pub struct LeaseBook {
     dirty: bool,
     /// Leases the dead-man switch removed since the agent started (`GET /metrics`).
     expired_total: u64,
+    /// The highest gateway epoch seen (persisted).
+    fence_epoch: u64,
+    /// Requests refused for an older epoch since the agent started (`GET /metrics`).
+    fenced_total: u64,
 }
 
 fn w_to_mw(w: f64) -> u32 {
@@ -385,6 +410,8 @@ impl LeaseBook {
             max_leases: DEFAULT_MAX_LEASES,
             dirty: false,
             expired_total: 0,
+            fence_epoch: 0,
+            fenced_total: 0,
         }
     }
 
@@ -441,6 +468,7 @@ impl LeaseBook {
         }
         book.baselines = state.baselines;
         book.deleted = state.deleted;
+        book.fence_epoch = state.fence_epoch;
         for t in book.deleted.values_mut() {
             if t.deleted_at > now {
                 t.deleted_at = now;
@@ -490,7 +518,42 @@ impl LeaseBook {
             leases: self.leases.values().cloned().collect(),
             baselines: self.baselines.clone(),
             deleted: self.deleted.clone(),
+            fence_epoch: self.fence_epoch,
         }
+    }
+
+    /// Fencing: admit a command sent under gateway epoch `epoch` (0 when the gateway sends
+    /// none, as a single gateway does), or refuse it because a later epoch has been seen. A
+    /// higher epoch is journaled before the command is applied, so that after a crash and
+    /// restart the agent still refuses the deposed leader; if it cannot be journaled, nothing
+    /// is applied. Every command that can change a cap passes through here first.
+    pub fn admit_epoch(&mut self, epoch: u64, journal: &mut dyn Journal) -> Result<(), LeaseError> {
+        if epoch < self.fence_epoch {
+            self.fenced_total += 1;
+            return Err(LeaseError::Fenced {
+                epoch,
+                highest: self.fence_epoch,
+            });
+        }
+        if epoch > self.fence_epoch {
+            let mut next = self.snapshot();
+            next.fence_epoch = epoch;
+            journal.save(&next)?;
+            self.fence_epoch = epoch;
+        }
+        Ok(())
+    }
+
+    /// The highest gateway epoch seen.
+    #[must_use]
+    pub fn fence_epoch(&self) -> u64 {
+        self.fence_epoch
+    }
+
+    /// Commands refused for an older epoch since the agent started.
+    #[must_use]
+    pub fn fenced_total(&self) -> u64 {
+        self.fenced_total
     }
 
     /// True when nothing is held or pending, so the watchdog can skip its pass.

@@ -170,6 +170,10 @@ pub struct LeaseCounts {
     pub expired_total: u64,
     /// GPUs no lease holds whose pre-event limit is not restored yet.
     pub restores_pending: usize,
+    /// The highest gateway epoch seen.
+    pub fence_epoch: u64,
+    /// Commands refused for an older gateway epoch since the agent started.
+    pub fenced_total: u64,
 }
 
 /// Append the agent's lease figures: what the gateway's alerts watch on the node side (a lease
@@ -190,6 +194,18 @@ pub fn render_leases(out: &mut String, hostname: &str, counts: LeaseCounts) {
             "gauge",
             "GPUs no lease holds whose pre-event power limit could not be restored yet (retried every watchdog tick).",
             counts.restores_pending as u64,
+        ),
+        (
+            "flexgate_agent_fence_epoch",
+            "gauge",
+            "The highest gateway epoch (leadership term) this agent has seen; commands under a lower one are refused.",
+            counts.fence_epoch,
+        ),
+        (
+            "flexgate_agent_fenced_commands_total",
+            "counter",
+            "Commands refused because they came under an older gateway epoch (a deposed leader), since the agent started.",
+            counts.fenced_total,
         ),
     ] {
         let _ = writeln!(out, "# HELP {name} {help}");

@@ -13,7 +13,7 @@ use crate::lease::LeaseError;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::extract::{DefaultBodyLimit, Path, Request, State};
-use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
@@ -46,6 +46,7 @@ impl ApiError {
                 error,
                 detail: detail.into(),
                 held_generation: None,
+                fence_epoch: None,
             },
         }
     }
@@ -77,6 +78,11 @@ impl From<LeaseError> for ApiError {
             LeaseError::NotFound(_) => Self::new(StatusCode::NOT_FOUND, ErrorKind::NotFound, detail),
             LeaseError::TooManyLeases(_) => Self::new(StatusCode::CONFLICT, ErrorKind::Conflict, detail),
             LeaseError::Persist(_) => Self::new(StatusCode::SERVICE_UNAVAILABLE, ErrorKind::Unavailable, detail),
+            LeaseError::Fenced { highest, .. } => {
+                let mut err = Self::new(StatusCode::CONFLICT, ErrorKind::Fenced, detail);
+                err.body.fence_epoch = Some(highest);
+                err
+            }
         }
     }
 }
@@ -172,53 +178,63 @@ async fn metrics(State(agent): State<Agent>) -> Result<Response, ApiError> {
 async fn put_lease(
     State(agent): State<Agent>,
     path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let id = path_id(path, "lease")?;
+    let epoch = epoch(&headers)?;
     let bytes = body_bytes(body)?;
-    let resp = blocking(move || agent.put_lease_json(&id, &bytes)).await??;
+    let resp = blocking(move || agent.put_lease_json(&id, &bytes, epoch)).await??;
     Ok(Json(resp).into_response())
 }
 
 async fn renew_lease(
     State(agent): State<Agent>,
     path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let id = path_id(path, "lease")?;
+    let epoch = epoch(&headers)?;
     let req: RenewRequest = parse_json(body)?;
-    let resp = blocking(move || agent.renew_lease(&id, &req)).await??;
+    let resp = blocking(move || agent.renew_lease(&id, &req, epoch)).await??;
     Ok(Json(resp).into_response())
 }
 
 async fn delete_lease(
     State(agent): State<Agent>,
     path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let id = path_id(path, "lease")?;
-    let resp = blocking(move || agent.delete_lease(&id)).await??;
+    let epoch = epoch(&headers)?;
+    let resp = blocking(move || agent.delete_lease(&id, epoch)).await??;
     Ok(Json(resp).into_response())
 }
 
 async fn job_start(
     State(agent): State<Agent>,
     path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let id = path_id(path, "job")?;
+    let epoch = epoch(&headers)?;
     let req: JobRequest = parse_json(body)?;
-    let resp = blocking(move || agent.job_start(&id, &req)).await??;
+    let resp = blocking(move || agent.job_start(&id, &req, epoch)).await??;
     Ok(Json(resp).into_response())
 }
 
 async fn job_end(
     State(agent): State<Agent>,
     path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let id = path_id(path, "job")?;
+    let epoch = epoch(&headers)?;
     let req: JobRequest = parse_json(body)?;
-    let resp = blocking(move || agent.job_end(&id, &req)).await??;
+    let resp = blocking(move || agent.job_end(&id, &req, epoch)).await??;
     Ok(Json(resp).into_response())
 }
 
@@ -270,6 +286,24 @@ fn refused(failure: AuthFailure) -> ApiError {
         }
     };
     ApiError::new(status, kind, detail)
+}
+
+/// The gateway epoch a command is sent under ([`api::EPOCH_HEADER`]; 0 when absent, as from a
+/// single gateway). A header that is not a non-negative integer is refused, not read as 0.
+fn epoch(headers: &HeaderMap) -> Result<u64, ApiError> {
+    let Some(value) = headers.get(api::EPOCH_HEADER) else {
+        return Ok(0);
+    };
+    value
+        .to_str()
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "header {} must be the gateway's epoch, a non-negative integer",
+                api::EPOCH_HEADER
+            ))
+        })
 }
 
 async fn not_found() -> ApiError {
@@ -394,6 +428,7 @@ fn server(tls: Option<Arc<rustls::ServerConfig>>) -> flexgate_httpserve::Server 
             error: ErrorKind::Unavailable,
             detail: message.to_string(),
             held_generation: None,
+            fence_epoch: None,
         })
         .unwrap_or_default()
     };

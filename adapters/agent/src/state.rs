@@ -132,6 +132,7 @@ mod tests {
             leases: Vec::new(),
             baselines: BTreeMap::from([("GPU-a".to_owned(), 650_000)]),
             deleted: BTreeMap::new(),
+            fence_epoch: 0,
         };
         j.save(&s).expect("saves");
         s.baselines.insert("GPU-b".to_owned(), 700_000);

@@ -647,6 +647,27 @@ fn unpersistable_changes_are_refused_and_rolled_back() {
 }
 
 #[test]
+fn an_epoch_is_admitted_only_at_or_above_the_highest_seen_and_raised_only_once_journaled() {
+    let (sim, _) = sim("node-t", 1, |_| {});
+    let mut b = book(&sim);
+    // A higher epoch that cannot be journaled is refused and does not become the floor: after a
+    // restart the agent could not prove it had seen it.
+    assert!(matches!(b.admit_epoch(5, &mut Broken), Err(LeaseError::Persist(_))));
+    assert_eq!(b.fence_epoch(), 0);
+    b.admit_epoch(5, &mut MemoryJournal).expect("admitted");
+    // Equal is the leader itself; below is fenced and counted; none of it needs a write.
+    b.admit_epoch(5, &mut Broken).expect("the same epoch needs no write");
+    for stale in [4, 0] {
+        assert!(matches!(
+            b.admit_epoch(stale, &mut Broken),
+            Err(LeaseError::Fenced { epoch, highest: 5 }) if epoch == stale
+        ));
+    }
+    assert_eq!((b.fence_epoch(), b.fenced_total()), (5, 2));
+    assert_eq!(b.snapshot().fence_epoch, 5);
+}
+
+#[test]
 fn state_survives_a_restart_and_expired_leases_are_restored_at_start() {
     let dir = tempfile::tempdir().expect("tempdir");
     let exp = t0() + TimeDelta::seconds(60);
@@ -795,7 +816,7 @@ fn a_state_file_lease_beyond_the_api_maximum_is_refused_and_its_gpus_restored() 
     );
     // The agent works on: a gateway that still wants the cap re-sends its generation.
     let again = agent
-        .put_lease("evt", &req(5, t0() + TimeDelta::seconds(70), &[(0, 300.0)]))
+        .put_lease("evt", &req(5, t0() + TimeDelta::seconds(70), &[(0, 300.0)]), 0)
         .expect("re-created");
     assert_eq!(again.applied[0].status, CapStatus::Ok);
     assert_eq!(limit_w(&sim, 0), 300.0);

@@ -82,6 +82,27 @@ pub fn request_bytes(addr: SocketAddr, method: &str, path: &str, token: Option<&
     bytes
 }
 
+/// One request with extra header lines (`name: value`), over plain TCP.
+pub fn request_with_headers(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> Resp {
+    let mut bytes = request_bytes(addr, method, path, token, body.map(str::as_bytes));
+    let end = bytes.windows(4).position(|w| w == b"\r\n\r\n").expect("a request head") + 2;
+    let extra: String = headers.iter().map(|(n, v)| format!("{n}: {v}\r\n")).collect();
+    bytes.splice(end..end, extra.into_bytes());
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    stream.write_all(&bytes).expect("write");
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).expect("read");
+    parse_response(&raw).expect("an HTTP answer")
+}
+
 /// One `Connection: close` request over any stream (plain TCP or TLS); any I/O error, or an
 /// answer that is not HTTP, is an `Err` with the reason.
 pub fn exchange(
