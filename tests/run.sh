@@ -6,7 +6,8 @@
 # (idempotent; a fresh machine spends about 5 minutes here, mostly `cargo install openadr`):
 # openleadr 0.5.36 from PyPI (a 2.0b VTN, and the 2.0b XSD our encoder is checked against) and
 # openadr 0.4.0 from crates.io (a 3.1 VTN); Mosquitto, strace and Slurm from Debian; cargo-deny
-# 0.20.2 from crates.io for the supply-chain check. The tests start the peers on 127.0.0.1
+# 0.20.2 from crates.io for the supply-chain check; etcd 3.4 from Debian (three-member clusters
+# for the replicas' election and fencing). The tests start the peers on 127.0.0.1
 # themselves and fail loudly, never skip, if they are missing. The cluster is the in-process
 # simulator; the ledger is real sled on disk.
 set -euo pipefail

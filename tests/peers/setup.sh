@@ -10,9 +10,11 @@
 #   - Chromium (Debian package, headless) for the dashboard test, tests/dashboard.rs
 #   - Slurm 22.05 (slurmctld, slurmd, slurmrestd, munge; Debian packages; the tests start a
 #     single-node cluster with 8 fake GPUs through tests/peers/slurm.sh)
+#   - etcd 3.4 (Debian's etcd-server; the tests start their own three-member clusters on
+#     127.0.0.1, on free ports, never the packaged service)
 # Idempotent: each step is skipped when its result is already there. One line per step on
 # stdout; the tools' own output goes to target/peers/*.log and is shown only when a step fails.
-# Usage: tests/peers/setup.sh [--only oadr2b|oadr3|modbus|prometheus|systemd|chromium|mosquitto|strace|cargo-deny|slurm]
+# Usage: tests/peers/setup.sh [--only oadr2b|oadr3|modbus|prometheus|systemd|chromium|mosquitto|strace|cargo-deny|slurm|etcd]
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."   # workspace root
@@ -25,10 +27,10 @@ OADR3_ROOT=$PEERS/openadr
 OADR3_BIN=$OADR3_ROOT/bin/openadr
 ONLY=${2:-}
 if [[ ${1:-} == --only ]]; then
-    [[ $ONLY == oadr2b || $ONLY == oadr3 || $ONLY == modbus || $ONLY == prometheus || $ONLY == systemd || $ONLY == chromium || $ONLY == mosquitto || $ONLY == strace || $ONLY == cargo-deny || $ONLY == slurm ]] ||
-        { echo "setup: --only takes oadr2b, oadr3, modbus, prometheus, systemd, chromium, mosquitto, strace, cargo-deny or slurm" >&2; exit 2; }
+    [[ $ONLY == oadr2b || $ONLY == oadr3 || $ONLY == modbus || $ONLY == prometheus || $ONLY == systemd || $ONLY == chromium || $ONLY == mosquitto || $ONLY == strace || $ONLY == cargo-deny || $ONLY == slurm || $ONLY == etcd ]] ||
+        { echo "setup: --only takes oadr2b, oadr3, modbus, prometheus, systemd, chromium, mosquitto, strace, cargo-deny, slurm or etcd" >&2; exit 2; }
 elif [[ $# -gt 0 ]]; then
-    echo "usage: $0 [--only oadr2b|oadr3|modbus|prometheus|systemd|chromium|mosquitto|strace|cargo-deny|slurm]" >&2; exit 2
+    echo "usage: $0 [--only oadr2b|oadr3|modbus|prometheus|systemd|chromium|mosquitto|strace|cargo-deny|slurm|etcd]" >&2; exit 2
 fi
 mkdir -p "$PEERS"
 
@@ -194,6 +196,9 @@ apt_tool() {
 # systemd-analyze: tests/deploy.rs verifies the service units in deploy/systemd with it.
 setup_systemd() { apt_tool systemd "command -v systemd-analyze" "systemd-analyze, for the units in deploy/systemd"; }
 
+# etcd, for the gateway replicas' election and fencing (adapters/etcd/tests, the HA tests).
+setup_etcd() { apt_tool etcd-server "test -x /usr/bin/etcd" "etcd 3.4 for the HA tests; the tests run their own clusters"; }
+
 # Chromium, run headless by tests/dashboard.rs.
 setup_chromium() { apt_tool chromium "test -x /usr/bin/chromium" "headless, for the dashboard test; about 1 min"; }
 
@@ -251,6 +256,7 @@ case $ONLY in
     slurm) setup_slurm ;;
     strace) setup_strace ;;
     cargo-deny) setup_cargo_deny ;;
-    *) setup_oadr2b; setup_modbus; setup_oadr3; setup_mosquitto; setup_prometheus; setup_systemd; setup_chromium; setup_strace; setup_cargo_deny; setup_slurm ;;
+    etcd) setup_etcd ;;
+    *) setup_etcd; setup_oadr2b; setup_modbus; setup_oadr3; setup_mosquitto; setup_prometheus; setup_systemd; setup_chromium; setup_strace; setup_cargo_deny; setup_slurm ;;
 esac
 step "done"

@@ -1,0 +1,182 @@
+//! A real three-member etcd cluster on 127.0.0.1 for one test: Debian's `etcd-server`, installed
+//! by `tests/peers/setup.sh --only etcd`. Members can be stopped and started again with their
+//! data, to take the quorum away and give it back. Everything is killed when the cluster drops.
+
+#![allow(dead_code)] // each test binary uses its own part
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const ETCD: &str = "/usr/bin/etcd";
+
+pub struct Member {
+    pub name: String,
+    pub client_port: u16,
+    pub peer_port: u16,
+    child: Option<Child>,
+}
+
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub members: Vec<Member>,
+    initial: String,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+impl Cluster {
+    /// Three members, started and answering.
+    pub fn start() -> Self {
+        assert!(
+            std::path::Path::new(ETCD).exists(),
+            "{ETCD} is not installed: run `bash tests/peers/setup.sh --only etcd`"
+        );
+        let dir = tempfile::tempdir().expect("dir");
+        let members: Vec<Member> = (1..=3)
+            .map(|i| Member {
+                name: format!("m{i}"),
+                client_port: free_port(),
+                peer_port: free_port(),
+                child: None,
+            })
+            .collect();
+        let initial = members
+            .iter()
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut cluster = Self { dir, members, initial };
+        for i in 0..3 {
+            cluster.start_member(i);
+        }
+        cluster.wait_healthy(Duration::from_secs(30));
+        cluster
+    }
+
+    fn data_dir(&self, i: usize) -> PathBuf {
+        self.dir.path().join(&self.members[i].name)
+    }
+
+    /// Start member `i` (again, with its data, if it ran before).
+    pub fn start_member(&mut self, i: usize) {
+        let m = &self.members[i];
+        let log = std::fs::File::create(self.dir.path().join(format!("{}.log", m.name))).expect("log");
+        let child = Command::new(ETCD)
+            .args([
+                "--name",
+                &m.name,
+                "--data-dir",
+                &self.data_dir(i).to_string_lossy(),
+                "--listen-client-urls",
+                &format!("http://127.0.0.1:{}", m.client_port),
+                "--advertise-client-urls",
+                &format!("http://127.0.0.1:{}", m.client_port),
+                "--listen-peer-urls",
+                &format!("http://127.0.0.1:{}", m.peer_port),
+                "--initial-advertise-peer-urls",
+                &format!("http://127.0.0.1:{}", m.peer_port),
+                "--initial-cluster",
+                &self.initial,
+                "--initial-cluster-token",
+                "flexgate-test",
+                "--heartbeat-interval",
+                "50",
+                "--election-timeout",
+                "500",
+            ])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("etcd starts");
+        self.members[i].child = Some(child);
+    }
+
+    /// Kill member `i` (SIGKILL).
+    pub fn kill_member(&mut self, i: usize) {
+        if let Some(mut child) = self.members[i].child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Every member's client URL.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.members
+            .iter()
+            .map(|m| format!("http://127.0.0.1:{}", m.client_port))
+            .collect()
+    }
+
+    /// Wait until a member reports the cluster healthy (it has a leader and a quorum).
+    pub fn wait_healthy(&self, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            for endpoint in self.endpoints() {
+                if health(&endpoint) {
+                    return;
+                }
+            }
+            if Instant::now() > deadline {
+                let logs: String = self
+                    .members
+                    .iter()
+                    .map(|m| {
+                        let text = std::fs::read_to_string(self.dir.path().join(format!("{}.log", m.name)))
+                            .unwrap_or_default();
+                        let tail: Vec<&str> = text.lines().rev().take(10).collect();
+                        format!(
+                            "--- {} ---\n{}\n",
+                            m.name,
+                            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                        )
+                    })
+                    .collect();
+                panic!("the etcd cluster did not become healthy in {within:?}\n{logs}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// `GET /health` answers `{"health":"true"}` only with a leader and a quorum.
+fn health(endpoint: &str) -> bool {
+    let Some(addr) = endpoint.strip_prefix("http://") else {
+        return false;
+    };
+    let Ok(mut stream) = std::net::TcpStream::connect(addr) else {
+        return false;
+    };
+    use std::io::{Read, Write};
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    if stream
+        .write_all(format!("GET /health HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes())
+        .is_err()
+    {
+        return false;
+    }
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    answer.contains("\"health\":\"true\"")
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill_member(i);
+        }
+    }
+}
+
+/// An HTTP client for the tests: ring as rustls's provider (the workspace builds reqwest with
+/// no provider of its own).
+pub fn http() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder().build().expect("an HTTP client")
+}
