@@ -88,6 +88,7 @@ mod durable;
 pub mod migrate;
 pub(crate) mod private;
 mod raw;
+pub mod replica;
 mod store;
 #[cfg(test)]
 mod tests;
@@ -129,6 +130,11 @@ pub struct Record {
     pub event: Option<String>,
     /// De-duplication key (e.g. `eventID/modificationNumber`), unique across the ledger.
     pub dedup_key: Option<String>,
+    /// The epoch (leadership term) of the replica that wrote it, when the gateway runs as
+    /// replicas (`[ha]`); absent from a single gateway's records, whose text and hashes are
+    /// unchanged by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<u64>,
     pub body: serde_json::Value,
     /// Hash of record `seq - 1` in hex ([`GENESIS_HASH`] for record 1).
     pub prev_hash: String,
@@ -311,6 +317,19 @@ pub enum LedgerError {
 
     #[error("the ledger is closed: open it again to append")]
     Closed,
+
+    #[error("the record is not durable on a majority of the replicas' store ({reason}): nothing was recorded; retry")]
+    NotDurable { reason: String },
+
+    #[error("this replica does not lead, so it records nothing; send to the leader")]
+    NotLeader,
+
+    #[error(
+        "a replicated record does not continue this replica's chain ({reason}); nothing was taken in. This \
+         replica's ledger has diverged from the leader's: stop it, move its data directory aside (keep it as \
+         evidence) and let it start afresh from the leader's records"
+    )]
+    Diverged { reason: String },
 
     #[error(
         "the ledger writer stopped after an error and accepts no more records ({reason}): the record may or \
@@ -535,6 +554,34 @@ impl Ledger {
 
     fn stopped(&self) -> LedgerError {
         stopped(&self.inner.shared)
+    }
+
+    /// Lead: from the next batch on, every batch is made durable through `quorum` (a majority
+    /// of the replicas' store) before it is written here and answered, and its records carry
+    /// the term's epoch (see [`replica`]). Resolves once the writer has switched, after
+    /// everything queued before.
+    pub async fn lead(&self, quorum: Box<dyn replica::Quorum>) -> Result<(), LedgerError> {
+        let (reply, answer) = oneshot::channel();
+        self.send(writer::Command::Lead { quorum, reply }).await?;
+        answer.await.map_err(|_| self.stopped())
+    }
+
+    /// Follow: from now on appends are refused ([`LedgerError::NotLeader`]) and the leader's
+    /// records are taken in with [`Ledger::replicate`].
+    pub async fn follow(&self) -> Result<(), LedgerError> {
+        let (reply, answer) = oneshot::channel();
+        self.send(writer::Command::Follow { reply }).await?;
+        answer.await.map_err(|_| self.stopped())
+    }
+
+    /// Take in records the leader committed, as stored (canonical text with `hash`), in chain
+    /// order. Each must continue this chain (its `prev_hash` the last record's hash, its hash
+    /// correct); records already held with the same hash are skipped. Resolves with the head
+    /// seq once they are flushed; [`LedgerError::Diverged`] if they do not continue the chain.
+    pub async fn replicate(&self, records: Vec<String>) -> Result<u64, LedgerError> {
+        let (reply, answer) = oneshot::channel();
+        self.send(writer::Command::Replicate { records, reply }).await?;
+        answer.await.unwrap_or_else(|_| Err(self.stopped()))
     }
 
     /// A read-only handle on this ledger, for code that must not write (the read side).

@@ -745,3 +745,153 @@ async fn ledger_files_are_private_to_the_gateway_user() {
     }
     ledger.close().await.unwrap();
 }
+
+/// A quorum for the tests: keeps what it was handed, and fails as scripted.
+#[derive(Clone, Default)]
+struct FakeQuorum {
+    epoch: u64,
+    taken: Arc<Mutex<Vec<replica::StagedRecord>>>,
+    /// The answer to give next (then `Ok` again).
+    next_error: Arc<Mutex<Option<replica::QuorumError>>>,
+}
+
+impl replica::Quorum for FakeQuorum {
+    fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    fn commit(&mut self, after: (u64, &str), batch: &[replica::StagedRecord]) -> Result<(), replica::QuorumError> {
+        if let Some(e) = self.next_error.lock().unwrap().take() {
+            return Err(e);
+        }
+        let mut taken = self.taken.lock().unwrap();
+        let (last_seq, last_hash) = taken
+            .last()
+            .map_or((0, GENESIS_HASH.to_string()), |r| (r.seq, r.hash.clone()));
+        assert_eq!(
+            (after.0, after.1),
+            (last_seq, last_hash.as_str()),
+            "batches continue the chain"
+        );
+        taken.extend(batch.iter().cloned());
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_leaders_batches_go_through_the_quorum_first_and_carry_its_epoch() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(dir.path()).await.unwrap();
+    // Before leading, a single gateway's records have no epoch member at all.
+    ledger
+        .append(rec(RecordKind::Measurement, json!({"i": 0})))
+        .await
+        .unwrap();
+    let quorum = FakeQuorum {
+        epoch: 41,
+        ..FakeQuorum::default()
+    };
+    // The quorum sees the whole chain from record 1 in this test: hand it the first one.
+    quorum.taken.lock().unwrap().push(replica::StagedRecord {
+        seq: 1,
+        hash: ledger.head().1,
+        text: String::new(),
+    });
+    ledger.lead(Box::new(quorum.clone())).await.unwrap();
+    append_n(&ledger, 20).await;
+    assert_eq!(ledger.len(), 21);
+    assert_eq!(quorum.taken.lock().unwrap().len(), 21);
+    let records: Vec<Record> = ledger.iter_from(1).map(Result::unwrap).collect();
+    assert_eq!(records[0].epoch, None);
+    assert!(records[1..].iter().all(|r| r.epoch == Some(41)));
+    // What the quorum was handed is exactly what was stored, and the chain verifies.
+    for (staged, record) in quorum.taken.lock().unwrap()[1..].iter().zip(&records[1..]) {
+        assert_eq!(staged.hash, record.hash);
+        assert!(staged.text.contains("\"epoch\":41"), "{}", staged.text);
+    }
+    ledger.verify().unwrap();
+
+    // A batch the quorum cannot take is refused as retryable and leaves no trace; the next one
+    // continues the chain without a gap.
+    let head = ledger.head();
+    *quorum.next_error.lock().unwrap() = Some(replica::QuorumError::NotDurable("no quorum".into()));
+    let refused = ledger.append(rec(RecordKind::Measurement, json!({"i": "lost"}))).await;
+    assert!(matches!(refused, Err(LedgerError::NotDurable { .. })), "{refused:?}");
+    assert_eq!(ledger.head(), head);
+    let next = ledger
+        .append(rec(RecordKind::Measurement, json!({"i": "next"})))
+        .await
+        .unwrap();
+    assert_eq!(next.seq, head.0 + 1);
+
+    // Deposed: refused, and from then on the writer follows.
+    *quorum.next_error.lock().unwrap() = Some(replica::QuorumError::Deposed("epoch 42 leads".into()));
+    for _ in 0..2 {
+        let refused = ledger.append(rec(RecordKind::Measurement, json!({"i": "late"}))).await;
+        assert!(matches!(refused, Err(LedgerError::NotLeader)), "{refused:?}");
+    }
+    ledger.verify().unwrap();
+    ledger.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_follower_takes_in_the_leaders_records_and_refuses_any_that_do_not_continue_its_chain() {
+    let dir_a = tempfile::tempdir().unwrap();
+    let dir_b = tempfile::tempdir().unwrap();
+    let leader = Ledger::open(dir_a.path()).await.unwrap();
+    let quorum = FakeQuorum {
+        epoch: 7,
+        ..FakeQuorum::default()
+    };
+    leader.lead(Box::new(quorum.clone())).await.unwrap();
+    append_n(&leader, 10).await;
+    let texts: Vec<String> = quorum.taken.lock().unwrap().iter().map(|r| r.text.clone()).collect();
+
+    let follower = Ledger::open(dir_b.path()).await.unwrap();
+    follower.follow().await.unwrap();
+    assert!(matches!(
+        follower.append(rec(RecordKind::Measurement, json!({}))).await,
+        Err(LedgerError::NotLeader)
+    ));
+    assert_eq!(follower.replicate(texts[..6].to_vec()).await.unwrap(), 6);
+    // A repeat (overlapping) is harmless.
+    assert_eq!(follower.replicate(texts[4..].to_vec()).await.unwrap(), 10);
+    assert_eq!(follower.head(), leader.head());
+    follower.verify().unwrap();
+
+    // Tampered, out of order, or from another chain: refused, nothing written.
+    append_n(&leader, 2).await;
+    let more: Vec<String> = quorum.taken.lock().unwrap()[10..]
+        .iter()
+        .map(|r| r.text.clone())
+        .collect();
+    let tampered = more[0].replace("\"i\":", "\"j\":");
+    for bad in [vec![tampered], vec![more[1].clone()]] {
+        let refused = follower.replicate(bad).await;
+        assert!(matches!(refused, Err(LedgerError::Diverged { .. })), "{refused:?}");
+        assert_eq!(follower.len(), 10);
+    }
+    let other = tempfile::tempdir().unwrap();
+    let stranger = Ledger::open(other.path()).await.unwrap();
+    let q2 = FakeQuorum {
+        epoch: 7,
+        ..FakeQuorum::default()
+    };
+    stranger.lead(Box::new(q2.clone())).await.unwrap();
+    append_n(&stranger, 11).await;
+    let foreign = q2.taken.lock().unwrap()[10].text.clone();
+    assert!(matches!(
+        follower.replicate(vec![foreign]).await,
+        Err(LedgerError::Diverged { .. })
+    ));
+    assert_eq!(follower.replicate(more).await.unwrap(), 12);
+    follower.verify().unwrap();
+    // The leader itself is never handed replicated records.
+    assert!(matches!(
+        leader.replicate(Vec::new()).await,
+        Err(LedgerError::Diverged { .. })
+    ));
+    for l in [leader, follower, stranger] {
+        l.close().await.unwrap();
+    }
+}

@@ -15,6 +15,7 @@
 //! store is no longer known.
 
 use super::durable::Durable;
+use super::replica::{Mode, Quorum, QuorumError, StagedRecord};
 use super::store::{Store, check_record};
 use super::{Appended, LedgerError, MAX_BATCH, NewRecord, Record, Shared};
 use sled::Transactional;
@@ -37,6 +38,20 @@ pub(crate) enum Command {
     /// Like `Flush`, then stop.
     Close {
         reply: oneshot::Sender<Result<(), LedgerError>>,
+    },
+    /// From now on, make every batch durable through `quorum` before writing it (leader).
+    Lead {
+        quorum: Box<dyn Quorum>,
+        reply: oneshot::Sender<()>,
+    },
+    /// From now on, refuse appends and take in the leader's records (follower).
+    Follow {
+        reply: oneshot::Sender<()>,
+    },
+    /// Take in records the leader committed, as stored, continuing this chain.
+    Replicate {
+        records: Vec<String>,
+        reply: oneshot::Sender<Result<u64, LedgerError>>,
     },
 }
 
@@ -96,32 +111,69 @@ pub(crate) fn run(
         hash: head.1,
     };
     let mut close_reply = None;
+    let mut mode = Mode::Single;
     while let Some(first) = rx.blocking_recv() {
         let mut batch = Vec::new();
-        let mut flush_reply = None;
+        let mut control = None;
         match first {
             Command::Append { entry, reply } => batch.push((entry, reply)),
-            Command::Flush { reply } => flush_reply = Some(reply),
-            Command::Close { reply } => close_reply = Some(reply),
+            other => control = Some(other),
         }
-        while flush_reply.is_none() && close_reply.is_none() && batch.len() < MAX_BATCH {
+        while control.is_none() && batch.len() < MAX_BATCH {
             match rx.try_recv() {
                 Ok(Command::Append { entry, reply }) => batch.push((entry, reply)),
-                Ok(Command::Flush { reply }) => flush_reply = Some(reply),
-                Ok(Command::Close { reply }) => close_reply = Some(reply),
+                Ok(other) => control = Some(other),
                 Err(_) => break,
             }
         }
         let mut failed = false;
         if !batch.is_empty()
-            && let Err(reason) = commit(&store, &mut durable, &shared, &mut tail, batch)
+            && let Err(reason) = commit(&store, &mut durable, &shared, &mut tail, &mut mode, batch)
         {
             tracing::error!(%reason, "ledger writer stopped");
             *shared.failure.lock().unwrap_or_else(PoisonError::into_inner) = Some(reason);
             failed = true;
         }
-        if let Some(reply) = flush_reply {
-            let _ = reply.send(flush(&store, &mut durable, &shared));
+        match control {
+            None => {}
+            Some(Command::Append { .. }) => unreachable!("appends are batched above"),
+            Some(Command::Flush { reply }) => {
+                let _ = reply.send(flush(&store, &mut durable, &shared));
+            }
+            Some(Command::Close { reply }) => close_reply = Some(reply),
+            Some(Command::Lead { quorum, reply }) => {
+                tracing::info!(
+                    epoch = quorum.epoch(),
+                    "ledger writer leads: batches go through the quorum"
+                );
+                mode = Mode::Leader(quorum);
+                let _ = reply.send(());
+            }
+            Some(Command::Follow { reply }) => {
+                mode = Mode::Follower;
+                let _ = reply.send(());
+            }
+            Some(Command::Replicate { records, reply }) => {
+                let answer = if failed {
+                    Err(refusal(&shared))
+                } else if matches!(mode, Mode::Leader(_)) {
+                    Err(LedgerError::Diverged {
+                        reason: "the leader itself was handed replicated records".into(),
+                    })
+                } else {
+                    match replicate(&store, &mut durable, &shared, &mut tail, &records) {
+                        Ok(seq) => Ok(seq),
+                        Err(ReplicateError::Refused(e)) => Err(e),
+                        Err(ReplicateError::Storage(reason)) => {
+                            tracing::error!(%reason, "ledger writer stopped");
+                            *shared.failure.lock().unwrap_or_else(PoisonError::into_inner) = Some(reason.clone());
+                            failed = true;
+                            Err(LedgerError::WriterFailed { reason })
+                        }
+                    }
+                };
+                let _ = reply.send(answer);
+            }
         }
         if failed || close_reply.is_some() {
             break;
@@ -138,6 +190,12 @@ pub(crate) fn run(
             Command::Flush { reply } | Command::Close { reply } => {
                 let _ = reply.send(Err(refusal(&shared)));
             }
+            Command::Lead { reply, .. } | Command::Follow { reply } => {
+                let _ = reply.send(());
+            }
+            Command::Replicate { reply, .. } => {
+                let _ = reply.send(Err(refusal(&shared)));
+            }
         }
     }
     let flushed = flush(&store, &mut durable, &shared);
@@ -149,13 +207,16 @@ pub(crate) fn run(
     }
 }
 
-/// Writes and flushes one batch, then answers its waiters. `Err` means the writer must stop; the
-/// waiters have been answered with the reason.
+/// Stages one batch, makes it durable on a majority when leading, writes and flushes it, then
+/// answers its waiters. `Err` means the writer must stop; the waiters have been answered with
+/// the reason. A batch the quorum did not take, or a follower's, is answered with the refusal
+/// and changes nothing: the writer goes on.
 fn commit(
     store: &Store,
     durable: &mut Durable,
     shared: &Shared,
     tail: &mut Tail,
+    mode: &mut Mode,
     batch: Vec<(NewRecord, Reply)>,
 ) -> Result<(), String> {
     let (entries, replies): (Vec<NewRecord>, Vec<Reply>) = batch.into_iter().unzip();
@@ -165,45 +226,191 @@ fn commit(
         }
         Err(reason)
     };
+    let refuse = |replies: Vec<Reply>, error: &dyn Fn() -> LedgerError| {
+        for reply in replies {
+            let _ = reply.send(Err(error()));
+        }
+        Ok(())
+    };
+    if matches!(mode, Mode::Follower) {
+        return refuse(replies, &|| LedgerError::NotLeader);
+    }
     let started = std::time::Instant::now();
     let observe = |ok: bool| {
         if let Some(observer) = shared.flush_observer.get() {
             observer(started.elapsed(), ok);
         }
     };
-    let (new_tail, outcomes) = match stage_and_write(store, tail.clone(), entries) {
+    let staged = match stage(store, tail.clone(), entries, mode.epoch()) {
         Ok(staged) => staged,
         Err(e) => {
             observe(false);
-            return fail(replies, format!("writing a batch failed: {e}"));
+            return fail(replies, format!("staging a batch failed: {e}"));
         }
     };
+    if let Mode::Leader(quorum) = mode
+        && !staged.records.is_empty()
+    {
+        let records: Vec<StagedRecord> = staged.records.iter().map(|r| r.staged.clone()).collect();
+        match quorum.commit((tail.seq, &tail.hash), &records) {
+            Ok(()) => {}
+            Err(QuorumError::NotDurable(reason)) => {
+                observe(false);
+                tracing::warn!(%reason, "a batch was not made durable on a majority; refused, nothing written");
+                return refuse(replies, &|| LedgerError::NotDurable { reason: reason.clone() });
+            }
+            Err(QuorumError::Deposed(reason)) => {
+                observe(false);
+                tracing::warn!(%reason, "this replica no longer leads; its writer follows from now on");
+                *mode = Mode::Follower;
+                return refuse(replies, &|| LedgerError::NotLeader);
+            }
+        }
+    }
+    if let Err(e) = write(store, &staged.records) {
+        observe(false);
+        return fail(replies, format!("writing a batch failed: {e}"));
+    }
     if let Err(e) = durable_flush(store, durable) {
         observe(false);
         return fail(replies, format!("flushing a batch failed: {e}"));
     }
     observe(true);
-    *tail = new_tail;
+    *tail = staged.tail;
     *shared.head.write().unwrap_or_else(PoisonError::into_inner) = (tail.seq, tail.hash.clone());
-    for (reply, outcome) in replies.into_iter().zip(outcomes) {
+    for (reply, outcome) in replies.into_iter().zip(staged.outcomes) {
         let _ = reply.send(outcome); // the caller may have stopped waiting: the record stands
     }
     Ok(())
 }
 
-/// Assigns seqs, chains hashes and writes the new records and their dedup entries in one
-/// transaction. Returns the new tail and one outcome per entry, in order.
-#[allow(clippy::type_complexity)]
-fn stage_and_write(
+/// One staged record with the dedup key it indexes.
+struct Staged {
+    staged: StagedRecord,
+    dedup_key: Option<String>,
+}
+
+/// A staged batch: the new chain end, one outcome per entry, the records to write.
+struct StagedBatch {
+    tail: Tail,
+    outcomes: Vec<Result<Appended, LedgerError>>,
+    records: Vec<Staged>,
+}
+
+/// Writes staged records and their dedup entries in one transaction.
+fn write(store: &Store, staged: &[Staged]) -> Result<(), LedgerError> {
+    if staged.is_empty() {
+        return Ok(());
+    }
+    let mut records = sled::Batch::default();
+    let mut dedup = sled::Batch::default();
+    for r in staged {
+        records.insert(&r.staged.seq.to_be_bytes(), r.staged.text.as_bytes());
+        if let Some(key) = &r.dedup_key {
+            dedup.insert(key.as_bytes(), &r.staged.seq.to_be_bytes());
+        }
+    }
+    let result: Result<(), TransactionError<()>> =
+        (&store.records, &store.dedup).transaction(|(records_tx, dedup_tx)| {
+            records_tx.apply_batch(&records)?;
+            dedup_tx.apply_batch(&dedup)?;
+            Ok::<(), ConflictableTransactionError<()>>(())
+        });
+    match result {
+        Ok(()) => Ok(()),
+        Err(TransactionError::Storage(e)) => Err(LedgerError::Storage(e)),
+        Err(TransactionError::Abort(())) => Err(LedgerError::WriterFailed {
+            reason: "the write transaction aborted".to_string(),
+        }),
+    }
+}
+
+/// Why replicated records were not taken in.
+enum ReplicateError {
+    /// They do not continue the chain (nothing written; the writer goes on).
+    Refused(LedgerError),
+    /// The store failed (the writer stops).
+    Storage(String),
+}
+
+/// Checks records the leader committed (as stored) against this chain and writes them. Records
+/// this replica already holds with the same hash are skipped, so a repeat is harmless. Returns
+/// the new head seq.
+fn replicate(
+    store: &Store,
+    durable: &mut Durable,
+    shared: &Shared,
+    tail: &mut Tail,
+    texts: &[String],
+) -> Result<u64, ReplicateError> {
+    let diverged = |reason: String| ReplicateError::Refused(LedgerError::Diverged { reason });
+    let mut next = tail.clone();
+    let mut staged = Vec::new();
+    for text in texts {
+        let probe: Record =
+            serde_json::from_str(text).map_err(|e| diverged(format!("a record that does not read: {e}")))?;
+        if probe.seq <= next.seq {
+            // Already held: it must be the same record.
+            let held = store
+                .get(probe.seq)
+                .map_err(|e| ReplicateError::Storage(e.to_string()))?
+                .map(|r| r.hash);
+            if held.as_deref() != Some(probe.hash.as_str()) {
+                return Err(diverged(format!(
+                    "record {} here has hash {}, the leader's has {}",
+                    probe.seq,
+                    held.unwrap_or_default(),
+                    probe.hash
+                )));
+            }
+            continue;
+        }
+        if probe.seq != next.seq + 1 {
+            return Err(diverged(format!(
+                "record {} arrived after record {}",
+                probe.seq, next.seq
+            )));
+        }
+        let record = check_record(probe.seq, text.as_bytes())
+            .map_err(|reason| diverged(format!("record {}: {reason}", probe.seq)))?;
+        if record.prev_hash != next.hash {
+            return Err(diverged(format!(
+                "record {} links to {}, but record {} here is {}",
+                record.seq, record.prev_hash, next.seq, next.hash
+            )));
+        }
+        next = Tail {
+            seq: record.seq,
+            hash: record.hash.clone(),
+        };
+        staged.push(Staged {
+            staged: StagedRecord {
+                seq: record.seq,
+                hash: record.hash,
+                text: text.clone(),
+            },
+            dedup_key: record.dedup_key,
+        });
+    }
+    write(store, &staged).map_err(|e| ReplicateError::Storage(format!("writing replicated records failed: {e}")))?;
+    durable_flush(store, durable)
+        .map_err(|e| ReplicateError::Storage(format!("flushing replicated records failed: {e}")))?;
+    *tail = next;
+    *shared.head.write().unwrap_or_else(PoisonError::into_inner) = (tail.seq, tail.hash.clone());
+    Ok(tail.seq)
+}
+
+/// Assigns seqs, chains hashes and stamps `epoch` (when leading) on the new records, without
+/// writing anything. Returns the new tail, one outcome per entry in order, and the records.
+fn stage(
     store: &Store,
     mut tail: Tail,
     entries: Vec<NewRecord>,
-) -> Result<(Tail, Vec<Result<Appended, LedgerError>>), LedgerError> {
-    let mut records = sled::Batch::default();
-    let mut dedup = sled::Batch::default();
+    epoch: Option<u64>,
+) -> Result<StagedBatch, LedgerError> {
     let mut in_batch: HashMap<String, (u64, String)> = HashMap::new();
     let mut outcomes = Vec::with_capacity(entries.len());
-    let mut written = 0usize;
+    let mut records = Vec::with_capacity(entries.len());
     for entry in entries {
         if let Some(key) = &entry.dedup_key {
             if let Some((seq, hash)) = in_batch.get(key) {
@@ -230,13 +437,15 @@ fn stage_and_write(
         let seq = tail.seq + 1;
         let time = crate::clock::wall_now();
         // The canonical text of a record is its members in sorted key order (body, dedup_key,
-        // event, hash, kind, prev_hash, seq, time), so it is assembled from the canonical body
-        // and the small fields without copying the body into a whole-record `Value` (a plan of
-        // 10,000 jobs would otherwise be deep-copied and canonicalised twice per append).
+        // epoch when present, event, hash, kind, prev_hash, seq, time), so it is assembled from
+        // the canonical body and the small fields without copying the body into a whole-record
+        // `Value` (a plan of 10,000 jobs would otherwise be deep-copied and canonicalised twice
+        // per append).
         let member = |v: serde_json::Result<serde_json::Value>| v.map(|v| super::canonical_json(&v));
         let body = super::canonical_json(&entry.body);
+        let epoch_member = epoch.map(|e| format!(",\"epoch\":{e}")).unwrap_or_default();
         let before_hash = format!(
-            "{{\"body\":{body},\"dedup_key\":{},\"event\":{}",
+            "{{\"body\":{body},\"dedup_key\":{}{epoch_member},\"event\":{}",
             member(serde_json::to_value(&entry.dedup_key))?,
             member(serde_json::to_value(&entry.event))?
         );
@@ -248,48 +457,29 @@ fn stage_and_write(
         );
         let hash = super::store::chain_hash_text(&tail.hash, &format!("{before_hash}{after_hash}"))
             .map_err(|reason| LedgerError::Corrupt { seq, reason })?;
-        let stored = format!("{before_hash},\"hash\":\"{hash}\"{after_hash}");
-        let record = Record {
-            seq,
-            time,
-            kind: entry.kind,
-            event: entry.event,
-            dedup_key: entry.dedup_key,
-            body: serde_json::Value::Null,
-            prev_hash: tail.hash.clone(),
-            hash,
-        };
-        records.insert(&seq.to_be_bytes(), stored.as_bytes());
-        if let Some(key) = record.dedup_key {
-            dedup.insert(key.as_bytes(), &seq.to_be_bytes());
-            in_batch.insert(key, (seq, record.hash.clone()));
+        let text = format!("{before_hash},\"hash\":\"{hash}\"{after_hash}");
+        if let Some(key) = &entry.dedup_key {
+            in_batch.insert(key.clone(), (seq, hash.clone()));
         }
-        tail = Tail { seq, hash: record.hash };
+        tail = Tail {
+            seq,
+            hash: hash.clone(),
+        };
         outcomes.push(Ok(Appended {
             seq,
-            hash: tail.hash.clone(),
+            hash: hash.clone(),
             duplicate: false,
         }));
-        written += 1;
+        records.push(Staged {
+            staged: StagedRecord { seq, hash, text },
+            dedup_key: entry.dedup_key,
+        });
     }
-    if written > 0 {
-        let result: Result<(), TransactionError<()>> =
-            (&store.records, &store.dedup).transaction(|(records_tx, dedup_tx)| {
-                records_tx.apply_batch(&records)?;
-                dedup_tx.apply_batch(&dedup)?;
-                Ok::<(), ConflictableTransactionError<()>>(())
-            });
-        match result {
-            Ok(()) => {}
-            Err(TransactionError::Storage(e)) => return Err(LedgerError::Storage(e)),
-            Err(TransactionError::Abort(())) => {
-                return Err(LedgerError::WriterFailed {
-                    reason: "the write transaction aborted".to_string(),
-                });
-            }
-        }
-    }
-    Ok((tail, outcomes))
+    Ok(StagedBatch {
+        tail,
+        outcomes,
+        records,
+    })
 }
 
 /// The answer for a duplicate of the stored record `seq`.

@@ -1039,6 +1039,7 @@ mod tests {
             kind: new.kind,
             event: new.event,
             dedup_key: None,
+            epoch: None,
             body: new.body,
             prev_hash: String::new(),
             hash: String::new(),
