@@ -13,6 +13,7 @@ pub mod cluster;
 pub mod commands;
 pub mod config;
 pub mod grid;
+pub mod ha;
 pub mod http_client;
 pub mod ledger;
 pub mod meter;

@@ -27,6 +27,8 @@
 
 pub mod client;
 pub mod election;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod wire;
 
 pub use client::{Client, EtcdError, Watch, check_endpoint};

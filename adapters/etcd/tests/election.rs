@@ -1,13 +1,16 @@
 //! Leader election, fencing and watches against a real three-member etcd cluster on 127.0.0.1.
 
-mod common;
-
-use common::{Cluster, http};
+use flexgate_etcd::testing::Cluster;
 use flexgate_etcd::wire::{PutRequest, RequestOp, TxnRequest, prefix_end};
 use flexgate_etcd::{Campaign, Client, Election, EtcdError, Term};
 use std::time::{Duration, Instant};
 
 const KEY: &str = "/flexgate/site-a/leader";
+
+fn http() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    flexgate_etcd::testing::http()
+}
 
 fn client(cluster: &Cluster) -> Client {
     Client::new(http(), &cluster.endpoints(), Duration::from_secs(2)).expect("client")

@@ -1,25 +1,33 @@
-//! A real three-member etcd cluster on 127.0.0.1 for one test: Debian's `etcd-server`, installed
-//! by `tests/peers/setup.sh --only etcd`. Members can be stopped and started again with their
-//! data, to take the quorum away and give it back. Everything is killed when the cluster drops.
-
-#![allow(dead_code)] // each test binary uses its own part
+//! For tests (feature `testing`): a real three-member etcd cluster on 127.0.0.1, Debian's
+//! `etcd-server` (installed by the workspace's `tests/peers/setup.sh --only etcd`). Members can be
+//! killed and started again with their data, to take the quorum away and give it back.
+//! Everything is killed when the cluster drops. It panics, loudly, when etcd is missing or the
+//! cluster does not come up: a test that needs etcd never passes without it.
 
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Where Debian installs etcd.
 pub const ETCD: &str = "/usr/bin/etcd";
 
+/// One member.
 pub struct Member {
+    /// Its name (`m1` …).
     pub name: String,
+    /// Its client port.
     pub client_port: u16,
+    /// Its peer port.
     pub peer_port: u16,
     child: Option<Child>,
 }
 
+/// The cluster.
 pub struct Cluster {
+    /// Data directories and logs.
     pub dir: tempfile::TempDir,
+    /// Its members.
     pub members: Vec<Member>,
     initial: String,
 }
@@ -174,9 +182,8 @@ impl Drop for Cluster {
     }
 }
 
-/// An HTTP client for the tests: ring as rustls's provider (the workspace builds reqwest with
-/// no provider of its own).
+/// An HTTP client without TLS settings, for clusters on loopback. The caller installs a rustls
+/// provider first where the workspace's reqwest has none of its own.
 pub fn http() -> reqwest::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder().build().expect("an HTTP client")
 }

@@ -1,0 +1,211 @@
+//! The replicated ledger against a real three-member etcd on 127.0.0.1: a leader's batches are
+//! durable in etcd before they are answered, a follower holds the same chain, nothing is
+//! acknowledged without a quorum, and a deposed leader adds nothing to the chain.
+
+use flexgate::ha::follow::catch_up;
+use flexgate::ha::keys::{ANCHOR_EVERY, Keys};
+use flexgate::ha::quorum::EtcdQuorum;
+use flexgate::ledger::{Ledger, LedgerError, NewRecord, RecordKind};
+use flexgate_etcd::testing::Cluster;
+use flexgate_etcd::{Campaign, Client, Election, Term};
+use serde_json::json;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const TTL: Duration = Duration::from_secs(2);
+
+fn client(cluster: &Cluster) -> Arc<Client> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    Arc::new(
+        Client::new(
+            flexgate_etcd::testing::http(),
+            &cluster.endpoints(),
+            Duration::from_secs(2),
+        )
+        .expect("client"),
+    )
+}
+
+async fn win(election: &Election<'_>) -> Term {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Ok(Campaign::Won(term)) = election.campaign().await {
+            return term;
+        }
+        assert!(Instant::now() < deadline, "no term won");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn lead(client: &Arc<Client>, keys: &Keys, ledger: &Ledger, term: &Term) {
+    let quorum = EtcdQuorum::new(
+        client.clone(),
+        keys.clone(),
+        term.epoch,
+        tokio::runtime::Handle::current(),
+        Duration::from_secs(3),
+    )
+    .await
+    .expect("quorum");
+    ledger.lead(Box::new(quorum)).await.expect("leads");
+}
+
+fn record(i: usize, padding: usize) -> NewRecord {
+    NewRecord::new(RecordKind::Measurement, json!({"i": i, "pad": "x".repeat(padding)}))
+}
+
+async fn append_many(ledger: &Ledger, n: usize) {
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let ledger = ledger.clone();
+            tokio::spawn(async move { ledger.append(record(i, 10)).await })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("task").expect("appended");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaders_batches_are_committed_in_etcd_and_a_follower_holds_the_same_chain() {
+    let cluster = Cluster::start();
+    let client = client(&cluster);
+    let keys = Keys::new("/flexgate", "site-a");
+    let election = Election::new(&client, keys.leader(), "gw-a", TTL);
+    let term = win(&election).await;
+    let (dir_a, dir_b) = (tempfile::tempdir().expect("dir"), tempfile::tempdir().expect("dir"));
+    let leader = Ledger::open(dir_a.path()).await.expect("open");
+    lead(&client, &keys, &leader, &term).await;
+
+    append_many(&leader, 300).await;
+    // One record larger than a chunk (a plan for thousands of jobs): written in several.
+    leader.append(record(300, 1_300_000)).await.expect("a large record");
+    assert_eq!(leader.len(), 301);
+    leader.verify().expect("the leader's chain verifies");
+
+    let follower = Ledger::open(dir_b.path()).await.expect("open");
+    follower.follow().await.expect("follows");
+    assert_eq!(catch_up(&client, &keys, &follower).await.expect("catches up"), 301);
+    assert_eq!(follower.head(), leader.head());
+    follower.verify().expect("the follower's chain verifies");
+    let epochs: Vec<Option<u64>> = follower.iter_from(1).map(|r| r.expect("record").epoch).collect();
+    assert!(
+        epochs
+            .iter()
+            .all(|e| *e == Some(u64::try_from(term.epoch).expect("epoch")))
+    );
+    // The head and the anchors in etcd are the chain's.
+    let (_, head) = client.get(&keys.head()).await.expect("read");
+    let head: serde_json::Value = serde_json::from_slice(&head.expect("a head").value).expect("json");
+    assert_eq!(head["seq"], 301);
+    assert_eq!(head["hash"], leader.head().1);
+    let (_, anchor) = client.get(&keys.anchor(ANCHOR_EVERY)).await.expect("read");
+    let record_256 = leader.get(ANCHOR_EVERY).expect("read").expect("record");
+    assert_eq!(anchor.map(|kv| kv.value), Some(record_256.hash.into_bytes()));
+    // Catching up again takes in nothing new.
+    assert_eq!(catch_up(&client, &keys, &follower).await.expect("again"), 301);
+    leader.close().await.expect("close");
+    follower.close().await.expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_quorum_nothing_is_acknowledged_and_with_it_back_the_chain_goes_on() {
+    let mut cluster = Cluster::start();
+    let client = client(&cluster);
+    let keys = Keys::new("/flexgate", "site-a");
+    let election = Election::new(&client, keys.leader(), "gw-a", Duration::from_secs(30));
+    let term = win(&election).await;
+    let dir = tempfile::tempdir().expect("dir");
+    let leader = Ledger::open(dir.path()).await.expect("open");
+    lead(&client, &keys, &leader, &term).await;
+    append_many(&leader, 5).await;
+
+    cluster.kill_member(0);
+    leader
+        .append(record(5, 10))
+        .await
+        .expect("one member down changes nothing");
+    cluster.kill_member(1);
+    let head = leader.head();
+    let refused = leader.append(record(6, 10)).await;
+    assert!(matches!(refused, Err(LedgerError::NotDurable { .. })), "{refused:?}");
+    assert_eq!(leader.head(), head, "nothing refused was written");
+
+    cluster.start_member(0);
+    cluster.start_member(1);
+    cluster.wait_healthy(Duration::from_secs(30));
+    // The refused batch may still have been applied once the quorum returned (etcd had it in
+    // flight): then the leader's next batch finds the head moved, its writer follows, and it
+    // takes that batch in and leads again, as the replica's supervisor does.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let appended = loop {
+        match leader.append(record(7, 10)).await {
+            Ok(a) => break a,
+            Err(LedgerError::NotDurable { .. }) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(LedgerError::NotLeader) if Instant::now() < deadline => {
+                catch_up(&client, &keys, &leader).await.expect("catches up");
+                lead(&client, &keys, &leader, &term).await;
+            }
+            Err(e) => panic!("after the quorum returned: {e}"),
+        }
+    };
+    let refused_landed = appended.seq == head.0 + 2;
+    assert!(
+        appended.seq == head.0 + 1 || refused_landed,
+        "no gap: {} after {}",
+        appended.seq,
+        head.0
+    );
+    if refused_landed {
+        // Recorded, never acknowledged: the sender retried it (under its dedup key).
+        let late = leader.get(head.0 + 1).expect("read").expect("record");
+        assert_eq!(late.body["i"], 6);
+    }
+    leader.verify().expect("one chain");
+    let follower_dir = tempfile::tempdir().expect("dir");
+    let follower = Ledger::open(follower_dir.path()).await.expect("open");
+    follower.follow().await.expect("follows");
+    catch_up(&client, &keys, &follower).await.expect("catches up");
+    assert_eq!(follower.head(), leader.head());
+    leader.close().await.expect("close");
+    follower.close().await.expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_leader_adds_nothing_to_the_chain_and_catches_up_as_a_follower() {
+    let cluster = Cluster::start();
+    let client = client(&cluster);
+    let keys = Keys::new("/flexgate", "site-a");
+    let a = Election::new(&client, keys.leader(), "gw-a", TTL);
+    let b = Election::new(&client, keys.leader(), "gw-b", TTL);
+    let (dir_a, dir_b) = (tempfile::tempdir().expect("dir"), tempfile::tempdir().expect("dir"));
+    let ledger_a = Ledger::open(dir_a.path()).await.expect("open");
+    let ledger_b = Ledger::open(dir_b.path()).await.expect("open");
+    ledger_b.follow().await.expect("follows");
+
+    let term_a = win(&a).await;
+    lead(&client, &keys, &ledger_a, &term_a).await;
+    append_many(&ledger_a, 5).await;
+
+    // A stops renewing (paused); B wins the next term, catches up and leads.
+    let term_b = win(&b).await;
+    assert!(term_b.epoch > term_a.epoch);
+    assert_eq!(catch_up(&client, &keys, &ledger_b).await.expect("catches up"), 5);
+    lead(&client, &keys, &ledger_b, &term_b).await;
+    append_many(&ledger_b, 3).await;
+
+    // A wakes up and writes: refused, and it follows from then on.
+    let refused = ledger_a.append(record(99, 10)).await;
+    assert!(matches!(refused, Err(LedgerError::NotLeader)), "{refused:?}");
+    assert_eq!(ledger_a.len(), 5);
+    assert_eq!(catch_up(&client, &keys, &ledger_a).await.expect("catches up"), 8);
+    assert_eq!(ledger_a.head(), ledger_b.head());
+    ledger_a.verify().expect("one chain, with the term change in it");
+    let epochs: Vec<Option<u64>> = ledger_a.iter_from(1).map(|r| r.expect("record").epoch).collect();
+    let (ea, eb) = (u64::try_from(term_a.epoch).ok(), u64::try_from(term_b.epoch).ok());
+    assert_eq!(epochs, vec![ea, ea, ea, ea, ea, eb, eb, eb]);
+    ledger_a.close().await.expect("close");
+    ledger_b.close().await.expect("close");
+}
