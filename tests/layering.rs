@@ -94,7 +94,14 @@ fn the_read_side_holds_nothing_that_can_write() {
 #[test]
 fn cluster_ledger_meter_and_reports_do_not_import_the_driver_or_the_grid_side() {
     let found = crossings(
-        &["src/cluster", "src/ledger", "src/meter", "src/reports", "src/clock.rs", "src/ha"],
+        &[
+            "src/cluster",
+            "src/ledger",
+            "src/meter",
+            "src/reports",
+            "src/clock.rs",
+            "src/ha",
+        ],
         &["crate::runtime", "crate::grid", "crate::commands", "crate::serve"],
     );
     assert!(

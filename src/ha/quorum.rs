@@ -27,8 +27,13 @@ pub struct EtcdQuorum {
     epoch: i64,
     /// The head key's revision as this leader last wrote or read it (0: no head yet).
     head_revision: i64,
-    /// Attempts so far (with the epoch, the name of an attempt's chunks).
+    /// Attempts so far; with the epoch and when this quorum was made, the name of an attempt's
+    /// chunks, which no other attempt ever reuses (a reused name would let a later attempt
+    /// overwrite the chunks a committed batch index names).
     attempts: u64,
+    /// When this quorum was made (ns since the epoch, wall clock): tells apart the quorums of
+    /// one term (a replica that leads again after a halt makes a new one).
+    made_ns: i64,
     runtime: tokio::runtime::Handle,
     resolve_within: Duration,
 }
@@ -74,6 +79,7 @@ impl EtcdQuorum {
             epoch,
             head_revision,
             attempts: 0,
+            made_ns: crate::clock::wall_now().timestamp_nanos_opt().unwrap_or_default(),
             runtime,
             resolve_within,
         })
@@ -110,7 +116,7 @@ impl EtcdQuorum {
         };
         debug_assert_eq!(first.seq, after.0 + 1);
         self.attempts += 1;
-        let attempt = format!("{}-{}", self.epoch, self.attempts);
+        let attempt = format!("{}-{}-{}", self.epoch, self.made_ns, self.attempts);
         let texts: Vec<&str> = batch.iter().map(|r| r.text.as_str()).collect();
         let chunks = chunk_batch(&texts);
         let head = Head {

@@ -385,6 +385,8 @@ struct Shared {
     failure: Mutex<Option<String>>,
     /// Told how long each group commit took and whether it succeeded (the gateway's metrics).
     flush_observer: std::sync::OnceLock<FlushObserver>,
+    /// The writer's mode (single, leader, follower, halted), published as it changes.
+    mode: tokio::sync::watch::Sender<replica::WriterMode>,
 }
 
 /// What [`Ledger::observe_flushes`] is given: a group commit's duration, and whether it stored
@@ -439,6 +441,7 @@ impl Ledger {
             head: RwLock::new(head.clone()),
             failure: Mutex::new(None),
             flush_observer: std::sync::OnceLock::new(),
+            mode: tokio::sync::watch::channel(replica::WriterMode::Single).0,
         });
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
         let thread = {
@@ -584,6 +587,13 @@ impl Ledger {
         answer.await.unwrap_or_else(|_| Err(self.stopped()))
     }
 
+    /// The writer's mode, as it changes (a replica's supervisor watches for `Halted` and
+    /// `Follower` while it leads).
+    #[must_use]
+    pub fn writer_mode(&self) -> tokio::sync::watch::Receiver<replica::WriterMode> {
+        self.inner.shared.mode.subscribe()
+    }
+
     /// A read-only handle on this ledger, for code that must not write (the read side).
     #[must_use]
     pub fn reader(&self) -> LedgerReader {
@@ -693,6 +703,7 @@ impl Queued {
                 head: RwLock::new((0, GENESIS_HASH.to_string())),
                 failure: Mutex::new(None),
                 flush_observer: std::sync::OnceLock::new(),
+                mode: tokio::sync::watch::channel(replica::WriterMode::Single).0,
             }),
         }
     }

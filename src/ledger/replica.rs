@@ -12,7 +12,12 @@
 //!   unchanged); a quorum that says this writer's term is over turns the writer into a follower;
 //! - **follower**: appends are refused ([`super::LedgerError::NotLeader`]); records the leader
 //!   committed are taken in with [`super::Ledger::replicate`], each checked against the chain
-//!   before it is written.
+//!   before it is written;
+//! - **halted**: a leader's batch was not made durable. Whoever decided it (and whatever was
+//!   decided after it, on a state that included it) must not count, so every append is refused
+//!   as not durable until the replica has rebuilt its state from what is durable and leads
+//!   again ([`super::Ledger::lead`]). The writer's mode is published
+//!   ([`super::Ledger::writer_mode`]) so that the replica's supervisor sees it at once.
 
 /// One record as staged by the leader's writer: exactly the text that will be stored and hashed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,13 +58,42 @@ pub(crate) enum Mode {
     Single,
     Leader(Box<dyn Quorum>),
     Follower,
+    Halted(String),
 }
 
 impl Mode {
     pub(crate) fn epoch(&self) -> Option<u64> {
         match self {
             Mode::Leader(q) => Some(q.epoch()),
-            Mode::Single | Mode::Follower => None,
+            Mode::Single | Mode::Follower | Mode::Halted(_) => None,
         }
     }
+
+    pub(crate) fn public(&self) -> WriterMode {
+        match self {
+            Mode::Single => WriterMode::Single,
+            Mode::Leader(q) => WriterMode::Leader { epoch: q.epoch() },
+            Mode::Follower => WriterMode::Follower,
+            Mode::Halted(reason) => WriterMode::Halted { reason: reason.clone() },
+        }
+    }
+}
+
+/// The writer's mode as the replica's supervisor sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriterMode {
+    /// A single gateway's ledger.
+    Single,
+    /// Leading under `epoch`.
+    Leader {
+        /// The term's epoch.
+        epoch: u64,
+    },
+    /// Following.
+    Follower,
+    /// A batch was not made durable: refusing every append until led again.
+    Halted {
+        /// Why.
+        reason: String,
+    },
 }

@@ -818,6 +818,22 @@ async fn a_leaders_batches_go_through_the_quorum_first_and_carry_its_epoch() {
     let refused = ledger.append(rec(RecordKind::Measurement, json!({"i": "lost"}))).await;
     assert!(matches!(refused, Err(LedgerError::NotDurable { .. })), "{refused:?}");
     assert_eq!(ledger.head(), head);
+    // Halted: everything is refused until the replica leads again (having rebuilt its state
+    // from what is durable), and the mode says so.
+    assert!(matches!(
+        *ledger.writer_mode().borrow(),
+        replica::WriterMode::Halted { .. }
+    ));
+    let refused = ledger
+        .append(rec(RecordKind::Measurement, json!({"i": "on a dirty state"})))
+        .await;
+    assert!(matches!(refused, Err(LedgerError::NotDurable { .. })), "{refused:?}");
+    assert_eq!(ledger.head(), head);
+    ledger.lead(Box::new(quorum.clone())).await.unwrap();
+    assert_eq!(
+        *ledger.writer_mode().borrow(),
+        replica::WriterMode::Leader { epoch: 41 }
+    );
     let next = ledger
         .append(rec(RecordKind::Measurement, json!({"i": "next"})))
         .await
@@ -830,6 +846,7 @@ async fn a_leaders_batches_go_through_the_quorum_first_and_carry_its_epoch() {
         let refused = ledger.append(rec(RecordKind::Measurement, json!({"i": "late"}))).await;
         assert!(matches!(refused, Err(LedgerError::NotLeader)), "{refused:?}");
     }
+    assert_eq!(*ledger.writer_mode().borrow(), replica::WriterMode::Follower);
     ledger.verify().unwrap();
     ledger.close().await.unwrap();
 }

@@ -175,6 +175,12 @@ pub(crate) fn run(
                 let _ = reply.send(answer);
             }
         }
+        let now = mode.public();
+        shared.mode.send_if_modified(|m| {
+            let changed = *m != now;
+            *m = now;
+            changed
+        });
         if failed || close_reply.is_some() {
             break;
         }
@@ -232,8 +238,13 @@ fn commit(
         }
         Ok(())
     };
-    if matches!(mode, Mode::Follower) {
-        return refuse(replies, &|| LedgerError::NotLeader);
+    match mode {
+        Mode::Follower => return refuse(replies, &|| LedgerError::NotLeader),
+        Mode::Halted(reason) => {
+            let reason = reason.clone();
+            return refuse(replies, &|| LedgerError::NotDurable { reason: reason.clone() });
+        }
+        Mode::Single | Mode::Leader(_) => {}
     }
     let started = std::time::Instant::now();
     let observe = |ok: bool| {
@@ -256,7 +267,8 @@ fn commit(
             Ok(()) => {}
             Err(QuorumError::NotDurable(reason)) => {
                 observe(false);
-                tracing::warn!(%reason, "a batch was not made durable on a majority; refused, nothing written");
+                tracing::warn!(%reason, "a batch was not made durable on a majority; refused, nothing written; appends are refused until the replica leads again");
+                *mode = Mode::Halted(reason.clone());
                 return refuse(replies, &|| LedgerError::NotDurable { reason: reason.clone() });
             }
             Err(QuorumError::Deposed(reason)) => {
