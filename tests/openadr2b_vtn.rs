@@ -216,9 +216,13 @@ async fn start_site_with(vtn: Vtn) -> Site {
 async fn the_gateway_follows_a_real_openleadr_vtn() {
     let site = start_site().await;
     let gw = site.server.gateway.clone();
-    // The VEN saved its registration where a restart finds it.
-    let saved = std::fs::read_to_string(site.data_dir.join(flexgate::grid::openadr::ven2b::REGISTRATION_FILE))
-        .expect("registration file");
+    // The VEN saved its registration where a restart finds it (the VTN lists the registration
+    // as soon as it answers, a moment before the VEN has read the answer and saved it).
+    let registration = site.data_dir.join(flexgate::grid::openadr::ven2b::REGISTRATION_FILE);
+    let saved = eventually("the saved registration", 10, async || {
+        std::fs::read_to_string(&registration).ok()
+    })
+    .await;
     assert!(saved.contains(&site.ven_id), "{saved}");
     let meter = eventually("a meter reading", 20, async || {
         gw.read().status().await.measured_meter_kw()
