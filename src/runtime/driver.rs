@@ -144,6 +144,15 @@ pub struct Driver {
     pub(crate) facility: flexgate_policies::facility::FacilityModel,
     /// Latency histograms, shared with the read side that renders them.
     pub(crate) metrics: Arc<super::metrics::GatewayMetrics>,
+    /// What the controller was built from, to build it again ([`Driver::rebuild`]).
+    pub(crate) settings: flexgate_policies::control::Settings,
+    /// The last ledger seq folded into the controller.
+    pub(crate) applied: std::sync::atomic::AtomicU64,
+    /// Events interpreted in what was folded (for the start record).
+    pub(crate) events_seen: std::sync::atomic::AtomicUsize,
+    /// Whether this gateway may decide now: always when single, only while leading as a
+    /// replica ([`super::Role`]).
+    pub(crate) role: tokio::sync::watch::Receiver<super::Role>,
 }
 
 impl Driver {
@@ -179,6 +188,10 @@ impl Driver {
         &self,
         decide: impl FnOnce(&mut Controller) -> (R, Vec<Effect>),
     ) -> Result<(R, Decided), LedgerError> {
+        // A standby decides nothing: its controller only folds what its leader recorded.
+        if !self.role.borrow().may_decide() {
+            return Err(LedgerError::NotLeader);
+        }
         let mut core = self.core.lock().await;
         let deciding = std::time::Instant::now();
         let (answer, effects) = decide(&mut core);

@@ -5,6 +5,7 @@
 
 use super::driver::Driver;
 use super::read_side::{Board, Published, ReadSide};
+use super::role::Role;
 use crate::clock::Clock;
 use crate::cluster::ClusterBackend;
 use crate::config::Config;
@@ -53,6 +54,7 @@ pub enum StartError {
 pub struct Gateway {
     driver: Arc<Driver>,
     read: Arc<ReadSide>,
+    role: tokio::sync::watch::Sender<Role>,
 }
 
 impl Gateway {
@@ -63,6 +65,35 @@ impl Gateway {
         clock: Clock,
         ledger: Ledger,
         backend: Arc<dyn ClusterBackend>,
+    ) -> Result<Arc<Self>, StartError> {
+        let gateway = Self::build(config, clock, ledger, backend, Role::Single)?;
+        gateway.driver.recover().await?;
+        Ok(gateway)
+    }
+
+    /// Build a replica that does not lead yet: its ledger verified and folded, its reads served,
+    /// its writes refused; nothing is sent to the cluster. Its supervisor (`crate::ha`) makes it
+    /// lead ([`Gateway::set_role`], then [`Driver::take_charge`]).
+    pub async fn start_standby(
+        config: Config,
+        clock: Clock,
+        ledger: Ledger,
+        backend: Arc<dyn ClusterBackend>,
+        role: Role,
+    ) -> Result<Arc<Self>, StartError> {
+        debug_assert!(!role.may_decide());
+        let gateway = Self::build(config, clock, ledger, backend, role)?;
+        gateway.driver.verify_chain().await?;
+        gateway.driver.absorb().await?;
+        Ok(gateway)
+    }
+
+    fn build(
+        config: Config,
+        clock: Clock,
+        ledger: Ledger,
+        backend: Arc<dyn ClusterBackend>,
+        role: Role,
     ) -> Result<Arc<Self>, StartError> {
         let settings = Settings {
             site_id: config.gateway.site.clone(),
@@ -78,7 +109,8 @@ impl Gateway {
             facility: config.facility.clone(),
             probe: config.probe.clone(),
         };
-        let controller = Controller::new(settings).map_err(|e| StartError::Facility(e.to_string()))?;
+        let controller = Controller::new(settings.clone()).map_err(|e| StartError::Facility(e.to_string()))?;
+        let (role_tx, role_rx) = tokio::sync::watch::channel(role);
         let facility = flexgate_policies::facility::FacilityModel::new(config.facility.clone())
             .map_err(|e| StartError::Facility(e.to_string()))?;
         let meter = match &config.meter {
@@ -107,6 +139,7 @@ impl Gateway {
             },
             stopping: std::sync::atomic::AtomicBool::new(false),
             http_connections: Arc::default(),
+            role: role_rx.clone(),
         });
         let driver = Arc::new(Driver {
             config,
@@ -122,9 +155,28 @@ impl Gateway {
             meter,
             facility,
             metrics,
+            settings,
+            applied: std::sync::atomic::AtomicU64::new(0),
+            events_seen: std::sync::atomic::AtomicUsize::new(0),
+            role: role_rx,
         });
-        driver.recover().await?;
-        Ok(Arc::new(Self { driver, read }))
+        Ok(Arc::new(Self {
+            driver,
+            read,
+            role: role_tx,
+        }))
+    }
+
+    /// Change this replica's role (its supervisor does, as terms begin and end). Decisions
+    /// under way finish; no new one is taken once the role may not decide.
+    pub fn set_role(&self, role: Role) {
+        self.role.send_replace(role);
+    }
+
+    /// The role now.
+    #[must_use]
+    pub fn role(&self) -> Role {
+        self.role.borrow().clone()
     }
 
     /// The write side: submissions, operator actions, the control loop.
@@ -155,7 +207,7 @@ impl Gateway {
     /// of the read side or the driver (adapters still running) keep the ledger open until
     /// they let go.
     pub async fn close(self) -> Result<(), LedgerError> {
-        let Self { driver, read } = self;
+        let Self { driver, read, .. } = self;
         drop(read);
         match Arc::try_unwrap(driver) {
             Ok(driver) => driver.ledger.close().await,

@@ -16,12 +16,14 @@ pub mod metrics;
 mod read_side;
 pub(crate) use read_side::Published;
 mod recovery;
+mod role;
 pub mod views;
 
 pub use crate::clock::Clock;
 pub use driver::{Driver, OperatorError, OperatorRefusal, Submission, SubmitError, SubmitOutcome, Transport, WireRef};
 pub use gateway::{Gateway, StartError};
 pub use read_side::{EventDelivery, ReadSide};
+pub use role::{LeaderInfo, Role};
 pub use views::{
     EventDetailView, EventView, ExpectedView, FlexibilityPointView, FlexibilityView, GuaranteeView, JobView,
     PlanEntryView, PlanView, ProbeView, StatusView,

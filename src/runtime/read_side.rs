@@ -81,6 +81,8 @@ pub struct ReadSide {
     /// The HTTP API's connection counts (open now, refused at a limit), kept by the server
     /// that serves this gateway ([`ReadSide::http_connections`]), read for `/metrics`.
     pub(crate) http_connections: Arc<flexgate_httpserve::Counters>,
+    /// This gateway's role among its replicas.
+    pub(crate) role: tokio::sync::watch::Receiver<super::Role>,
 }
 
 impl ReadSide {
@@ -88,6 +90,12 @@ impl ReadSide {
     #[must_use]
     pub fn clock(&self) -> Clock {
         self.clock
+    }
+
+    /// This gateway's role among its replicas ([`super::Role::Single`] without `[ha]`).
+    #[must_use]
+    pub fn role(&self) -> super::Role {
+        self.role.borrow().clone()
     }
 
     /// The published snapshot, for readers that watch it change (`GET /v1/stream`).
