@@ -40,6 +40,8 @@ pub struct Config {
     /// Meter sources summed into the site meter (absent: the backend's figure, the simulated
     /// site's meter or, with agents, the facility model's estimate).
     pub meter: Option<crate::meter::MeterConfig>,
+    /// Run as one of the site's replicas, elected on etcd (absent: a single gateway).
+    pub ha: Option<crate::ha::config::HaConfig>,
 }
 
 impl Default for Config {
@@ -58,6 +60,7 @@ impl Default for Config {
             openadr2b: None,
             openadr3: None,
             mqtt: None,
+            ha: None,
             meter: None,
         }
     }
@@ -281,6 +284,14 @@ impl Config {
                 field: "meter",
                 message,
             })?;
+        }
+        if let Some(ha) = &self.ha {
+            let renew = match &self.backend {
+                BackendConfig::Agents(a) => Some(a.renew_every_s),
+                BackendConfig::Sim(_) => None,
+            };
+            ha.validate(renew)
+                .map_err(|(field, message)| ConfigError::Invalid { field, message })?;
         }
         let c = &self.control;
         if !(c.gain > 0.0 && c.gain <= 1.0) {

@@ -153,6 +153,7 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
         #[test]
         fn a_batch_cut_into_chunks_reads_back_whole(records in proptest::collection::vec("[a-z{}\":,0-9é]{1,2000}", 1..50)) {
             let texts: Vec<&str> = records.iter().map(String::as_str).collect();
