@@ -212,6 +212,56 @@ async fn caps_land_on_the_jobs_gpus_and_come_back_off() {
     assert!(t.meter_kw.value() > t.gpu_board_power.value() / 1000.0);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaders_caps_carry_its_epoch_and_a_deposed_leaders_are_refused_by_the_agents() {
+    let c = cluster(2).await;
+    let old_leader = backend(&c, TOKEN);
+    let new_leader = backend(&c, TOKEN);
+    for b in [&old_leader, &new_leader] {
+        b.inventory().await.expect("inventory");
+    }
+    old_leader.set_term(Some(5));
+    let r = old_leader.apply(&[command("node:n0", 400.0, 1)]).await;
+    assert!(matches!(r[0].outcome, CapOutcome::Applied { .. }), "{:?}", r[0].outcome);
+    // The next term's leader raises every agent's fence to epoch 6 as it takes charge.
+    new_leader.set_term(Some(6));
+    assert!(new_leader.fence().await.is_empty(), "every agent fenced");
+    let r = new_leader.apply(&[command("node:n0", 450.0, 2)]).await;
+    assert!(matches!(r[0].outcome, CapOutcome::Applied { .. }), "{:?}", r[0].outcome);
+    // The old leader, still running, is refused: nothing changes, and it says why.
+    let r = old_leader
+        .apply(&[command("node:n0", 300.0, 3), command("node:n1", 300.0, 3)])
+        .await;
+    for result in &r {
+        match &result.outcome {
+            CapOutcome::Failed { reason } => assert!(reason.contains("deposed leader"), "{reason}"),
+            other => panic!("a deposed leader's cap went through: {other:?}"),
+        }
+    }
+    assert!(gpus(&c.urls[0]).await.iter().all(|g| g.limit_w == Some(450.0)));
+    assert!(gpus(&c.urls[1]).await.iter().all(|g| g.limit_w == Some(700.0)));
+    // A standby renews nothing.
+    old_leader.set_term(None);
+    old_leader.renew_all().await;
+    let metrics = http()
+        .get(format!("{}/metrics", c.urls[0]))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics.contains("flexgate_agent_fence_epoch{Hostname=\"n0\"} 6"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("flexgate_agent_fenced_commands_total{Hostname=\"n0\"} 1"),
+        "{metrics}"
+    );
+}
+
 async fn futures(c: &Cluster) -> Vec<Vec<GpuStatus>> {
     let mut out = Vec::new();
     for url in &c.urls {

@@ -60,6 +60,21 @@ pub trait ClusterBackend: Send + Sync {
         )))
     }
 
+    /// Drive the cluster under `epoch` (a replica that leads; its commands carry the epoch, so
+    /// that the agents refuse a deposed leader's), or stop driving it (`None`: a standby renews
+    /// and sends nothing). A single gateway never calls it. Backends without fencing ignore it.
+    fn set_term(&self, epoch: Option<u64>) {
+        let _ = epoch;
+    }
+
+    /// Raise every node's fence to the epoch set by [`ClusterBackend::set_term`], so that a
+    /// deposed leader is refused everywhere at once, not only where this leader has sent a cap.
+    /// Called by a replica when it takes charge. Returns the nodes that could not be reached (they
+    /// are fenced by this leader's first command to them). Backends without fencing: nothing.
+    async fn fence(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Per node agent: its node name and whether it answered the last poll (the metric
     /// `flexgate_agent_up` and its alert). Backends without agents have none.
     fn agents_answering(&self) -> Vec<(String, bool)> {

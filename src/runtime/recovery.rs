@@ -74,6 +74,19 @@ impl Driver {
 
     async fn take_charge_in_pass(&self) -> Result<(), StartError> {
         let events = self.events_seen.load(std::sync::atomic::Ordering::SeqCst);
+        if let super::Role::Leader { epoch, .. } = &*self.role.borrow() {
+            self.backend.set_term(Some(*epoch));
+        }
+        if matches!(&*self.role.borrow(), super::Role::Leader { .. }) {
+            // Before any cap: every agent refuses the deposed leader from now on.
+            let unreached = self.backend.fence().await;
+            if !unreached.is_empty() {
+                tracing::warn!(
+                    ?unreached,
+                    "agents not fenced yet; this leader's first command to each fences it"
+                );
+            }
+        }
         let jobs = self
             .backend
             .inventory()

@@ -241,6 +241,16 @@ impl Agent {
         self.fenced(epoch, |book, journal, gpus| book.delete(id, now, gpus, journal))
     }
 
+    /// `POST /v1/fence`: raise the fence to `epoch` (a new leader's first call), or refuse it
+    /// as from a deposed leader.
+    pub fn fence(&self, epoch: u64) -> Result<crate::api::FenceResponse, LeaseError> {
+        self.fenced(epoch, |book, _, _| {
+            Ok(crate::api::FenceResponse {
+                fence_epoch: book.fence_epoch(),
+            })
+        })
+    }
+
     /// `POST /v1/jobs/{job_id}/start`.
     pub fn job_start(&self, job_id: &str, req: &JobRequest, epoch: u64) -> Result<JobResponse, LeaseError> {
         let now = self.inner.clock.now();

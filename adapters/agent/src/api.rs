@@ -9,6 +9,7 @@
 //! | `POST /v1/leases/{id}/renew` | [`RenewRequest`] | [`LeaseSummary`] |
 //! | `DELETE /v1/leases/{id}` | – | [`ReleaseResponse`] |
 //! | `GET /v1/health` | – | [`Health`] |
+//! | `POST /v1/fence` (with [`EPOCH_HEADER`]) | – | [`FenceResponse`] |
 //! | `POST /v1/jobs/{job_id}/start` | [`JobRequest`] | [`JobResponse`] |
 //! | `POST /v1/jobs/{job_id}/end` | [`JobRequest`] | [`JobResponse`] |
 //! | `POST /v1/jobs/{job_id}/throughput` | [`ThroughputReport`] (the job's own token, see [`crate::auth`]) | [`ThroughputAccepted`] |
@@ -47,6 +48,18 @@ pub struct ThroughputAccepted {
 /// with 409 `fenced`, so that a leader that has lost its term can change no cap. Absent means
 /// epoch 0: a single gateway never sends it, and is refused once a replica has.
 pub const EPOCH_HEADER: &str = "flexgate-epoch";
+
+/// Answer to `POST /v1/fence`: the highest gateway epoch the agent has seen now. A new leader
+/// calls it on every agent when it takes over, so that the deposed leader is refused everywhere,
+/// not only where the new leader has sent a cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FenceResponse {
+    /// The highest epoch seen (after this call).
+    pub fence_epoch: u64,
+}
+
+/// Path of the fence.
+pub const FENCE_PATH: &str = "/v1/fence";
 
 /// Prefix of every versioned endpoint.
 pub const API_PREFIX: &str = "/v1";

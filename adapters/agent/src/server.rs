@@ -212,6 +212,12 @@ async fn delete_lease(
     Ok(Json(resp).into_response())
 }
 
+async fn fence(State(agent): State<Agent>, headers: HeaderMap) -> Result<Response, ApiError> {
+    let epoch = epoch(&headers)?;
+    let resp = blocking(move || agent.fence(epoch)).await??;
+    Ok(Json(resp).into_response())
+}
+
 async fn job_start(
     State(agent): State<Agent>,
     path: Result<Path<String>, PathRejection>,
@@ -347,6 +353,7 @@ pub fn router(agent: &Agent) -> Router {
         .route("/v1/health", get(health))
         .route("/v1/leases/{id}", put(put_lease).delete(delete_lease))
         .route("/v1/leases/{id}/renew", post(renew_lease))
+        .route(api::FENCE_PATH, post(fence))
         .route("/v1/jobs/{job_id}/start", post(job_start))
         .route("/v1/jobs/{job_id}/end", post(job_end))
         .route(api::JOB_THROUGHPUT_PATH, get(job_throughput))

@@ -123,6 +123,23 @@ fn a_command_under_an_older_epoch_is_refused_counted_and_changes_nothing_even_af
     let state: Value =
         serde_json::from_slice(&std::fs::read(dir.path().join("leases.json")).expect("state file")).expect("json");
     assert_eq!(state["fence_epoch"], 8, "{state}");
+
+    // A new leader raises the fence everywhere at once, without sending a cap.
+    let fence = |epoch: &'static str| {
+        request_with_headers(
+            server.addr,
+            "POST",
+            api::FENCE_PATH,
+            Some(CONTROL),
+            &[(api::EPOCH_HEADER, epoch)],
+            None,
+        )
+    };
+    let r = fence("9");
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["fence_epoch"], 9);
+    assert_eq!(fence("8").status, 409);
+    assert_eq!(limit_w(&server), Some(350.0), "the fence changes no cap");
 }
 
 #[test]

@@ -87,6 +87,9 @@ pub struct Caller {
     pub token: String,
     /// Timeouts and retries.
     pub policy: CallPolicy,
+    /// The epoch (leadership term) every command that can change a cap is sent under, in the
+    /// agents' fencing header; 0 (a single gateway): no header.
+    pub epoch: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl std::fmt::Debug for Caller {
@@ -108,7 +111,7 @@ impl Caller {
         body: Option<&B>,
         deadline: Instant,
     ) -> Result<T, CallError> {
-        call(&self.http, &self.token, agent, verb, path, body, self.policy, deadline).await
+        call(self, agent, verb, path, body, deadline).await
     }
 }
 
@@ -167,17 +170,15 @@ impl Caller {
     }
 }
 
-#[allow(clippy::too_many_arguments)] // the public face is `Caller::call`
 async fn call<B: Serialize + ?Sized, T: DeserializeOwned>(
-    http: &reqwest::Client,
-    token: &str,
+    caller: &Caller,
     agent: &AgentEndpoint,
     verb: Verb,
     path: &str,
     body: Option<&B>,
-    policy: CallPolicy,
     deadline: Instant,
 ) -> Result<T, CallError> {
+    let policy = caller.policy;
     let url = format!("{}{}", agent.url.trim_end_matches('/'), path);
     let mut attempt = 0u32;
     loop {
@@ -188,7 +189,7 @@ async fn call<B: Serialize + ?Sized, T: DeserializeOwned>(
                 detail: "deadline passed".into(),
             })
         } else {
-            once(http, token, agent, verb, &url, body, policy.timeout.min(left)).await
+            once(caller, agent, verb, &url, body, policy.timeout.min(left)).await
         };
         let retryable = match &outcome {
             Ok(_) => false,
@@ -206,22 +207,26 @@ async fn call<B: Serialize + ?Sized, T: DeserializeOwned>(
 }
 
 async fn once<B: Serialize + ?Sized, T: DeserializeOwned>(
-    http: &reqwest::Client,
-    token: &str,
+    caller: &Caller,
     agent: &AgentEndpoint,
     verb: Verb,
     url: &str,
     body: Option<&B>,
     timeout: Duration,
 ) -> Result<T, CallError> {
+    let http = &caller.http;
+    let epoch = caller.epoch.load(std::sync::atomic::Ordering::SeqCst);
     let mut request = match verb {
         Verb::Get => http.get(url),
         Verb::Put => http.put(url),
         Verb::Post => http.post(url),
         Verb::Delete => http.delete(url),
     }
-    .bearer_auth(token)
+    .bearer_auth(&caller.token)
     .timeout(timeout);
+    if epoch > 0 && verb != Verb::Get {
+        request = request.header(flexgate_agent::api::EPOCH_HEADER, epoch);
+    }
     if let Some(body) = body {
         request = request.json(body);
     }

@@ -50,6 +50,9 @@ impl AgentsBackend {
 
     /// One renewal round (also the reconcile: a lease the agent no longer holds is re-sent).
     pub async fn renew_all(&self) {
+        if !self.active.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
         let now = crate::clock::wall_now();
         let wanted: Vec<((JobId, usize), WantedLease)> = {
             let mut known = self.known();
@@ -209,6 +212,18 @@ impl AgentsBackend {
                         "{agent}: generation {} is held with other caps; not applied: {detail}",
                         command.generation
                     ));
+                }
+                // Fenced: the agent has seen a later gateway epoch, so this gateway no longer
+                // leads. Nothing was applied; stop wanting the lease (the leader holds its own).
+                Err(CallError::Refused {
+                    status: 409,
+                    kind: Some(flexgate_agent::api::ErrorKind::Fenced),
+                    detail,
+                    node: agent,
+                    ..
+                }) => {
+                    known.leases.remove(&(job.id.clone(), node));
+                    failures.push(format!("{agent}: refused as from a deposed leader: {detail}"));
                 }
                 Err(CallError::Refused {
                     status: 409,

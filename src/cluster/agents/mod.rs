@@ -142,6 +142,9 @@ pub struct AgentsBackend {
     /// The fitted PFI predictor and the readings it needs per job.
     predictor: Option<(PfiPredictor, u64)>,
     known: Mutex<Known>,
+    /// Whether this gateway drives the agents now: always for a single gateway, only while
+    /// leading for a replica (a standby renews no lease).
+    active: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for AgentsBackend {
@@ -217,6 +220,41 @@ impl ClusterBackend for AgentsBackend {
 
     fn name(&self) -> &str {
         "agents"
+    }
+
+    async fn fence(&self) -> Vec<String> {
+        let deadline = Instant::now() + self.deadline;
+        let calls = (0..self.agents.len()).map(|node| async move {
+            let answer = self
+                .agent_call::<(), flexgate_agent::api::FenceResponse>(
+                    node,
+                    client::Verb::Post,
+                    flexgate_agent::api::FENCE_PATH,
+                    None,
+                    deadline,
+                )
+                .await;
+            (node, answer)
+        });
+        let mut unreached = Vec::new();
+        for (node, answer) in futures_util::future::join_all(calls).await {
+            if let Err(e) = answer {
+                tracing::warn!(node = %self.agents[node].node, "could not raise the agent's fence: {e}");
+                unreached.push(self.agents[node].node.clone());
+            }
+        }
+        unreached
+    }
+
+    fn set_term(&self, epoch: Option<u64>) {
+        use std::sync::atomic::Ordering;
+        match epoch {
+            Some(e) => {
+                self.caller.epoch.store(e, Ordering::SeqCst);
+                self.active.store(true, Ordering::SeqCst);
+            }
+            None => self.active.store(false, Ordering::SeqCst),
+        }
     }
 
     fn agents_answering(&self) -> Vec<(String, bool)> {
