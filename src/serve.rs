@@ -43,6 +43,10 @@ pub enum ServeError {
     /// An OpenADR or MQTT connection is misconfigured (URL, TLS files, credentials).
     #[error("{0}")]
     OpenAdr(String),
+    /// The replicas' setup (`[ha]`) cannot work: an etcd client that cannot be built, or
+    /// another replica running under this replica's name.
+    #[error("[ha]: {0}")]
+    Ha(String),
 }
 
 /// A running gateway.
@@ -97,6 +101,9 @@ impl Server {
                 }
             },
         };
+        if let Some(ha) = config.ha.clone() {
+            return Self::start_replica(config, ha, clock, ledger, backend, listener, token, token_file).await;
+        }
         let openadr2b = config.openadr2b.clone();
         let openadr3 = config.openadr3.clone();
         let full_config = config.clone();
@@ -142,6 +149,189 @@ impl Server {
             stop,
             tasks,
         })
+    }
+
+    /// A replica (`[ha]`): it starts as a standby (reads served, writes refused naming the
+    /// leader, nothing sent to the cluster) and its supervisor (`crate::ha::replica`) campaigns,
+    /// takes over and leads while its term holds. An etcd that cannot be reached leaves it a
+    /// standby that says why and keeps trying; a second replica under the same name is refused.
+    #[allow(clippy::too_many_arguments)] // the parts `start` has already built
+    async fn start_replica(
+        config: Config,
+        ha: crate::ha::config::HaConfig,
+        clock: Clock,
+        ledger: Ledger,
+        backend: Arc<dyn ClusterBackend>,
+        listener: TcpListener,
+        token: String,
+        token_file: Option<PathBuf>,
+    ) -> Result<Self, ServeError> {
+        use crate::ha::keys::Keys;
+        use crate::runtime::Role;
+        ledger.follow().await?;
+        backend.set_term(None);
+        let full_config = config.clone();
+        // Adapters that cannot be built (a bad URL, a missing TLS file) are refused at start, as
+        // for a single gateway, not at the first term.
+        Self::check_adapters(&full_config)?;
+        let http_client = flexgate_openadr::http::client(None, std::time::Duration::from_millis(ha.etcd_timeout_ms))
+            .map_err(|e| ServeError::Ha(format!("an HTTP client for etcd: {e}")))?;
+        let client = Arc::new(
+            flexgate_etcd::Client::new(
+                http_client,
+                &ha.endpoints,
+                std::time::Duration::from_millis(ha.etcd_timeout_ms),
+            )
+            .map_err(|e| ServeError::Ha(e.to_string()))?,
+        );
+        let keys = Keys::new(&ha.prefix, &config.gateway.site);
+        let ttl = std::time::Duration::from_secs(ha.term_ttl_s);
+        // Two replicas under one name are refused; an etcd that does not answer is not fatal.
+        let registration =
+            match crate::ha::register::register(&client, &keys, &ha.replica, ha.advertise_url.as_deref(), ttl).await {
+                Ok(lease) => Some(lease),
+                Err(e @ crate::ha::register::RegisterError::Duplicate { .. }) => {
+                    return Err(ServeError::Ha(e.to_string()));
+                }
+                Err(e) => {
+                    tracing::warn!("etcd is not reachable ({e}): this replica stays a standby and keeps trying");
+                    None
+                }
+            };
+        let gateway = Gateway::start_standby(
+            config,
+            clock,
+            ledger,
+            backend,
+            Role::Standby {
+                replica: ha.replica.clone(),
+                leader: None,
+                reason: Some("starting: no election seen yet".into()),
+            },
+        )
+        .await?;
+        let addr = listener.local_addr().map_err(ServeError::Http)?;
+        let (stop, stopped) = watch::channel(false);
+        let wait = |mut rx: watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        };
+        let mut router = http::router(gateway.clone(), &token);
+        let pushed = match &full_config.openadr2b {
+            Some(cfg) => match (&cfg.push_url, &cfg.push_token) {
+                (Some(_), Some(push_token)) => {
+                    let (to_ven, pushed) = tokio::sync::mpsc::channel(64);
+                    router = router.merge(crate::grid::openadr::push::router(push_token, to_ven));
+                    Some(Arc::new(tokio::sync::Mutex::new(pushed)))
+                }
+                _ => None,
+            },
+            None => None,
+        };
+        let mut tasks = Vec::new();
+        tasks.push(tokio::spawn(crate::ha::register::keep(
+            client.clone(),
+            keys.clone(),
+            ha.clone(),
+            registration,
+            wait(stopped.clone()),
+        )));
+        let supervisor = crate::ha::replica::Supervisor::new(
+            gateway.clone(),
+            client,
+            keys,
+            ha,
+            Self::leader_tasks(full_config.clone(), pushed),
+        );
+        tasks.push(tokio::spawn(supervisor.run(wait(stopped.clone()))));
+        let limits = http::server::HttpLimits::from_config(&full_config.gateway)
+            .within_handle_limit(http::server::open_files_limit());
+        let counters = gateway.read().http_connections();
+        tasks.push(tokio::spawn(http::server::serve(
+            listener,
+            router,
+            limits,
+            counters,
+            wait(stopped),
+        )));
+        Ok(Self {
+            gateway,
+            addr,
+            token_file,
+            stop,
+            tasks,
+        })
+    }
+
+    /// Build every configured protocol adapter once, to refuse a bad configuration at start.
+    fn check_adapters(config: &Config) -> Result<(), ServeError> {
+        if let Some(cfg) = &config.openadr2b {
+            flexgate_openadr::http::oadr2b::Oadr2bHttp::new(
+                &cfg.url,
+                cfg.tls.as_ref(),
+                std::time::Duration::from_secs(cfg.timeout_s),
+            )
+            .map_err(|e| ServeError::OpenAdr(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// What a replica starts each time it begins to lead: the control loop and the protocol
+    /// adapters (OpenADR 2.0b and 3.x, MQTT), all stopped and aborted when the term ends.
+    fn leader_tasks(
+        config: Config,
+        pushed: Option<Arc<tokio::sync::Mutex<tokio::sync::mpsc::Receiver<crate::grid::openadr::ven2b::Pushed>>>>,
+    ) -> crate::ha::replica::LeaderTasks {
+        Box::new(move |gateway, stopped| {
+            let wait = |mut rx: watch::Receiver<bool>| async move {
+                let _ = rx.wait_for(|stop| *stop).await;
+            };
+            let mut tasks = Vec::new();
+            if let Some(cfg) = &config.openadr2b {
+                match crate::grid::openadr::ven2b::Ven2b::new(gateway.clone(), &config, cfg) {
+                    Ok(ven) => {
+                        let (to_ven, from_push) = tokio::sync::mpsc::channel(64);
+                        if let Some(shared) = &pushed {
+                            // This term's VEN takes the pushes; the next term's takes over the
+                            // queue when this one is aborted.
+                            let shared = shared.clone();
+                            tasks.push(tokio::spawn(async move {
+                                let mut queue = shared.lock().await;
+                                while let Some(item) = queue.recv().await {
+                                    if to_ven.send(item).await.is_err() {
+                                        return;
+                                    }
+                                }
+                            }));
+                        }
+                        tasks.push(tokio::spawn(ven.run(stopped.clone(), from_push)));
+                    }
+                    Err(e) => tracing::error!("OpenADR 2.0b: {e}"),
+                }
+            }
+            if let Some(cfg) = &config.openadr3 {
+                match crate::grid::openadr::ven3::Ven3::new(gateway.clone(), &config, cfg) {
+                    Ok(client) => tasks.push(tokio::spawn(client.run(stopped.clone()))),
+                    Err(e) => tracing::error!("OpenADR 3: {e}"),
+                }
+            }
+            if let Some(cfg) = &config.mqtt {
+                match crate::grid::mqtt::MqttBridge::connect(gateway.clone(), &config, cfg) {
+                    Ok(bridge) => tasks.push(tokio::spawn(bridge.run(stopped.clone()))),
+                    Err(e) => tracing::error!("MQTT: {e}"),
+                }
+            }
+            tasks.push(tokio::spawn(gateway.driver().clone().control_loop(wait(stopped))));
+            tasks
+        })
+    }
+
+    /// Stop everything at once, as a killed process would: no resignation, no final flush of
+    /// anything in flight, nothing told to anyone (for tests of what survives a dead gateway).
+    pub fn kill(self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+        self.gateway.read().begin_shutdown();
     }
 
     /// Stop serving, stop the control loop, and close the ledger (which unlocks its directory).

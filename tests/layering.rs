@@ -100,7 +100,12 @@ fn cluster_ledger_meter_and_reports_do_not_import_the_driver_or_the_grid_side() 
             "src/meter",
             "src/reports",
             "src/clock.rs",
-            "src/ha",
+            "src/ha/keys.rs",
+            "src/ha/quorum.rs",
+            "src/ha/follow.rs",
+            "src/ha/seed.rs",
+            "src/ha/config.rs",
+            "src/ha/register.rs",
         ],
         &["crate::runtime", "crate::grid", "crate::commands", "crate::serve"],
     );

@@ -9,6 +9,7 @@
 //! | `ledger/batch/{first_seq:020}` | [`BatchIndex`]: one committed batch, where its text is |
 //! | `ledger/chunk/{attempt}/{index:06}` | a slice of a batch's text (records as stored, one per line) |
 //! | `ledger/anchor/{seq:020}` | the hash of record `seq`, every [`ANCHOR_EVERY`] records, kept when records are compacted |
+//! | `replicas/{name}` | a running replica's registration (`{"url", "since"}`), attached to its own lease |
 //!
 //! A batch's chunks are written first, under a key no reader looks at until the batch index
 //! names it; the index and the head are written together, last, in one transaction guarded by
@@ -83,6 +84,18 @@ impl Keys {
     #[must_use]
     pub fn anchor(&self, seq: u64) -> Vec<u8> {
         self.key(&format!("ledger/anchor/{seq:020}"))
+    }
+
+    /// A replica's registration (its URL), attached to its own lease: one name, one replica.
+    #[must_use]
+    pub fn replica(&self, name: &str) -> Vec<u8> {
+        self.key(&format!("replicas/{name}"))
+    }
+
+    /// The prefix of every replica's registration.
+    #[must_use]
+    pub fn replicas(&self) -> Vec<u8> {
+        self.key("replicas/")
     }
 
     /// The prefix of every anchor.

@@ -5,6 +5,10 @@
 //! - `keys.rs`: where everything lives in etcd, under `{prefix}/{site}/` (pure).
 //! - `quorum.rs`: the leader's ledger writer makes each batch durable in etcd, guarded by its
 //!   term, before it is written locally and answered ([`crate::ledger::replica::Quorum`]).
+//! - `replica.rs`: the supervisor: follow, campaign, take over, lead while the term holds, stop
+//!   acting the moment it may not.
+//! - `register.rs`: a replica's name and URL, one replica per name.
+//! - `seed.rs`: the first leader's existing ledger becomes the site's chain.
 //! - `follow.rs`: a replica that does not lead takes in the committed batches, in order, into its
 //!   own ledger.
 //!
@@ -19,3 +23,6 @@ pub mod config;
 pub mod follow;
 pub mod keys;
 pub mod quorum;
+pub mod register;
+pub mod replica;
+pub mod seed;

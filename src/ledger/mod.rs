@@ -649,6 +649,15 @@ impl LedgerReader {
         self.inner.store.get(seq)
     }
 
+    /// The flushed record `seq` exactly as stored (its canonical text, with `hash`): what a
+    /// replica is handed, and what the hash is computed over.
+    pub fn stored(&self, seq: u64) -> Result<Option<String>, LedgerError> {
+        if seq == 0 || seq > self.len() {
+            return Ok(None);
+        }
+        self.inner.store.get_stored(seq)
+    }
+
     /// The seq of the flushed record holding dedup key `key`, if any.
     pub fn find_dedup(&self, key: &str) -> Result<Option<u64>, LedgerError> {
         Ok(self.inner.store.find_dedup(key)?.filter(|seq| *seq <= self.len()))

@@ -154,6 +154,19 @@ impl Store {
         }
     }
 
+    /// Record `seq` exactly as stored (its canonical text with `hash`).
+    pub(crate) fn get_stored(&self, seq: u64) -> Result<Option<String>, LedgerError> {
+        match self.records.get(seq.to_be_bytes())? {
+            Some(bytes) => String::from_utf8(bytes.to_vec())
+                .map(Some)
+                .map_err(|e| LedgerError::Corrupt {
+                    seq,
+                    reason: format!("not UTF-8: {e}"),
+                }),
+            None => Ok(None),
+        }
+    }
+
     pub(crate) fn find_dedup(&self, key: &str) -> Result<Option<u64>, LedgerError> {
         match self.dedup.get(key.as_bytes())? {
             Some(value) => key_seq(&value).map(Some).ok_or_else(|| LedgerError::Corrupt {

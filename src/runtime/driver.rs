@@ -156,6 +156,12 @@ pub struct Driver {
 }
 
 impl Driver {
+    /// The cluster backend (the replica's supervisor sets its term on it).
+    #[must_use]
+    pub fn backend(&self) -> &Arc<dyn ClusterBackend> {
+        &self.backend
+    }
+
     /// Record what a protocol adapter received, sent or decided by itself (its wire messages,
     /// its own opt-outs). These entries change nothing the controller decides on; they are what
     /// an auditor needs to see beside the gateway's own decisions. Resolves once flushed.

@@ -200,12 +200,23 @@ impl AgentsBackend {
             applied = hi;
         }
         let n = job.gpus.len();
-        let capped = capped_jobs.contains(&job.id);
+        // Capped by this gateway, or found capped: by the previous term's leader of a replicated
+        // site, or by this gateway before it restarted in the middle of an event. Its draw now
+        // is not its uncapped draw.
+        let capped = capped_jobs.contains(&job.id) || applied < hi - 0.5;
         let seen = known.uncapped_seen.entry(job.id.clone()).or_insert(0.0);
         if !capped {
             *seen = seen.max(measured);
         }
-        let uncapped = seen.max(n as f64 * lo).max(1.0);
+        // A job only ever seen capped: its uncapped draw is unknown, so it counts at its GPUs'
+        // maximum (never less than releasing its cap might draw). Taken as its capped draw, a new
+        // leader planned the job as if its cap cost nothing and released it mid-event.
+        let uncapped = if *seen > 0.0 {
+            seen.max(n as f64 * lo)
+        } else {
+            n as f64 * hi
+        }
+        .max(1.0);
         let predicted = self.predictor.as_ref().and_then(|(model, min_readings)| {
             known
                 .uncapped_runs

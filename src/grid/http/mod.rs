@@ -273,11 +273,55 @@ async fn post_event(State(api): State<Api>, request: Request) -> Response {
         Err(e @ SubmitError::Stale { .. }) => Problem::new(StatusCode::CONFLICT, e.to_string())
             .field("revision")
             .into_response(),
-        Err(SubmitError::Ledger(e)) => {
-            tracing::error!("ledger failure on submit: {e}");
+        Err(SubmitError::Ledger(e)) => unrecorded(&api, &e, "the event"),
+    }
+}
+
+/// The answer when a write could not be recorded: on a standby, a refusal that names the
+/// leader; without a quorum, a retryable refusal that says so; otherwise the ledger's failure.
+/// Nothing was acknowledged in any case.
+fn unrecorded(api: &Api, e: &crate::ledger::LedgerError, what: &str) -> Response {
+    use crate::ledger::LedgerError;
+    match e {
+        LedgerError::NotLeader => {
+            let role = api.gateway.read().role();
+            let (me, leader) = match &role {
+                crate::runtime::Role::Standby { replica, leader, .. } => (replica.clone(), leader.clone()),
+                _ => (String::new(), None),
+            };
+            let detail = match &leader {
+                Some(l) => format!(
+                    "this replica ({me}) does not lead, so it records nothing: send {what} to the leader, {} (epoch {}){}; it was not acknowledged",
+                    l.replica,
+                    l.epoch,
+                    l.url.as_deref().map(|u| format!(" at {u}")).unwrap_or_default()
+                ),
+                None => format!(
+                    "this replica ({me}) does not lead and no replica leads now (an election is under way, or etcd has no quorum): {what} was not acknowledged, retry"
+                ),
+            };
+            let mut problem = Problem::new(StatusCode::SERVICE_UNAVAILABLE, detail);
+            if let Some(l) = leader {
+                problem = problem.leader(serde_json::to_value(l).unwrap_or_default());
+            }
+            problem.into_response()
+        }
+        LedgerError::NotDurable { reason } => {
+            tracing::warn!("not durable on a majority: {reason}");
             Problem::new(
                 StatusCode::SERVICE_UNAVAILABLE,
-                "the event could not be recorded; it was not acknowledged, retry",
+                format!(
+                    "{what} could not be made durable on a majority of the replicas' store ({reason}); it was not acknowledged, retry"
+                ),
+            )
+            .retry_after(2)
+            .into_response()
+        }
+        e => {
+            tracing::error!("ledger failure: {e}");
+            Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("{what} could not be recorded; it was not acknowledged, retry"),
             )
             .into_response()
         }
@@ -498,14 +542,7 @@ async fn operator_opt_out(State(api): State<Api>, request: Request) -> Response 
                 .field(field)
                 .into_response()
         }
-        Err(OperatorError::Ledger(e)) => {
-            tracing::error!("ledger failure on operator action: {e}");
-            Problem::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "the action could not be recorded; nothing changed, retry",
-            )
-            .into_response()
-        }
+        Err(OperatorError::Ledger(e)) => unrecorded(&api, &e, "the action"),
     }
 }
 

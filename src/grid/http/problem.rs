@@ -41,6 +41,11 @@ pub struct Problem {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub ack: Option<serde_json::Value>,
+    /// On a replica that does not lead: who does (`replica`, `epoch`, `url`), where the
+    /// request should go.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub leader: Option<serde_json::Value>,
     /// Seconds for `Retry-After` on a retryable refusal (503, 429); a header, not a member.
     #[serde(skip)]
     pub retry_after_s: Option<u32>,
@@ -56,6 +61,7 @@ impl Problem {
             detail: detail.into(),
             field: None,
             ack: None,
+            leader: None,
             retry_after_s: None,
         }
     }
@@ -77,6 +83,13 @@ impl Problem {
     #[must_use]
     pub fn field(mut self, field: impl Into<String>) -> Self {
         self.field = Some(field.into());
+        self
+    }
+
+    /// Name the leading replica (a standby's refusal).
+    #[must_use]
+    pub fn leader(mut self, leader: serde_json::Value) -> Self {
+        self.leader = Some(leader);
         self
     }
 
