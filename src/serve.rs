@@ -233,6 +233,7 @@ impl Server {
             keys.clone(),
             ha.clone(),
             registration,
+            gateway.ledger().reader(),
             wait(stopped.clone()),
         )));
         let supervisor = crate::ha::replica::Supervisor::new(

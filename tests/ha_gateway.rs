@@ -168,6 +168,20 @@ async fn the_standby_takes_over_a_killed_leader_mid_event_and_no_cap_is_ever_res
     })
     .await;
 
+    // /v1/status on the standby: its role, the leader, and every replica with its lag.
+    let status = wait_for("the replicas in the standby's status", Duration::from_secs(10), || async {
+        let r = request(standby_addr, "GET", "/v1/status", None, None).await.map_err(|e| e.to_string())?;
+        let status: Value = r.json().map_err(|e| e.to_string())?;
+        let replicas = status["replication"]["replicas"].as_array().map_or(0, Vec::len);
+        (replicas == 2).then_some(status.clone()).ok_or_else(|| status.to_string())
+    })
+    .await;
+    assert_eq!(status["replication"]["role"], "standby", "{status}");
+    assert_eq!(status["replication"]["leader"], leader_name, "{status}");
+    assert_eq!(status["replication"]["epoch"], first_epoch, "{status}");
+    let metrics = request(standby_addr, "GET", "/metrics", None, None).await.expect("metrics").text();
+    assert!(metrics.contains("flexgate_ha_leader 0") && metrics.contains("flexgate_ha_leader_known 1"), "{metrics}");
+
     let capped = |limits: &[f64]| limits.iter().all(|w| *w < 699.0);
     wait_for("caps on every GPU", Duration::from_secs(20), || async {
         let mut all = Vec::new();

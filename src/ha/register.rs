@@ -7,6 +7,19 @@ use flexgate_etcd::wire::{Compare, PutRequest, RangeRequest, RequestOp, TxnReque
 use flexgate_etcd::{Client, EtcdError};
 use std::time::Duration;
 
+/// What a replica's registration says.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Registration {
+    /// Its API URL.
+    pub url: Option<String>,
+    /// When it registered.
+    pub since: chrono::DateTime<chrono::Utc>,
+    /// The last record in its ledger, as of its last renewal (for `flexgate ha status` and the
+    /// replica-lag metric).
+    #[serde(default)]
+    pub applied_seq: u64,
+}
+
 /// Why a replica could not register.
 #[derive(Debug, thiserror::Error)]
 pub enum RegisterError {
@@ -36,7 +49,12 @@ pub async fn register(
     url: Option<&str>,
     ttl: Duration,
 ) -> Result<i64, RegisterError> {
-    let value = serde_json::json!({"url": url, "since": crate::clock::wall_now()}).to_string();
+    let value = serde_json::to_string(&Registration {
+        url: url.map(str::to_string),
+        since: crate::clock::wall_now(),
+        applied_seq: 0,
+    })
+    .unwrap_or_default();
     let deadline = tokio::time::Instant::now() + ttl + Duration::from_secs(1);
     loop {
         let lease = client
@@ -84,15 +102,31 @@ pub async fn keep(
     keys: Keys,
     config: super::config::HaConfig,
     mut lease: Option<i64>,
+    ledger: crate::ledger::LedgerReader,
     stop: impl std::future::Future<Output = ()>,
 ) {
     tokio::pin!(stop);
     let ttl = Duration::from_secs(config.term_ttl_s);
+    let since = crate::clock::wall_now();
     loop {
         let alive = match lease {
             Some(id) => matches!(client.keep_alive(id).await, Ok(ttl) if ttl > 0),
             None => false,
         };
+        if alive && let Some(id) = lease {
+            let value = Registration {
+                url: config.advertise_url.clone(),
+                since,
+                applied_seq: ledger.head().0,
+            };
+            let _ = client
+                .put(
+                    &keys.replica(&config.replica),
+                    &serde_json::to_vec(&value).unwrap_or_default(),
+                    id,
+                )
+                .await;
+        }
         if !alive {
             lease = match register(&client, &keys, &config.replica, config.advertise_url.as_deref(), ttl).await {
                 Ok(id) => Some(id),

@@ -73,6 +73,53 @@ impl Supervisor {
         });
     }
 
+    /// Read the replicas and the chain's head from etcd and publish them for the read side
+    /// (`GET /v1/status`, `/metrics`).
+    async fn publish_view(&self) {
+        let head = self
+            .client
+            .get(&self.keys.head())
+            .await
+            .ok()
+            .and_then(|(_, kv)| kv)
+            .and_then(|kv| serde_json::from_slice::<super::keys::Head>(&kv.value).ok())
+            .map(|h| h.seq);
+        let prefix = self.keys.replicas();
+        let registered = self
+            .client
+            .range(&prefix, &flexgate_etcd::wire::prefix_end(&prefix), 0)
+            .await
+            .map(|r| r.kvs)
+            .unwrap_or_default();
+        let committed = head.unwrap_or(0);
+        let replicas = registered
+            .into_iter()
+            .filter_map(|kv| {
+                let name = String::from_utf8_lossy(&kv.key[prefix.len()..]).into_owned();
+                let r: super::register::Registration = serde_json::from_slice(&kv.value).ok()?;
+                Some(crate::runtime::ReplicaView {
+                    name,
+                    url: r.url,
+                    applied_seq: r.applied_seq,
+                    lag_records: committed.saturating_sub(r.applied_seq),
+                })
+            })
+            .collect();
+        self.gateway
+            .read()
+            .publish_replication(crate::runtime::ReplicationView {
+                replica: self.config.replica.clone(),
+                role: String::new(),
+                epoch: None,
+                leader: None,
+                leader_url: None,
+                reason: None,
+                committed_seq: head,
+                replicas,
+                updated_at: Some(crate::clock::wall_now()),
+            });
+    }
+
     /// The leading replica's URL, from its registration.
     async fn url_of(&self, replica: &str) -> Option<String> {
         let (_, kv) = self.client.get(&self.keys.replica(replica)).await.ok()?;
@@ -105,6 +152,7 @@ impl Supervisor {
                 }
                 Err(e) => tracing::warn!("taking in the leader's records: {e}"),
             }
+            self.publish_view().await;
             let campaign = tokio::select! {
                 c = election.campaign() => c,
                 () = &mut stop => return,
@@ -117,6 +165,7 @@ impl Supervisor {
                     }
                 }
                 Ok(Campaign::Lost(leader)) => {
+                    self.gateway.read().note_epoch(u64::try_from(leader.epoch).unwrap_or(0));
                     let url = self.url_of(&leader.name).await;
                     self.standby(
                         Some(LeaderInfo {
@@ -144,6 +193,7 @@ impl Supervisor {
         stop: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
     ) -> bool {
         let epoch = u64::try_from(term.epoch).unwrap_or(0);
+        self.gateway.read().note_epoch(epoch);
         tracing::info!(epoch, replica = %self.config.replica, "won the election: taking over");
         let took = Instant::now();
         if let Err(e) = self.take_over(&term).await {
@@ -186,7 +236,7 @@ impl Supervisor {
             if Instant::now() >= next_renewal {
                 next_renewal = Instant::now() + every;
                 match election.renew(&mut term).await {
-                    Ok(true) => {}
+                    Ok(true) => self.publish_view().await,
                     Ok(false) => {
                         tracing::warn!(epoch, "the term is over (its lease lapsed or a newer term leads)");
                         break false;

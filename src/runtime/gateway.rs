@@ -140,6 +140,8 @@ impl Gateway {
             stopping: std::sync::atomic::AtomicBool::new(false),
             http_connections: Arc::default(),
             role: role_rx.clone(),
+            replication: std::sync::RwLock::new(None),
+            terms_seen: std::sync::Mutex::new((0, 0)),
         });
         let driver = Arc::new(Driver {
             config,

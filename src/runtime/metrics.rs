@@ -192,6 +192,10 @@ pub struct Scrape {
     pub meter_sources: Vec<(String, u64, u64)>,
     /// Per node agent: (node, whether it answered the last poll).
     pub agents: Vec<(String, bool)>,
+    /// Among the site's replicas (`[ha]`; absent for a single gateway).
+    pub replication: Option<super::views::ReplicationView>,
+    /// Changes of the leading term this replica has seen since it started.
+    pub term_changes: u64,
 }
 
 impl Scrape {
@@ -358,6 +362,46 @@ impl Scrape {
                 errors,
             );
         }
+        if let Some(ha) = &self.replication {
+            let gauge = |value: i64| {
+                let g = Gauge::<i64>::default();
+                g.set(value);
+                g
+            };
+            r.register(
+                "flexgate_ha_leader",
+                "1 when this replica leads its site, 0 when it is a standby",
+                gauge(i64::from(ha.role == "leader")),
+            );
+            r.register(
+                "flexgate_ha_leader_known",
+                "1 when this replica knows a leader (itself or another), 0 while no replica leads (an election, or etcd without quorum)",
+                gauge(i64::from(ha.leader.is_some())),
+            );
+            if let Some(epoch) = ha.epoch {
+                r.register(
+                    "flexgate_ha_epoch",
+                    "The epoch of the leading term as this replica knows it",
+                    gauge(i64::try_from(epoch).unwrap_or(i64::MAX)),
+                );
+            }
+            counter(
+                &mut r,
+                "flexgate_ha_term_changes",
+                "Changes of the leading term this replica has seen since it started",
+                self.term_changes,
+            );
+            let lag = Family::<Labels, Gauge>::default();
+            for replica in &ha.replicas {
+                lag.get_or_create(&vec![("replica".to_string(), replica.name.clone())])
+                    .set(i64::try_from(replica.lag_records).unwrap_or(i64::MAX));
+            }
+            r.register(
+                "flexgate_ha_replica_lag_records",
+                "Committed ledger records each registered replica has not taken in yet",
+                lag,
+            );
+        }
         if !self.agents.is_empty() {
             let up = Family::<Labels, Gauge>::default();
             for (node, answered) in &self.agents {
@@ -453,6 +497,23 @@ mod tests {
             flex_available_watts: Some(1.0),
             meter_sources: vec![("incomer".into(), 0, 0)],
             agents: vec![("node-a".into(), true)],
+            replication: Some(super::super::views::ReplicationView {
+                replica: "gw-a".into(),
+                role: "leader".into(),
+                epoch: Some(7),
+                leader: Some("gw-a".into()),
+                leader_url: None,
+                reason: None,
+                committed_seq: Some(10),
+                replicas: vec![super::super::views::ReplicaView {
+                    name: "gw-b".into(),
+                    url: None,
+                    applied_seq: 8,
+                    lag_records: 2,
+                }],
+                updated_at: None,
+            }),
+            term_changes: 1,
             ..Scrape::default()
         };
         let mut text = metrics.render(&full);

@@ -26,5 +26,5 @@ pub use read_side::{EventDelivery, ReadSide};
 pub use role::{LeaderInfo, Role};
 pub use views::{
     EventDetailView, EventView, ExpectedView, FlexibilityPointView, FlexibilityView, GuaranteeView, JobView,
-    PlanEntryView, PlanView, ProbeView, StatusView,
+    PlanEntryView, PlanView, ProbeView, ReplicaView, ReplicationView, StatusView,
 };

@@ -83,6 +83,10 @@ pub struct ReadSide {
     pub(crate) http_connections: Arc<flexgate_httpserve::Counters>,
     /// This gateway's role among its replicas.
     pub(crate) role: tokio::sync::watch::Receiver<super::Role>,
+    /// The replicas as last read from etcd (`[ha]`), published by the replica's supervisor.
+    pub(crate) replication: RwLock<Option<super::views::ReplicationView>>,
+    /// The leading term's epoch last seen, and how many times it changed.
+    pub(crate) terms_seen: std::sync::Mutex<(u64, u64)>,
 }
 
 impl ReadSide {
@@ -96,6 +100,50 @@ impl ReadSide {
     #[must_use]
     pub fn role(&self) -> super::Role {
         self.role.borrow().clone()
+    }
+
+    /// Publish the replicas as read from etcd (the replica's supervisor does, every third of a
+    /// term): a read model, like the board.
+    pub fn publish_replication(&self, view: super::views::ReplicationView) {
+        *self.replication.write().unwrap_or_else(PoisonError::into_inner) = Some(view);
+    }
+
+    /// Note the leading term's epoch as this replica learns it (for the term-change metric).
+    pub fn note_epoch(&self, epoch: u64) {
+        let mut seen = self.terms_seen.lock().unwrap_or_else(PoisonError::into_inner);
+        if seen.0 != epoch {
+            if seen.0 != 0 {
+                seen.1 += 1;
+            }
+            seen.0 = epoch;
+        }
+    }
+
+    /// The replicas as last read, with this replica's role now.
+    #[must_use]
+    pub fn replication(&self) -> Option<super::views::ReplicationView> {
+        let mut view = self
+            .replication
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()?;
+        match self.role() {
+            super::Role::Leader { epoch, replica } => {
+                view.role = "leader".into();
+                view.epoch = Some(epoch);
+                view.leader = Some(replica);
+                view.reason = None;
+            }
+            super::Role::Standby { leader, reason, .. } => {
+                view.role = "standby".into();
+                view.epoch = leader.as_ref().map(|l| l.epoch);
+                view.leader_url = leader.as_ref().and_then(|l| l.url.clone());
+                view.leader = leader.map(|l| l.replica);
+                view.reason = reason;
+            }
+            super::Role::Single => return None,
+        }
+        Some(view)
     }
 
     /// The published snapshot, for readers that watch it change (`GET /v1/stream`).
@@ -185,13 +233,15 @@ impl ReadSide {
 
     /// Status for `GET /v1/status`.
     pub async fn status(&self) -> StatusView {
-        StatusView::build(
+        let mut status = StatusView::build(
             &self.board.get().snapshot,
             self.clock.now(),
             &self.ledger.head().1,
             &self.config.gateway.site,
             &self.config.site.time_zone,
-        )
+        );
+        status.replication = self.replication();
+        status
     }
 
     /// The phase of the binding event now (`None`: nothing constrains the site).
@@ -297,6 +347,8 @@ impl ReadSide {
             ledger_writer_failed: self.ledger.writer_failed(),
             meter_sources: self.meter.as_ref().map(|m| m.counts()).unwrap_or_default(),
             agents: (self.agents_answering)(),
+            replication: self.replication(),
+            term_changes: self.terms_seen.lock().unwrap_or_else(PoisonError::into_inner).1,
         };
         self.metrics.render(&scrape)
     }

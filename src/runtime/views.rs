@@ -60,6 +60,10 @@ pub struct StatusView {
     pub flex_available_w: Option<f64>,
     /// Probe steps in flight outside events (`[probe]`): job, cap W per GPU, lease end.
     pub probes_in_flight: Vec<ProbeView>,
+    /// Among the site's replicas (`[ha]`): this one's role, the term, who leads, and how far
+    /// behind each replica is. Absent for a single gateway.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replication: Option<ReplicationView>,
     /// The meter figures as the controller keeps them (kW, exactly), for the grid's
     /// documents, which speak kW: not part of the API's answer.
     #[serde(skip)]
@@ -73,6 +77,43 @@ struct MeterKw {
     meter: Option<f64>,
     meter_ceiling: Option<f64>,
     flex_available: Option<f64>,
+}
+
+/// A replica's view of its site's replicas (`replication` in `GET /v1/status`, and
+/// `flexgate ha status`).
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct ReplicationView {
+    /// This replica's name.
+    pub replica: String,
+    /// `leader` or `standby`.
+    pub role: String,
+    /// The term this replica leads (leader), or the leader's (standby, when known).
+    pub epoch: Option<u64>,
+    /// The leading replica, when known.
+    pub leader: Option<String>,
+    /// Its API URL, where writes go.
+    pub leader_url: Option<String>,
+    /// Why nobody is known to lead (an election under way, etcd unreachable or without quorum).
+    pub reason: Option<String>,
+    /// The last record committed in etcd (the chain's head), when etcd answered.
+    pub committed_seq: Option<u64>,
+    /// Every registered replica with the record it has taken in.
+    pub replicas: Vec<ReplicaView>,
+    /// When this was last read from etcd.
+    pub updated_at: Option<DateTime<Utc>>,
+}
+
+/// One replica in [`ReplicationView`].
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct ReplicaView {
+    /// Its name.
+    pub name: String,
+    /// Its API URL.
+    pub url: Option<String>,
+    /// The last record in its ledger.
+    pub applied_seq: u64,
+    /// Records committed that it has not taken in yet.
+    pub lag_records: u64,
 }
 
 /// One probe step in flight in `GET /v1/status`.
@@ -137,6 +178,7 @@ impl StatusView {
                     until: p.until,
                 })
                 .collect(),
+            replication: None,
         }
     }
 }
