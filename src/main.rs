@@ -38,6 +38,7 @@ enum Command {
     Predictor(commands::predictor::PredictorArgs),
     Facility(commands::facility::FacilityArgs),
     Openapi(commands::openapi::OpenApiArgs),
+    Ha(commands::ha::HaArgs),
 }
 
 fn main() -> ExitCode {
@@ -54,6 +55,7 @@ fn main() -> ExitCode {
         Command::Predictor(args) => commands::predictor::run(&args),
         Command::Facility(args) => commands::facility::run(&args),
         Command::Openapi(args) => commands::openapi::run(&args),
+        Command::Ha(args) => commands::ha::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

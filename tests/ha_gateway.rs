@@ -169,18 +169,32 @@ async fn the_standby_takes_over_a_killed_leader_mid_event_and_no_cap_is_ever_res
     .await;
 
     // /v1/status on the standby: its role, the leader, and every replica with its lag.
-    let status = wait_for("the replicas in the standby's status", Duration::from_secs(10), || async {
-        let r = request(standby_addr, "GET", "/v1/status", None, None).await.map_err(|e| e.to_string())?;
-        let status: Value = r.json().map_err(|e| e.to_string())?;
-        let replicas = status["replication"]["replicas"].as_array().map_or(0, Vec::len);
-        (replicas == 2).then_some(status.clone()).ok_or_else(|| status.to_string())
-    })
+    let status = wait_for(
+        "the replicas in the standby's status",
+        Duration::from_secs(10),
+        || async {
+            let r = request(standby_addr, "GET", "/v1/status", None, None)
+                .await
+                .map_err(|e| e.to_string())?;
+            let status: Value = r.json().map_err(|e| e.to_string())?;
+            let replicas = status["replication"]["replicas"].as_array().map_or(0, Vec::len);
+            (replicas == 2)
+                .then_some(status.clone())
+                .ok_or_else(|| status.to_string())
+        },
+    )
     .await;
     assert_eq!(status["replication"]["role"], "standby", "{status}");
     assert_eq!(status["replication"]["leader"], leader_name, "{status}");
     assert_eq!(status["replication"]["epoch"], first_epoch, "{status}");
-    let metrics = request(standby_addr, "GET", "/metrics", None, None).await.expect("metrics").text();
-    assert!(metrics.contains("flexgate_ha_leader 0") && metrics.contains("flexgate_ha_leader_known 1"), "{metrics}");
+    let metrics = request(standby_addr, "GET", "/metrics", None, None)
+        .await
+        .expect("metrics")
+        .text();
+    assert!(
+        metrics.contains("flexgate_ha_leader 0") && metrics.contains("flexgate_ha_leader_known 1"),
+        "{metrics}"
+    );
 
     let capped = |limits: &[f64]| limits.iter().all(|w| *w < 699.0);
     wait_for("caps on every GPU", Duration::from_secs(20), || async {
@@ -237,6 +251,39 @@ async fn the_standby_takes_over_a_killed_leader_mid_event_and_no_cap_is_ever_res
     assert!(
         epochs.contains(&Some(first_epoch)) && epochs.contains(&Some(epoch_of(new_leader))),
         "{epochs:?}"
+    );
+    // `flexgate ha status` reads the same from etcd, with no gateway's help.
+    let toml = dir.path().join("ha.toml");
+    std::fs::write(
+        &toml,
+        format!(
+            "[gateway]\nsite = \"site-1\"\n\n[ha]\nreplica = \"observer\"\nendpoints = {:?}\nterm_ttl_s = {TERM_TTL_S}\netcd_timeout_ms = 1000\n",
+            etcd.endpoints()
+        ),
+    )
+    .expect("config");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_flexgate"))
+        .args(["ha", "status", "--config", toml.to_str().expect("utf-8"), "--json"])
+        .output()
+        .expect("flexgate ha status");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let seen: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(seen["leader"], ["gw-a", "gw-b"][standby], "{seen}");
+    assert_eq!(seen["epoch"], epoch_of(new_leader), "{seen}");
+    assert!(
+        seen["replicas"]
+            .as_array()
+            .is_some_and(|r| r.iter().any(|r| r["name"] == ["gw-a", "gw-b"][standby])),
+        "{seen}"
+    );
+    let table = std::process::Command::new(env!("CARGO_BIN_EXE_flexgate"))
+        .args(["ha", "status", "--config", toml.to_str().expect("utf-8")])
+        .output()
+        .expect("flexgate ha status");
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.contains(&format!("leader: {}", ["gw-a", "gw-b"][standby])),
+        "{table}"
     );
     // The new leader accepts writes.
     let ack = request(

@@ -81,6 +81,9 @@ fn classify(command: &str) -> (How, Gateway) {
         _ if c.starts_with("flexgate facility") => (run(&[0], ""), Stopped),
         _ if c.starts_with("flexgate predictor") => (run(&[0], ""), Stopped),
         _ if c.starts_with("flexgate openapi") => (run(&[0], "is the document the gateway serves"), Stopped),
+        // Against the three-member etcd this test starts on the example's ports, before any
+        // replica: nobody leads yet.
+        _ if c.starts_with("flexgate ha status") => (run(&[0], "leader: none"), Stopped),
         other => panic!("README example not known to tests/readme.rs; classify it: {other}"),
     }
 }
@@ -213,6 +216,8 @@ fn every_readme_shell_example_runs_as_written() {
     let broker = dir.path().join("broker");
     std::fs::create_dir_all(&broker).expect("broker dir");
     let mosquitto = common::mosquitto::Mosquitto::start(&broker);
+    // deploy/ha/example.toml's etcd cluster, for `flexgate ha status`.
+    let _etcd = flexgate_etcd::testing::Cluster::start_on([(12379, 12380), (22379, 22380), (32379, 32380)]);
     let scratch = Scratch {
         path: std::env::join_paths(path).expect("PATH").to_string_lossy().into_owned(),
         gateway_addr: free_addr(),

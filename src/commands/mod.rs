@@ -26,6 +26,7 @@ macro_rules! out {
 pub mod audit;
 pub mod demo;
 pub mod facility;
+pub mod ha;
 pub mod log;
 pub mod openadr;
 pub mod openapi;

@@ -42,16 +42,31 @@ fn free_port() -> u16 {
 impl Cluster {
     /// Three members, started and answering.
     pub fn start() -> Self {
+        Self::start_with(&[
+            (free_port(), free_port()),
+            (free_port(), free_port()),
+            (free_port(), free_port()),
+        ])
+    }
+
+    /// Three members on these (client, peer) ports: for examples that name their ports.
+    pub fn start_on(ports: [(u16, u16); 3]) -> Self {
+        Self::start_with(&ports)
+    }
+
+    fn start_with(ports: &[(u16, u16)]) -> Self {
         assert!(
             std::path::Path::new(ETCD).exists(),
             "{ETCD} is not installed: run `bash tests/peers/setup.sh --only etcd`"
         );
         let dir = tempfile::tempdir().expect("dir");
-        let members: Vec<Member> = (1..=3)
-            .map(|i| Member {
-                name: format!("m{i}"),
-                client_port: free_port(),
-                peer_port: free_port(),
+        let members: Vec<Member> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (client_port, peer_port))| Member {
+                name: format!("m{}", i + 1),
+                client_port: *client_port,
+                peer_port: *peer_port,
                 child: None,
             })
             .collect();
@@ -61,7 +76,7 @@ impl Cluster {
             .collect::<Vec<_>>()
             .join(",");
         let mut cluster = Self { dir, members, initial };
-        for i in 0..3 {
+        for i in 0..cluster.members.len() {
             cluster.start_member(i);
         }
         cluster.wait_healthy(Duration::from_secs(30));
