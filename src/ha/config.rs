@@ -133,6 +133,25 @@ mod tests {
         }
     }
 
+    /// The commented example in deploy/flexgate.toml is a valid `[ha]`.
+    #[test]
+    fn the_shipped_example_loads() {
+        let shipped = include_str!("../../deploy/flexgate.toml");
+        let start = shipped.find("# [ha]").expect("the example is in deploy/flexgate.toml");
+        let example: String = shipped[start..]
+            .lines()
+            .take_while(|l| !l.trim().is_empty())
+            .map(|l| l.strip_prefix("# ").or_else(|| l.strip_prefix('#')).unwrap_or(l))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let config: crate::config::Config = toml::from_str(&example).expect("the example parses");
+        config
+            .ha
+            .expect("an [ha] table")
+            .validate(Some(10))
+            .expect("valid with the default agents");
+    }
+
     #[test]
     fn the_defaults_fit_the_agents_default_lease_margin() {
         ha().validate(Some(10)).expect("valid");

@@ -194,6 +194,10 @@ impl Supervisor {
     ) -> bool {
         let epoch = u64::try_from(term.epoch).unwrap_or(0);
         self.gateway.read().note_epoch(epoch);
+        let margin = TERM_MARGIN.min(self.ttl() / 2);
+        self.gateway
+            .driver()
+            .set_term_deadline(Some(term.renewed_at + self.ttl() - margin));
         tracing::info!(epoch, replica = %self.config.replica, "won the election: taking over");
         let took = Instant::now();
         if let Err(e) = self.take_over(&term).await {
@@ -236,7 +240,12 @@ impl Supervisor {
             if Instant::now() >= next_renewal {
                 next_renewal = Instant::now() + every;
                 match election.renew(&mut term).await {
-                    Ok(true) => self.publish_view().await,
+                    Ok(true) => {
+                        self.gateway
+                            .driver()
+                            .set_term_deadline(Some(term.renewed_at + self.ttl() - margin));
+                        self.publish_view().await;
+                    }
                     Ok(false) => {
                         tracing::warn!(epoch, "the term is over (its lease lapsed or a newer term leads)");
                         break false;
@@ -313,6 +322,7 @@ impl Supervisor {
 
     /// After a term: send nothing, follow, and rebuild the state from what is durable.
     async fn end_term(&self) {
+        self.gateway.driver().set_term_deadline(Some(Instant::now()));
         self.gateway.driver().backend().set_term(None);
         self.standby(
             None,

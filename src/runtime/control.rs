@@ -110,6 +110,11 @@ impl Driver {
         while let Some(effect) = todo.pop_front() {
             let next = match effect {
                 Effect::Record(_) => None,
+                // A leader whose term may have lapsed since it decided sends nothing.
+                Effect::Dispatch { .. } | Effect::Suspend { .. } | Effect::Resume { .. } if !self.may_act() => {
+                    tracing::warn!("the term may have lapsed: not sending what was decided");
+                    return Err(LedgerError::NotLeader);
+                }
                 Effect::Dispatch { purpose, commands } => {
                     let results = if commands.is_empty() {
                         Vec::new()

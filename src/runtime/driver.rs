@@ -153,9 +153,34 @@ pub struct Driver {
     /// Whether this gateway may decide now: always when single, only while leading as a
     /// replica ([`super::Role`]).
     pub(crate) role: tokio::sync::watch::Receiver<super::Role>,
+    /// While leading as a replica: the instant its term may have lapsed by (set by the
+    /// supervisor at each renewal). Nothing is decided or sent after it, even before the
+    /// supervisor notices: a process paused past its term (SIGSTOP, a frozen VM) wakes up here.
+    pub(crate) term_deadline: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 impl Driver {
+    /// Whether this gateway may decide and act now: its role allows it, and a replica's term
+    /// provably holds.
+    pub(crate) fn may_act(&self) -> bool {
+        if !self.role.borrow().may_decide() {
+            return false;
+        }
+        let deadline = *self
+            .term_deadline
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        deadline.is_none_or(|d| std::time::Instant::now() < d)
+    }
+
+    /// Set (or clear) the instant this replica's term may have lapsed by.
+    pub fn set_term_deadline(&self, deadline: Option<std::time::Instant>) {
+        *self
+            .term_deadline
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = deadline;
+    }
+
     /// The cluster backend (the replica's supervisor sets its term on it).
     #[must_use]
     pub fn backend(&self) -> &Arc<dyn ClusterBackend> {
@@ -194,8 +219,9 @@ impl Driver {
         &self,
         decide: impl FnOnce(&mut Controller) -> (R, Vec<Effect>),
     ) -> Result<(R, Decided), LedgerError> {
-        // A standby decides nothing: its controller only folds what its leader recorded.
-        if !self.role.borrow().may_decide() {
+        // A standby decides nothing: its controller only folds what its leader recorded; nor does
+        // a leader whose term may have lapsed.
+        if !self.may_act() {
             return Err(LedgerError::NotLeader);
         }
         let mut core = self.core.lock().await;

@@ -161,6 +161,7 @@ impl Gateway {
             applied: std::sync::atomic::AtomicU64::new(0),
             events_seen: std::sync::atomic::AtomicUsize::new(0),
             role: role_rx,
+            term_deadline: std::sync::Mutex::new(None),
         });
         Ok(Arc::new(Self {
             driver,
