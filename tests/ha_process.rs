@@ -7,6 +7,9 @@
 //!   every takeover) and no lease lapses; at the end the chain verifies on both replicas.
 //! - SIGSTOP the leader past its TTL: the standby leads and lowers the ceiling; the old leader,
 //!   continued, changes no cap, adds nothing to the chain and rejoins as a standby.
+//! - etcd faults during an event: one member killed changes nothing; two killed: a new event is
+//!   refused as retryable, the caps in force stay (past the agents' lease time, by renewals
+//!   alone); both back: the next event is acknowledged without anyone's help.
 #![allow(clippy::disallowed_methods, reason = "test events and peers run on the wall clock")]
 
 mod common;
@@ -211,7 +214,7 @@ async fn agent_metric(agent: &AgentProcess, name: &str) -> f64 {
 }
 
 struct Site {
-    _etcd: Cluster,
+    etcd: Cluster,
     _dir: tempfile::TempDir,
     agents: Vec<AgentProcess>,
     replicas: Vec<Replica>,
@@ -242,7 +245,7 @@ async fn site() -> Site {
     })
     .await;
     Site {
-        _etcd: etcd,
+        etcd,
         _dir: dir,
         agents,
         replicas,
@@ -437,4 +440,128 @@ async fn a_leader_paused_past_its_term_changes_no_cap_and_adds_nothing_when_it_w
         n
     };
     eprintln!("commands the agents refused from the woken leader: {fenced}");
+}
+
+/// Submit until `want` (the status) is answered, or panic after `within`.
+async fn submit_until(
+    addrs: &[SocketAddr],
+    body: &[u8],
+    want: u16,
+    within: Duration,
+) -> flexgate::http_client::Response {
+    let deadline = Instant::now() + within;
+    loop {
+        for addr in addrs {
+            let answer = tokio::time::timeout(
+                Duration::from_secs(3),
+                request(*addr, "POST", "/v1/events", Some(API_TOKEN), Some(body)),
+            )
+            .await;
+            if let Ok(Ok(r)) = answer
+                && r.status == want
+            {
+                return r;
+            }
+        }
+        assert!(Instant::now() < deadline, "no {want} within {within:?}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_faults_during_an_event_lose_nothing_acknowledged_and_keep_the_caps() {
+    let mut site = site().await;
+    let addrs: Vec<SocketAddr> = site.replicas.iter().map(|r| r.addr).collect();
+    let capped = |l: &[f64]| l.iter().all(|w| *w < 699.0);
+    submit_until(
+        &addrs,
+        &event("ev-etcd", 1, site.meter_kw * 0.7),
+        200,
+        Duration::from_secs(10),
+    )
+    .await;
+    wait_for("caps", Duration::from_secs(20), || async {
+        let l = limits(&site.agents).await;
+        capped(&l).then_some(()).ok_or_else(|| format!("{l:?}"))
+    })
+    .await;
+
+    // One member down: a revision is acknowledged as before.
+    site.etcd.kill_member(0);
+    submit_until(
+        &addrs,
+        &event("ev-etcd", 2, site.meter_kw * 0.68),
+        200,
+        Duration::from_secs(10),
+    )
+    .await;
+
+    // Two down: no quorum. For the next 5 s no replica acknowledges a new revision; each
+    // refuses it as retryable (503 with Retry-After), naming the leader it last knew or saying
+    // that none leads.
+    site.etcd.kill_member(1);
+    let outage = Instant::now();
+    while outage.elapsed() < Duration::from_secs(5) {
+        for addr in &addrs {
+            let answer = tokio::time::timeout(
+                Duration::from_secs(4),
+                request(
+                    *addr,
+                    "POST",
+                    "/v1/events",
+                    Some(API_TOKEN),
+                    Some(&event("ev-etcd", 3, site.meter_kw * 0.66)),
+                ),
+            )
+            .await;
+            if let Ok(Ok(r)) = answer {
+                assert_eq!(r.status, 503, "acknowledged without a quorum: {}", r.text());
+                assert!(r.text().contains("not acknowledged"), "{}", r.text());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    // The caps stay in force past the agents' lease time (12 s), held by renewals alone.
+    let held_since = Instant::now();
+    while held_since.elapsed() < Duration::from_secs(16) {
+        let l = limits(&site.agents).await;
+        assert!(
+            capped(&l),
+            "a cap came off {:?} into the outage: {l:?}",
+            held_since.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+
+    // Both back: the next revision is acknowledged with nobody's help, and what was refused is
+    // not in the book.
+    site.etcd.start_member(0);
+    site.etcd.start_member(1);
+    site.etcd.wait_healthy(Duration::from_secs(30));
+    submit_until(
+        &addrs,
+        &event("ev-etcd", 4, site.meter_kw * 0.7),
+        200,
+        Duration::from_secs(30),
+    )
+    .await;
+    let (lead, _) = leader(&site.replicas, Duration::from_secs(10)).await;
+    let events = request(site.replicas[lead].addr, "GET", "/v1/events", None, None)
+        .await
+        .expect("events")
+        .json()
+        .expect("json");
+    let revision = events
+        .as_array()
+        .and_then(|e| e.iter().find(|e| e["id"] == "ev-etcd"))
+        .and_then(|e| e["revision"].as_u64());
+    assert_eq!(revision, Some(4), "{events}");
+    for a in &site.agents {
+        assert_eq!(
+            agent_metric(a, "flexgate_agent_leases_expired_total").await,
+            0.0,
+            "{}",
+            a.name
+        );
+    }
 }

@@ -165,6 +165,9 @@ impl Supervisor {
                     }
                 }
                 Ok(Campaign::Lost(leader)) => {
+                    // Another replica leads: the agents are its to drive (caps this replica held
+                    // on after its own term are the new leader's to re-lease).
+                    self.gateway.driver().backend().set_term(None);
                     self.gateway.read().note_epoch(u64::try_from(leader.epoch).unwrap_or(0));
                     let url = self.url_of(&leader.name).await;
                     self.standby(
@@ -203,7 +206,7 @@ impl Supervisor {
         if let Err(e) = self.take_over(&term).await {
             tracing::error!(epoch, "could not take over: {e}; resigning the term");
             let _ = election.resign(&term).await;
-            self.end_term().await;
+            self.end_term(false).await;
             return false;
         }
         let (term_stop, term_stopped) = tokio::sync::watch::channel(false);
@@ -269,7 +272,11 @@ impl Supervisor {
         if stopping {
             let _ = election.resign(&term).await;
         }
-        self.end_term().await;
+        // A term that ended without a successor in sight (etcd unreachable or without quorum):
+        // keep the caps in force by renewals alone until another replica leads or the events
+        // end. Safe: a successor fences every agent as it takes over, after which they refuse
+        // these renewals.
+        self.end_term(!stopping).await;
         stopping
     }
 
@@ -320,10 +327,18 @@ impl Supervisor {
         self.gateway.driver().take_charge().await.map_err(|e| e.to_string())
     }
 
-    /// After a term: send nothing, follow, and rebuild the state from what is durable.
-    async fn end_term(&self) {
+    /// After a term: decide nothing, follow, and rebuild the state from what is durable. With
+    /// `hold`, the backend keeps renewing the caps in force (and sends nothing else) until a
+    /// successor is seen ([`Supervisor::run`] stops it then).
+    async fn end_term(&self, hold: bool) {
         self.gateway.driver().set_term_deadline(Some(Instant::now()));
-        self.gateway.driver().backend().set_term(None);
+        if hold {
+            tracing::warn!(
+                "holding the caps in force by lease renewals alone until another replica leads or the events end"
+            );
+        } else {
+            self.gateway.driver().backend().set_term(None);
+        }
         self.standby(
             None,
             Some("the last term of this replica ended; an election follows".into()),
