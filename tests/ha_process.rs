@@ -10,6 +10,8 @@
 //! - etcd faults during an event: one member killed changes nothing; two killed: a new event is
 //!   refused as retryable, the caps in force stay (past the agents' lease time, by renewals
 //!   alone); both back: the next event is acknowledged without anyone's help.
+//! - MQTT: QoS 1 events published while no replica leads (the leader just killed) are all
+//!   acknowledged by the next leader, which takes over the one MQTT session, none twice.
 #![allow(clippy::disallowed_methods, reason = "test events and peers run on the wall clock")]
 
 mod common;
@@ -37,7 +39,14 @@ struct Replica {
 }
 
 impl Replica {
-    fn new(dir: &Path, name: &str, agents: &[&AgentProcess], token_file: &Path, etcd: &Cluster) -> Replica {
+    fn new(
+        dir: &Path,
+        name: &str,
+        agents: &[&AgentProcess],
+        token_file: &Path,
+        etcd: &Cluster,
+        extra: &str,
+    ) -> Replica {
         let addr = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port");
@@ -53,7 +62,7 @@ impl Replica {
                  [backend]\ntype = \"agents\"\ntoken_file = \"{token}\"\nrenew_every_s = 4\ntimeout_ms = 800\nretries = 1\n\
                  dispatch_deadline_ms = 2000\nnodes = [{nodes}]\n\n\
                  [ha]\nreplica = \"{name}\"\nendpoints = {endpoints:?}\nadvertise_url = \"http://{addr}\"\nterm_ttl_s = {TERM_TTL_S}\n\
-                 etcd_timeout_ms = 500\n",
+                 etcd_timeout_ms = 500\n\n{extra}",
                 data = dir.join(name).display(),
                 token = token_file.display(),
                 nodes = nodes.join(", "),
@@ -222,6 +231,11 @@ struct Site {
 }
 
 async fn site() -> Site {
+    site_with("").await
+}
+
+/// A site whose replicas' configuration also holds `extra` (e.g. an `[mqtt]` section).
+async fn site_with(extra: &str) -> Site {
     let etcd = Cluster::start();
     let dir = tempfile::tempdir().expect("dir");
     let agents = vec![
@@ -232,8 +246,8 @@ async fn site() -> Site {
     std::fs::write(&token_file, common::agent::TOKEN).expect("token");
     let refs: Vec<&AgentProcess> = agents.iter().collect();
     let replicas = vec![
-        Replica::new(dir.path(), "gw-a", &refs, &token_file, &etcd),
-        Replica::new(dir.path(), "gw-b", &refs, &token_file, &etcd),
+        Replica::new(dir.path(), "gw-a", &refs, &token_file, &etcd, extra),
+        Replica::new(dir.path(), "gw-b", &refs, &token_file, &etcd, extra),
     ];
     let (first, _) = leader(&replicas, Duration::from_secs(30)).await;
     let meter_kw = wait_for("a meter figure", Duration::from_secs(30), || async {
@@ -564,4 +578,83 @@ async fn etcd_faults_during_an_event_lose_nothing_acknowledged_and_keep_the_caps
             a.name
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mqtt_events_published_while_nobody_leads_are_all_acked_by_the_next_leader_once() {
+    use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS};
+    let broker_dir = tempfile::tempdir().expect("dir");
+    let broker = common::mosquitto::Mosquitto::start(broker_dir.path());
+    let mut site = site_with(&format!("[mqtt]\nurl = \"{}\"\n", broker.url())).await;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut options = MqttOptions::new("utility", "127.0.0.1", broker.port);
+    options.set_keep_alive(Duration::from_secs(5));
+    let (client, mut eventloop) = AsyncClient::new(options, 1_000);
+    client
+        .subscribe("dr/site-1/acks/#", QoS::AtLeastOnce)
+        .await
+        .expect("subscribe");
+    let (tx, mut acks) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        loop {
+            match eventloop.poll().await {
+                Ok(Event::Incoming(Packet::Publish(p))) => {
+                    let _ = tx.send(p.topic.clone());
+                }
+                Ok(_) => {}
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    });
+    let (lead, epoch) = leader(&site.replicas, Duration::from_secs(30)).await;
+    // The leader's MQTT session is up when an event published now is acknowledged.
+    client
+        .publish(
+            "dr/site-1/events/ev-mq-warm",
+            QoS::AtLeastOnce,
+            false,
+            event("ev-mq-warm", 1, site.meter_kw * 0.9),
+        )
+        .await
+        .expect("publish");
+    let warm = tokio::time::timeout(Duration::from_secs(20), acks.recv())
+        .await
+        .expect("an ack")
+        .expect("ack");
+    assert_eq!(warm, "dr/site-1/acks/ev-mq-warm");
+
+    site.replicas[lead].kill();
+    let ids: Vec<String> = (0..5).map(|i| format!("ev-mq-{i}")).collect();
+    for id in &ids {
+        client
+            .publish(
+                format!("dr/site-1/events/{id}"),
+                QoS::AtLeastOnce,
+                false,
+                event(id, 1, site.meter_kw * 0.9),
+            )
+            .await
+            .expect("publish");
+    }
+    let standby = 1 - lead;
+    let mut seen: Vec<String> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(TERM_TTL_S + 20);
+    while seen.len() < ids.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, acks.recv()).await {
+            Ok(Some(topic)) => seen.push(topic),
+            _ => panic!("acks seen: {seen:?}\n{}", site.replicas[standby].log_tail()),
+        }
+    }
+    // None twice: no further ack arrives for them.
+    while let Ok(Some(topic)) = tokio::time::timeout(Duration::from_secs(3), acks.recv()).await {
+        seen.push(topic);
+    }
+    let mut sorted = seen.clone();
+    sorted.sort();
+    let expected: Vec<String> = ids.iter().map(|id| format!("dr/site-1/acks/{id}")).collect();
+    assert_eq!(sorted, expected, "every event acked once by the next leader");
+    let (new_lead, new_epoch) = leader(&site.replicas, Duration::from_secs(5)).await;
+    assert_eq!(new_lead, standby);
+    assert!(new_epoch > epoch);
 }
