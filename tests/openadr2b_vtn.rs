@@ -172,8 +172,30 @@ async fn start_site() -> Site {
 
 async fn start_site_with(vtn: Vtn) -> Site {
     let dir = tempfile::tempdir().expect("tempdir").keep();
+    let config = site_config(&vtn, &dir);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let server = Server::start(config, Clock::real(), None, listener)
+        .await
+        .expect("gateway starts");
+    let ven_id = eventually("registration at the VTN", 30, async || {
+        let state = vtn.state().await;
+        state["registrations"].as_array()?.iter().find_map(|r| {
+            (r["ven_name"] == VEN_NAME && r["active"] == true).then(|| r["ven_id"].as_str().map(str::to_string))?
+        })
+    })
+    .await;
+    Site {
+        server,
+        data_dir: dir,
+        vtn,
+        ven_id,
+    }
+}
+
+/// The gateway's configuration for `vtn`, its data in `dir`.
+fn site_config(vtn: &Vtn, dir: &std::path::Path) -> Config {
     let mut config = Config::default();
-    config.gateway.data_dir = dir.clone();
+    config.gateway.data_dir = dir.to_path_buf();
     config.gateway.api_token = "it-token-0123456789".into();
     config.gateway.telemetry_interval_s = 1;
     config.site.baseline_window_s = 20;
@@ -193,23 +215,7 @@ async fn start_site_with(vtn: Vtn) -> Site {
         push_url: None,
         push_token: None,
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let server = Server::start(config, Clock::real(), None, listener)
-        .await
-        .expect("gateway starts");
-    let ven_id = eventually("registration at the VTN", 30, async || {
-        let state = vtn.state().await;
-        state["registrations"].as_array()?.iter().find_map(|r| {
-            (r["ven_name"] == VEN_NAME && r["active"] == true).then(|| r["ven_id"].as_str().map(str::to_string))?
-        })
-    })
-    .await;
-    Site {
-        server,
-        data_dir: dir,
-        vtn,
-        ven_id,
-    }
+    config
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -575,4 +581,48 @@ async fn refused_total(gw: &flexgate::runtime::Gateway) -> f64 {
         .find_map(|l| l.strip_prefix("flexgate_events_refused_total "))
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or_else(|| panic!("no refusal counter in {metrics}"))
+}
+
+/// A gateway that takes over the site's data without the VEN's registration file (a replica
+/// beginning to lead, which holds its predecessor's ledger but not its files) carries on as the
+/// same VEN: the registration comes from the ledger, and the VTN sees no second registration.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_registration_recorded_in_the_ledger_is_carried_on_without_its_file() {
+    let site = start_site().await;
+    let registered = |state: &Value| {
+        state["registrations"]
+            .as_array()
+            .map_or(0, |r| r.iter().filter(|r| r["ven_name"] == VEN_NAME).count())
+    };
+    assert_eq!(registered(&site.vtn.state().await), 1);
+    let Site {
+        server,
+        data_dir,
+        vtn,
+        ven_id,
+    } = site;
+    server.shutdown().await;
+    std::fs::remove_file(data_dir.join(flexgate::grid::openadr::ven2b::REGISTRATION_FILE)).expect("the file was there");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let server = Server::start(site_config(&vtn, &data_dir), Clock::real(), None, listener)
+        .await
+        .expect("the gateway starts again");
+    // It polls as the registered VEN: an event for that VEN id reaches it.
+    let id = vtn
+        .post(
+            "/admin/event",
+            json!({"ven_id": ven_id, "market_context": PROGRAM, "signal_name": "SIMPLE",
+                   "signal_type": "level", "start": iso_in(60), "intervals": [{"duration_s": 60, "value": 1}]}),
+        )
+        .await["event_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    eventually("the event at the same VEN", 30, async || {
+        let events = server.gateway.read().events().await;
+        events.iter().any(|e| e.id.contains(&id)).then_some(())
+    })
+    .await;
+    assert_eq!(registered(&vtn.state().await), 1, "a second registration");
+    server.shutdown().await;
 }

@@ -1027,6 +1027,20 @@ pub struct AdapterOptedOut {
     pub reason: String,
 }
 
+/// A protocol adapter's registration with its counterparty as it now stands (OpenADR 2.0b: the
+/// VEN's registration with its VTN; `null` once cancelled). Recorded so that every replica of a
+/// site holds it: the next leader's VEN carries on the same registration instead of registering
+/// a second VEN.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AdapterRegistration {
+    /// When.
+    pub at: DateTime<Utc>,
+    /// The protocol.
+    pub protocol: WireProtocol,
+    /// The registration as the adapter keeps it, or `null` when there is none.
+    pub registration: Option<serde_json::Value>,
+}
+
 /// Every kind of thing the gateway records. See the module docs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "entry", rename_all = "snake_case")]
@@ -1081,6 +1095,8 @@ pub enum Entry {
     WireSent(WireSent),
     /// A protocol adapter's own opt-out.
     AdapterOptedOut(AdapterOptedOut),
+    /// A protocol adapter's registration with its counterparty.
+    AdapterRegistration(AdapterRegistration),
     /// This ledger was migrated from an earlier schema.
     LedgerMigrated(LedgerMigrated),
 }
@@ -1112,7 +1128,7 @@ impl Entry {
             Entry::WireReceived(_) => EntryKind::RawInput,
             Entry::WireSent(_) => EntryKind::Outbound,
             Entry::AdapterOptedOut(_) => EntryKind::Ack,
-            Entry::LedgerMigrated(_) => EntryKind::Checkpoint,
+            Entry::AdapterRegistration(_) | Entry::LedgerMigrated(_) => EntryKind::Checkpoint,
         }
     }
 }

@@ -517,6 +517,7 @@ impl Controller {
             | Entry::WireReceived(_)
             | Entry::WireSent(_)
             | Entry::AdapterOptedOut(_)
+            | Entry::AdapterRegistration(_)
             | Entry::LedgerMigrated(_) => {}
             Entry::EventInterpreted(e) => {
                 let _ = Arc::make_mut(&mut self.book).upsert(

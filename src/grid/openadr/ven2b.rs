@@ -69,9 +69,14 @@ impl Ven2b {
     pub fn new(gateway: Arc<Gateway>, config: &Config, cfg: &OpenAdr2bConfig) -> Result<Self, VenStartError> {
         let http = Oadr2bHttp::new(&cfg.url, cfg.tls.as_ref(), Duration::from_secs(cfg.timeout_s))?;
         let registration_path = config.gateway.data_dir.join(REGISTRATION_FILE);
-        let saved: Option<Registration> = std::fs::read(&registration_path)
-            .ok()
-            .and_then(|bytes| serde_json::from_slice(&bytes).ok());
+        // The registration as the ledger last recorded it (a replica that begins to lead holds
+        // its predecessor's), else the file an earlier run saved.
+        let saved: Option<Registration> = match recorded_registration(&gateway) {
+            Some(recorded) => recorded,
+            None => std::fs::read(&registration_path)
+                .ok()
+                .and_then(|bytes| serde_json::from_slice(&bytes).ok()),
+        };
         let mut ven_cfg = VenConfig::new(cfg.ven_name.clone());
         ven_cfg.ven_id = cfg.ven_id.clone();
         ven_cfg.expected_vtn_id = cfg.vtn_id.clone();
@@ -178,6 +183,7 @@ impl Ven2b {
             }
             Action::Persist(registration) => {
                 self.persist(registration.as_ref());
+                self.record_registration(registration.as_ref()).await;
                 Vec::new()
             }
             Action::Events(outcome) => self.apply(now, outcome).await,
@@ -194,6 +200,18 @@ impl Ven2b {
                     .await;
                 Vec::new()
             }
+        }
+    }
+
+    /// Record the registration in the ledger, so that every replica holds it.
+    async fn record_registration(&self, registration: Option<&Registration>) {
+        let entry = Entry::AdapterRegistration(flexgate_policies::control::entry::AdapterRegistration {
+            at: self.gateway.clock().now(),
+            protocol: WireProtocol::OpenAdr2b,
+            registration: registration.and_then(|r| serde_json::to_value(r).ok()),
+        });
+        if let Err(e) = self.gateway.driver().record(Recorded::new(entry, None)).await {
+            tracing::warn!("the OpenADR registration could not be recorded in the ledger: {e}");
         }
     }
 
@@ -470,4 +488,22 @@ impl Ven2b {
 /// An `oadrResponse` 200 to a poll: nothing pending, nothing worth a ledger record.
 fn is_plain_ok(msg: &Message) -> bool {
     matches!(msg, Message::Response(Response { response, .. }) if response.code == "200")
+}
+
+/// The OpenADR 2.0b registration the ledger last recorded: `Some(None)` when the last record
+/// says there is none (cancelled), `None` when the ledger holds no registration record.
+fn recorded_registration(gateway: &Gateway) -> Option<Option<Registration>> {
+    let ledger = gateway.ledger();
+    let mut last = None;
+    for record in ledger.iter_from(1).flatten() {
+        if record.kind != crate::ledger::RecordKind::Checkpoint {
+            continue;
+        }
+        if let Ok(Entry::AdapterRegistration(r)) = record.entry()
+            && r.protocol == WireProtocol::OpenAdr2b
+        {
+            last = Some(r.registration.and_then(|v| serde_json::from_value(v).ok()));
+        }
+    }
+    last
 }
