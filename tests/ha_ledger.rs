@@ -209,3 +209,60 @@ async fn a_deposed_leader_adds_nothing_to_the_chain_and_catches_up_as_a_follower
     ledger_a.close().await.expect("close");
     ledger_b.close().await.expect("close");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ledger_rewritten_and_rehashed_on_one_replica_verifies_alone_but_not_against_the_anchors() {
+    let cluster = Cluster::start();
+    let client = client(&cluster);
+    let keys = Keys::new("/flexgate", "site-1");
+    let election = Election::new(&client, keys.leader(), "gw-a", Duration::from_secs(30));
+    let term = win(&election).await;
+    let dir = tempfile::tempdir().expect("dir");
+    let real = dir.path().join("real");
+    let forged = dir.path().join("forged");
+    let leader = Ledger::open(&real.join("ledger")).await.expect("open");
+    lead(&client, &keys, &leader, &term).await;
+    append_many(&leader, 300).await;
+    leader.close().await.expect("close");
+    // A forger writes a whole other chain of the same length on one replica's disk: every
+    // record hashed properly, so it verifies on its own.
+    let other = Ledger::open(&forged.join("ledger")).await.expect("open");
+    for i in 0..300 {
+        other.append(record(i, 11)).await.expect("append");
+    }
+    other.close().await.expect("close");
+    let config = dir.path().join("ha.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[gateway]\nsite = \"site-1\"\n\n[ha]\nreplica = \"auditor\"\nendpoints = {:?}\n",
+            cluster.endpoints()
+        ),
+    )
+    .expect("config");
+    let verify = |data: &std::path::Path, anchors: bool| {
+        let mut args = vec!["log", "verify", "--data", data.to_str().expect("utf-8")];
+        if anchors {
+            args.extend(["--anchors", config.to_str().expect("utf-8")]);
+        }
+        std::process::Command::new(env!("CARGO_BIN_EXE_flexgate"))
+            .args(&args)
+            .output()
+            .expect("flexgate log verify")
+    };
+    let ok = verify(&real, true);
+    let out = String::from_utf8_lossy(&ok.stdout);
+    assert!(ok.status.success(), "{out}{}", String::from_utf8_lossy(&ok.stderr));
+    assert!(out.contains("2 committed hashes agree"), "{out}");
+    assert!(
+        verify(&forged, false).status.success(),
+        "the forged chain verifies alone"
+    );
+    let caught = verify(&forged, true);
+    let err = String::from_utf8_lossy(&caught.stderr);
+    assert!(!caught.status.success());
+    assert!(
+        err.contains("FAILED against the committed anchors") && err.contains("record 256"),
+        "{err}"
+    );
+}

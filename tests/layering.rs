@@ -106,6 +106,7 @@ fn cluster_ledger_meter_and_reports_do_not_import_the_driver_or_the_grid_side() 
             "src/ha/seed.rs",
             "src/ha/config.rs",
             "src/ha/register.rs",
+            "src/ha/anchors.rs",
         ],
         &["crate::runtime", "crate::grid", "crate::commands", "crate::serve"],
     );

@@ -39,6 +39,11 @@ enum LogCommand {
         /// (GET /v1/ledger/verify) instead of opening --data, which it holds locked.
         #[arg(long, value_name = "ADDR")]
         gateway: Option<std::net::SocketAddr>,
+        /// Also check the chain against the hashes the site's replicas committed in etcd (the
+        /// anchors and the head; the `[ha]` section of this configuration file): a ledger
+        /// rewritten and re-hashed on one replica's disk verifies on its own, not against them.
+        #[arg(long, value_name = "CONFIG.toml", conflicts_with = "gateway")]
+        anchors: Option<PathBuf>,
     },
     /// Write records as JSON lines or CSV to stdout (or --out).
     Export {
@@ -88,7 +93,10 @@ pub fn run(args: &LogArgs) -> Result<()> {
         );
         return Ok(());
     }
-    if let LogCommand::Verify { gateway: Some(addr) } = &args.what {
+    if let LogCommand::Verify {
+        gateway: Some(addr), ..
+    } = &args.what
+    {
         return verify_live(*addr);
     }
     let dir = args.data.join("ledger");
@@ -99,14 +107,17 @@ pub fn run(args: &LogArgs) -> Result<()> {
         );
     }
     match &args.what {
-        LogCommand::Verify { .. } => match crate::ledger::verify_dir(&dir) {
+        LogCommand::Verify { anchors, .. } => match crate::ledger::verify_dir(&dir) {
             Ok(Ok(report)) => {
                 crate::outln!(
                     "ok: {} records, chain intact, head {}",
                     report.records,
                     report.head_hash
                 );
-                Ok(())
+                match anchors {
+                    Some(config) => verify_anchors(&dir, config),
+                    None => Ok(()),
+                }
             }
             Ok(Err(failure)) => bail!(
                 "ledger verification FAILED at record {}: {}",
@@ -139,6 +150,49 @@ pub fn run(args: &LogArgs) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// `log verify --anchors`: the local chain against the hashes committed in etcd.
+fn verify_anchors(dir: &std::path::Path, config: &std::path::Path) -> Result<()> {
+    let config = crate::config::Config::load(Some(config))?;
+    let Some(ha) = config.ha.clone() else {
+        bail!("the configuration has no [ha] section: this site keeps no anchors in etcd");
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
+    runtime.block_on(async {
+        let timeout = std::time::Duration::from_millis(ha.etcd_timeout_ms);
+        let http = flexgate_openadr::http::client(None, timeout).context("an HTTP client for etcd")?;
+        let client = flexgate_etcd::Client::new(http, &ha.endpoints, timeout)?;
+        let keys = crate::ha::keys::Keys::new(&ha.prefix, &config.gateway.site);
+        let (anchors, head) = crate::ha::anchors::committed(&client, &keys)
+            .await
+            .map_err(|e| anyhow::anyhow!("reading the anchors from etcd: {e}"))?;
+        let ledger = crate::ledger::Ledger::open(dir).await?;
+        let len = ledger.len();
+        let outcome = crate::ha::anchors::compare(
+            |seq| ledger.get(seq).ok().flatten().map(|r| r.hash),
+            len,
+            &anchors,
+            head.as_ref(),
+        );
+        ledger.close().await?;
+        match outcome {
+            Ok(report) => {
+                crate::outln!(
+                    "ok: {} committed hashes agree (anchors and the head, committed to record {})",
+                    report.compared,
+                    report
+                        .committed_seq
+                        .map_or_else(|| "none".to_string(), |s| s.to_string())
+                );
+                Ok(())
+            }
+            Err(e) => bail!("ledger verification FAILED against the committed anchors: {e}"),
+        }
+    })
 }
 
 /// `log verify --gateway`: the running gateway walks its own chain.

@@ -1,6 +1,7 @@
 //! Gateway replicas on etcd: one leader decides and writes, the others follow, and a deposed
 //! leader can do no harm.
 //!
+//! - `anchors.rs`: a replica's ledger checked against the hashes the quorum committed.
 //! - `config.rs`: `[ha]`, checked against the agents' lease margin.
 //! - `keys.rs`: where everything lives in etcd, under `{prefix}/{site}/` (pure).
 //! - `quorum.rs`: the leader's ledger writer makes each batch durable in etcd, guarded by its
@@ -19,6 +20,7 @@
 //! alone, whichever replica wrote. The limits this brings, and how they are met, are in
 //! ARCHITECTURE.md ("High availability").
 
+pub mod anchors;
 pub mod config;
 pub mod follow;
 pub mod keys;
