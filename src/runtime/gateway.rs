@@ -141,7 +141,8 @@ impl Gateway {
             http_connections: Arc::default(),
             role: role_rx.clone(),
             replication: std::sync::RwLock::new(None),
-            terms_seen: std::sync::Mutex::new((0, 0)),
+            last_epoch: std::sync::atomic::AtomicU64::new(0),
+            term_changes: std::sync::atomic::AtomicU64::new(0),
         });
         let driver = Arc::new(Driver {
             config,

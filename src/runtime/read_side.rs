@@ -86,7 +86,8 @@ pub struct ReadSide {
     /// The replicas as last read from etcd (`[ha]`), published by the replica's supervisor.
     pub(crate) replication: RwLock<Option<super::views::ReplicationView>>,
     /// The leading term's epoch last seen, and how many times it changed.
-    pub(crate) terms_seen: std::sync::Mutex<(u64, u64)>,
+    pub(crate) last_epoch: std::sync::atomic::AtomicU64,
+    pub(crate) term_changes: std::sync::atomic::AtomicU64,
 }
 
 impl ReadSide {
@@ -110,12 +111,10 @@ impl ReadSide {
 
     /// Note the leading term's epoch as this replica learns it (for the term-change metric).
     pub fn note_epoch(&self, epoch: u64) {
-        let mut seen = self.terms_seen.lock().unwrap_or_else(PoisonError::into_inner);
-        if seen.0 != epoch {
-            if seen.0 != 0 {
-                seen.1 += 1;
-            }
-            seen.0 = epoch;
+        use std::sync::atomic::Ordering;
+        let previous = self.last_epoch.swap(epoch, Ordering::SeqCst);
+        if previous != epoch && previous != 0 {
+            self.term_changes.fetch_add(1, Ordering::SeqCst);
         }
     }
 
@@ -348,7 +347,7 @@ impl ReadSide {
             meter_sources: self.meter.as_ref().map(|m| m.counts()).unwrap_or_default(),
             agents: (self.agents_answering)(),
             replication: self.replication(),
-            term_changes: self.terms_seen.lock().unwrap_or_else(PoisonError::into_inner).1,
+            term_changes: self.term_changes.load(std::sync::atomic::Ordering::SeqCst),
         };
         self.metrics.render(&scrape)
     }
