@@ -10,97 +10,16 @@
 //! or the screenshot shows the page after N live updates.
 #![allow(clippy::disallowed_methods, reason = "the test event runs on the wall clock")]
 
+mod common;
+
+use common::chromium::{load_async, screenshot, text_of};
 use flexgate::clock::Clock;
 use flexgate::config::Config;
 use flexgate::serve::Server;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 const TOKEN: &str = "dashboard-test-token-0123456789";
-
-fn chromium() -> PathBuf {
-    for path in ["/usr/bin/chromium", "/usr/bin/chromium-browser"] {
-        if Path::new(path).exists() {
-            return PathBuf::from(path);
-        }
-    }
-    panic!("Chromium is not installed: run `bash tests/peers/setup.sh --only chromium` (apt-get install chromium)");
-}
-
-/// What Chromium printed on stderr that came from the page (console messages, script
-/// errors), and the DOM after the page's scripts ran.
-struct Loaded {
-    dom: String,
-    console: Vec<String>,
-}
-
-fn run_chromium(url: &str, profile: &Path, extra: &[String]) -> (String, String) {
-    let out = Command::new(chromium())
-        .args([
-            "--headless=new",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--hide-scrollbars",
-            "--no-first-run",
-            "--enable-logging=stderr",
-            "--v=0",
-            "--virtual-time-budget=30000",
-            "--window-size=1400,1800",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .args(extra)
-        .arg(url)
-        .output()
-        .expect("chromium runs");
-    (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn load(url: &str, profile: &Path) -> Loaded {
-    let (dom, stderr) = run_chromium(url, profile, &["--dump-dom".to_string()]);
-    let console = stderr
-        .lines()
-        .filter(|l| l.contains("CONSOLE") || l.contains("Uncaught") || l.contains("Content Security Policy"))
-        .map(str::to_string)
-        .collect();
-    Loaded { dom, console }
-}
-
-fn screenshot(url: &str, profile: &Path, file: &Path) {
-    let _ = std::fs::remove_file(file);
-    let (_, stderr) = run_chromium(url, profile, &[format!("--screenshot={}", file.display())]);
-    let size = std::fs::metadata(file).map(|m| m.len()).unwrap_or(0);
-    assert!(
-        size > 20_000,
-        "no screenshot at {} ({size} bytes): {stderr}",
-        file.display()
-    );
-}
-
-/// The text of the element with `id` in a dumped DOM (its first text run).
-fn text_of(dom: &str, id: &str) -> String {
-    let Some(at) = dom.find(&format!("id=\"{id}\"")) else {
-        return String::new();
-    };
-    let rest = &dom[at..];
-    let Some(open) = rest.find('>') else {
-        return String::new();
-    };
-    let rest = &rest[open + 1..];
-    rest[..rest.find('<').unwrap_or(rest.len())].trim().to_string()
-}
-
-/// [`load`] on the blocking pool (Chromium runs for seconds; the gateway keeps serving).
-async fn load_async(url: String, profile: &Path) -> Loaded {
-    let profile = profile.to_path_buf();
-    tokio::task::spawn_blocking(move || load(&url, &profile))
-        .await
-        .expect("chromium")
-}
 
 /// [`screenshot`] on the blocking pool.
 async fn screenshot_async(url: String, profile: &Path, file: PathBuf) {
@@ -150,6 +69,11 @@ async fn the_dashboard_shows_the_site_live_in_a_real_browser() {
     );
     assert_eq!(text_of(&before.dom, "site"), "dc-east");
     assert_eq!(text_of(&before.dom, "time-zone"), "America/New_York");
+    // A single gateway has no replicas to show.
+    assert!(
+        before.dom.contains("id=\"replica-fact\" hidden"),
+        "the replica fact shows on a single gateway"
+    );
     assert!(
         before.dom.contains("data-updates=\"2\""),
         "two live updates: {}",

@@ -187,6 +187,17 @@ async fn the_standby_takes_over_a_killed_leader_mid_event_and_no_cap_is_ever_res
     assert_eq!(status["replication"]["role"], "standby", "{status}");
     assert_eq!(status["replication"]["leader"], leader_name, "{status}");
     assert_eq!(status["replication"]["epoch"], first_epoch, "{status}");
+    // The standby's dashboard, in a real headless Chromium, says who it is and who leads.
+    let profile = tempfile::tempdir().expect("profile");
+    let page =
+        common::chromium::load_async(format!("http://{standby_addr}/dashboard/?updates=2"), profile.path()).await;
+    assert!(page.console.is_empty(), "{:?}", page.console);
+    let shown = common::chromium::text_of(&page.dom, "replica");
+    let me = ["gw-a", "gw-b"][standby];
+    assert!(
+        shown.contains(&format!("{me} stands by; {leader_name} leads (epoch {first_epoch})")),
+        "{shown}"
+    );
     let metrics = request(standby_addr, "GET", "/metrics", None, None)
         .await
         .expect("metrics")

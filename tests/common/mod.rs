@@ -2,6 +2,8 @@
 
 #[allow(dead_code)]
 pub mod agent;
+#[allow(dead_code)]
+pub mod chromium;
 #[allow(dead_code)] // each test binary uses a part
 pub mod mosquitto;
 #[allow(dead_code)]

@@ -42,10 +42,32 @@ function replaceRows(table, rows, empty, columns) {
   rows.forEach((tr) => body.appendChild(tr));
 }
 
+// Among the site's replicas ([ha]): this one's role and the leader; hidden for a single gateway.
+function replicationText(r) {
+  if (!r) return null;
+  const lag = (r.replicas || [])
+    .map((x) => `${x.name} ${x.lag_records === 0 ? "up to date" : x.lag_records + " behind"}`)
+    .join(", ");
+  const who = r.role === "leader"
+    ? `${r.replica} leads (epoch ${r.epoch})`
+    : r.leader
+      ? `${r.replica} stands by; ${r.leader} leads (epoch ${r.epoch})`
+      : `${r.replica} stands by; no replica leads${r.reason ? " (" + r.reason + ")" : ""}`;
+  return lag ? `${who} · ${lag}` : who;
+}
+
+function showReplication(r) {
+  const text = replicationText(r);
+  const fact = $("replica-fact");
+  if (fact) fact.hidden = text === null;
+  if (text !== null) set("replica", text);
+}
+
 function showStatus(s) {
   state.tz = s.time_zone || "UTC";
   set("site", s.site);
   set("time-zone", state.tz);
+  showReplication(s.replication);
   set("meter", kw(s.meter_w));
   const quality = $("meter-quality");
   quality.textContent = s.meter_quality || "none yet";
