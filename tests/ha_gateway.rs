@@ -330,3 +330,81 @@ async fn the_standby_takes_over_a_killed_leader_mid_event_and_no_cap_is_ever_res
         s.shutdown().await;
     }
 }
+
+/// A second replica under a name already running is refused at start with a clear error; a
+/// replica whose etcd cannot be reached starts as a standby that says why (it keeps trying, so
+/// systemd does not crash-loop it) and serves reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_name_is_refused_and_an_unreachable_etcd_leaves_a_standby_that_says_why() {
+    let etcd = Cluster::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let agent = AgentProcess::start(&dir.path().join("n1"), "n1", &AgentOptions::default());
+    let token_file = dir.path().join("agents.token");
+    std::fs::write(&token_file, common::agent::TOKEN).expect("token file");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let first = Server::start(
+        config(&dir.path().join("a1"), "gw-a", &[&agent], &token_file, &etcd),
+        Clock::real(),
+        None,
+        listener,
+    )
+    .await
+    .expect("the first gw-a starts");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let second = Server::start(
+        config(&dir.path().join("a2"), "gw-a", &[&agent], &token_file, &etcd),
+        Clock::real(),
+        None,
+        listener,
+    )
+    .await;
+    let Err(e) = second else {
+        panic!("a second replica named gw-a started");
+    };
+    assert!(
+        e.to_string().contains("another replica named \"gw-a\" is running"),
+        "{e}"
+    );
+    first.shutdown().await;
+
+    // Nothing listens at these endpoints.
+    let mut lonely = config(&dir.path().join("b"), "gw-b", &[&agent], &token_file, &etcd);
+    if let Some(ha) = lonely.ha.as_mut() {
+        ha.endpoints = (0..3)
+            .map(|_| {
+                let port = std::net::TcpListener::bind("127.0.0.1:0")
+                    .and_then(|l| l.local_addr())
+                    .map(|a| a.port())
+                    .expect("port");
+                format!("http://127.0.0.1:{port}")
+            })
+            .collect();
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let standby = Server::start(lonely, Clock::real(), None, listener)
+        .await
+        .expect("a replica without etcd still starts");
+    let status = wait_for("a standby that says why", Duration::from_secs(15), || async {
+        let r = request(standby.addr, "GET", "/v1/status", None, None)
+            .await
+            .map_err(|e| e.to_string())?;
+        let s: Value = r.json().map_err(|e| e.to_string())?;
+        let reason = s["replication"]["reason"].as_str().unwrap_or("");
+        (s["replication"]["role"] == "standby" && reason.contains("etcd"))
+            .then_some(s.clone())
+            .ok_or_else(|| s.to_string())
+    })
+    .await;
+    assert!(status["replication"]["leader"].is_null(), "{status}");
+    let refused = request(
+        standby.addr,
+        "POST",
+        "/v1/events",
+        Some(API_TOKEN),
+        Some(&event("ev-x", 10.0)),
+    )
+    .await
+    .expect("submit");
+    assert_eq!(refused.status, 503, "{}", refused.text());
+    standby.shutdown().await;
+}
