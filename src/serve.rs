@@ -110,9 +110,6 @@ impl Server {
         let gateway = Gateway::start(config, clock, ledger, backend).await?;
         let addr = listener.local_addr().map_err(ServeError::Http)?;
         let (stop, stopped) = watch::channel(false);
-        let wait = |mut rx: watch::Receiver<bool>| async move {
-            let _ = rx.wait_for(|stop| *stop).await;
-        };
         let mut tasks = Vec::new();
         let mut router = http::router(gateway.clone(), &token);
         if let Some(cfg) = &openadr2b {
@@ -212,9 +209,6 @@ impl Server {
         .await?;
         let addr = listener.local_addr().map_err(ServeError::Http)?;
         let (stop, stopped) = watch::channel(false);
-        let wait = |mut rx: watch::Receiver<bool>| async move {
-            let _ = rx.wait_for(|stop| *stop).await;
-        };
         let mut router = http::router(gateway.clone(), &token);
         let pushed = match &full_config.openadr2b {
             Some(cfg) => match (&cfg.push_url, &cfg.push_token) {
@@ -283,9 +277,6 @@ impl Server {
         pushed: Option<Arc<tokio::sync::Mutex<tokio::sync::mpsc::Receiver<crate::grid::openadr::ven2b::Pushed>>>>,
     ) -> crate::ha::replica::LeaderTasks {
         Box::new(move |gateway, stopped| {
-            let wait = |mut rx: watch::Receiver<bool>| async move {
-                let _ = rx.wait_for(|stop| *stop).await;
-            };
             let mut tasks = Vec::new();
             if let Some(cfg) = &config.openadr2b {
                 match crate::grid::openadr::ven2b::Ven2b::new(gateway.clone(), &config, cfg) {
@@ -352,6 +343,11 @@ impl Server {
             Err(_) => tracing::warn!("the gateway is still referenced; the ledger closes when the last reference goes"),
         }
     }
+}
+
+/// Resolves once `stop` turns true: the shutdown signal every task of the server waits on.
+async fn wait(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stop| *stop).await;
 }
 
 /// Run until `shutdown` resolves (the `flexgate run` command).

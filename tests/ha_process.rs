@@ -206,20 +206,7 @@ async fn limits(agents: &[AgentProcess]) -> Vec<f64> {
 }
 
 async fn agent_metric(agent: &AgentProcess, name: &str) -> f64 {
-    let text = common::agent::http()
-        .get(format!("{}/metrics", agent.url))
-        .bearer_auth(common::agent::TOKEN)
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
-    text.lines()
-        .find(|l| l.starts_with(&format!("{name}{{")))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("{name} missing:\n{text}"))
+    common::agent::metric(&agent.url, name).await
 }
 
 struct Site {

@@ -321,6 +321,29 @@ pub fn agents_config(
     }
 }
 
+/// The agent's metrics page at `url` (its own `/metrics`, with the control token).
+pub async fn metrics_page(url: &str) -> String {
+    http()
+        .get(format!("{url}/metrics"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text")
+}
+
+/// The value of the one sample of `name` on the agent's metrics page at `url`.
+pub async fn metric(url: &str, name: &str) -> f64 {
+    let text = metrics_page(url).await;
+    text.lines()
+        .find(|l| l.starts_with(&format!("{name}{{")))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{name} missing:\n{text}"))
+}
+
 pub fn http() -> reqwest::Client {
     flexgate_openadr::http::client(None, Duration::from_secs(5)).expect("HTTP client")
 }
