@@ -147,10 +147,13 @@ pub(crate) fn run(
                     "ledger writer leads: batches go through the quorum"
                 );
                 mode = Mode::Leader(quorum);
+                // Published before the answer, so that whoever awaited the switch sees it.
+                publish_mode(&shared, &mode);
                 let _ = reply.send(());
             }
             Some(Command::Follow { reply }) => {
                 mode = Mode::Follower;
+                publish_mode(&shared, &mode);
                 let _ = reply.send(());
             }
             Some(Command::Replicate { records, reply }) => {
@@ -175,12 +178,7 @@ pub(crate) fn run(
                 let _ = reply.send(answer);
             }
         }
-        let now = mode.public();
-        shared.mode.send_if_modified(|m| {
-            let changed = *m != now;
-            *m = now;
-            changed
-        });
+        publish_mode(&shared, &mode);
         if failed || close_reply.is_some() {
             break;
         }
@@ -211,6 +209,16 @@ pub(crate) fn run(
     if let Some(reply) = close_reply {
         let _ = reply.send(flushed);
     }
+}
+
+/// Publish the writer's mode for watchers ([`super::Ledger::writer_mode`]), when it changed.
+fn publish_mode(shared: &Shared, mode: &Mode) {
+    let now = mode.public();
+    shared.mode.send_if_modified(|m| {
+        let changed = *m != now;
+        *m = now;
+        changed
+    });
 }
 
 /// Stages one batch, makes it durable on a majority when leading, writes and flushes it, then
@@ -269,12 +277,14 @@ fn commit(
                 observe(false);
                 tracing::warn!(%reason, "a batch was not made durable on a majority; refused, nothing written; appends are refused until the replica leads again");
                 *mode = Mode::Halted(reason.clone());
+                publish_mode(shared, mode);
                 return refuse(replies, &|| LedgerError::NotDurable { reason: reason.clone() });
             }
             Err(QuorumError::Deposed(reason)) => {
                 observe(false);
                 tracing::warn!(%reason, "this replica no longer leads; its writer follows from now on");
                 *mode = Mode::Follower;
+                publish_mode(shared, mode);
                 return refuse(replies, &|| LedgerError::NotLeader);
             }
         }
