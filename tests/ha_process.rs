@@ -337,12 +337,13 @@ async fn the_leader_killed_mid_event_round_after_round_never_loses_an_ack_or_a_c
     }
     // Both replicas hold the same verified chain, with every term in it.
     let (lead, _) = leader(&site.replicas, Duration::from_secs(30)).await;
-    let head = site.replicas[lead].status().await.expect("status")["log_checkpoint"].clone();
+    // The leader keeps recording (telemetry, trims), so both heads are read afresh each time.
     wait_for("the standby caught up", Duration::from_secs(20), || async {
-        let s = site.replicas[1 - lead].status().await.ok_or("no status")?;
-        (s["log_checkpoint"] == head)
+        let leader = site.replicas[lead].status().await.ok_or("no leader status")?;
+        let standby = site.replicas[1 - lead].status().await.ok_or("no status")?;
+        (standby["log_checkpoint"] == leader["log_checkpoint"])
             .then_some(())
-            .ok_or_else(|| s["log_checkpoint"].to_string())
+            .ok_or_else(|| format!("{} against {}", standby["log_checkpoint"], leader["log_checkpoint"]))
     })
     .await;
     for r in &site.replicas {

@@ -266,6 +266,19 @@ impl ReadSide {
             .collect()
     }
 
+    /// The id and revision of every event in the book that `source` sent (an adapter that
+    /// resumes finds what it submitted before: a restart, or a replica taking over).
+    pub fn events_from(&self, source: flexgate_policies::event::EventSource) -> Vec<(String, u64)> {
+        self.board
+            .get()
+            .snapshot
+            .book
+            .events()
+            .filter(|e| e.event.source == source)
+            .map(|e| (e.event.id.to_string(), e.event.revision))
+            .collect()
+    }
+
     /// One event for `GET /v1/events/{id}`, with its full record.
     pub async fn event(&self, id: &str) -> Option<serde_json::Value> {
         self.event_view(id).await.and_then(|v| serde_json::to_value(v).ok())

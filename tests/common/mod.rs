@@ -7,6 +7,8 @@ pub mod chromium;
 #[allow(dead_code)] // each test binary uses a part
 pub mod mosquitto;
 #[allow(dead_code)]
+pub mod oadr2b_vtn;
+#[allow(dead_code)]
 pub mod pki;
 #[allow(dead_code)]
 pub mod slurm;

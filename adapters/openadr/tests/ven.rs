@@ -6,12 +6,12 @@ use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use flexgate_openadr::oadr2b::outgoing::{EventResponseOut, OptType, Outgoing, ReportDataOut, ReportPayloadOut};
 use flexgate_openadr::oadr2b::signal::SignalMeaning;
 use flexgate_openadr::oadr2b::ven::{
-    Action, CancelReason, DistributeOutcome, EventChange, EventState, OptDecision, Phase, Registration,
+    Action, CancelReason, DistributeOutcome, EventChange, EventState, OptDecision, Phase, Registration, Resumed,
     TelemetrySample, Ven, VenConfig, VenError,
 };
 use flexgate_openadr::oadr2b::{
-    CancelPartyRegistration, CreatedPartyRegistration, DistributeEvent, EiResponse, Event, EventStatus, Interval,
-    ItemBase, Message, RequestReregistration, Response, ResponseRequired, Signal, Targets, decode,
+    CancelPartyRegistration, CreatedEvent, CreatedPartyRegistration, DistributeEvent, EiResponse, Event, EventStatus,
+    Interval, ItemBase, Message, RequestReregistration, Response, ResponseRequired, Signal, Targets, decode,
 };
 use flexgate_openadr::target::LoadTarget;
 
@@ -736,6 +736,77 @@ fn request_event_at_start_syncs_the_open_events() {
     );
 }
 
+/// A VEN resumed from an earlier run's exchanges (a restart, or a replica taking over) does not
+/// answer again a version the VTN already has its answer to; a version nobody answered is
+/// decided and answered; the book it resumed cancels and replaces as the earlier run's would.
+#[test]
+fn a_resumed_ven_answers_each_event_version_once_across_the_restart() {
+    let reg = Registration {
+        ven_id: "VEN-9".into(),
+        registration_id: "REG-9".into(),
+        vtn_id: Some("VTN-1".into()),
+        poll_freq: Some(secs(30)),
+    };
+    let answered = |id: &str, modification: u32, opt: OptType| {
+        Resumed::Answered(CreatedEvent {
+            response: ei("200"),
+            event_responses: vec![flexgate_openadr::oadr2b::EventResponse {
+                code: "200".into(),
+                description: None,
+                request_id: Some("D1".into()),
+                event_id: id.into(),
+                modification_number: modification,
+                opt,
+            }],
+            ven_id: "VEN-9".into(),
+        })
+    };
+    let received = |request: &str, events: Vec<Event>| match distribute(request, events) {
+        Message::DistributeEvent(d) => Resumed::Received(d),
+        other => panic!("{other:?}"),
+    };
+    let mut sim = Sim::new(VenConfig::new("site-a"), Some(reg));
+    sim.ven.resume(
+        sim.now,
+        vec![
+            // E0 was cancelled by its absence from a later distribute: it is not resumed.
+            received("D0", vec![ev("E0", 0)]),
+            received("D1", vec![ev("E1", 1), ev("E2", 0)]),
+            // The earlier run answered E1, and stopped before answering E2.
+            answered("E1", 1, OptType::OptOut),
+            // An answer to a version since replaced marks nothing.
+            answered("E0", 0, OptType::OptIn),
+        ],
+    );
+    assert_eq!(sim.ven.events().count(), 2, "E0 is gone, E1 and E2 are known");
+    assert_eq!(sim.ven.event("E1").and_then(|k| k.opt), Some(OptType::OptOut));
+    sim.vtn.on_request_event = Some(distribute("SYNC", vec![ev("E1", 1), ev("E2", 0)]));
+    sim.start();
+    // Nothing changed for the caller (both were acted on by the earlier run), and only E2 is
+    // answered.
+    assert!(sim.last_changes().is_empty(), "{:?}", sim.last_changes());
+    let r = one_response(&sim.created_events_since(0));
+    assert_eq!(
+        (r.event_id.as_str(), r.modification_number, r.opt),
+        ("E2", 0, OptType::OptIn)
+    );
+    // A repeat is not answered again for E1; E2, now answered by this run, is (as before).
+    let m = sim.mark();
+    sim.deliver(distribute("D2", vec![ev("E1", 1), ev("E2", 0)]));
+    let r = one_response(&sim.created_events_since(m));
+    assert_eq!(r.event_id, "E2");
+    // A new version of E1 is an upsert answered afresh; E2, missing, is cancelled.
+    let m = sim.mark();
+    sim.deliver(distribute("D3", vec![ev("E1", 2)]));
+    let changes = sim.last_changes();
+    assert!(matches!(&changes[0], EventChange::Upsert(u) if u.event_id == "E1" && u.modification_number == 2));
+    assert!(
+        matches!(&changes[1], EventChange::Cancel { event_id, reason: CancelReason::Implied, .. } if event_id == "E2")
+    );
+    let r = one_response(&sim.created_events_since(m));
+    assert_eq!((r.event_id.as_str(), r.modification_number), ("E1", 2));
+}
+
 #[test]
 fn modification_number_lower_equal_higher() {
     let mut sim = Sim::registered();
@@ -750,11 +821,22 @@ fn modification_number_lower_equal_higher() {
         (OptType::OptOut, "maintenance window", "D1")
     );
 
-    // equal: unchanged, answered with the stored opt, the caller is not asked again
+    // equal: unchanged, the caller is not asked again, and the VTN, which accepted our answer
+    // to this version, gets no second one
     sim.decisions.insert("E1".into(), OptDecision::opt_in("E1"));
     sim.deliver(distribute("D2", vec![ev("E1", 1)]));
     assert!(sim.last_changes().is_empty());
-    let r = one_response(&sim.created_events_since(m));
+    assert!(sim.created_events_since(m).is_empty());
+    // ...unless our answer did not reach it: then the stored opt is sent again
+    let mut lost = Sim::registered();
+    lost.decisions
+        .insert("E1".into(), OptDecision::opt_out("E1", "maintenance window"));
+    lost.vtn.fail = 1;
+    lost.vtn.fail_names = vec!["oadrCreatedEvent"];
+    lost.deliver(distribute("D1", vec![ev("E1", 1)]));
+    let m2 = lost.mark();
+    lost.deliver(distribute("D2", vec![ev("E1", 1)]));
+    let r = one_response(&lost.created_events_since(m2));
     assert_eq!(
         (r.opt, r.modification_number, r.request_id.as_str()),
         (OptType::OptOut, 1, "D2")

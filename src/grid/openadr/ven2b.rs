@@ -15,7 +15,8 @@ use flexgate_openadr::http::oadr2b::TransportError;
 use flexgate_openadr::oadr2b::outgoing::{OptType, Outgoing};
 use flexgate_openadr::oadr2b::signal::SignalMeaning;
 use flexgate_openadr::oadr2b::ven::{
-    Action, DistributeOutcome, EventChange, EventUpdate, OptDecision, Registration, TelemetrySample, Ven, VenConfig,
+    Action, DistributeOutcome, EventChange, EventState, EventUpdate, OptDecision, Registration, Resumed,
+    TelemetrySample, Ven, VenConfig,
 };
 use flexgate_openadr::oadr2b::{Message, Response};
 use flexgate_policies::control::entry::{
@@ -108,6 +109,7 @@ impl Ven2b {
     pub async fn run(mut self, mut stop: watch::Receiver<bool>, mut pushed: mpsc::Receiver<Pushed>) {
         let clock = self.gateway.clock();
         let mut opt_outs = self.gateway.driver().subscribe_opt_outs();
+        self.resume().await;
         let mut queue: VecDeque<Action> = self.ven.start(clock.now()).into();
         tracing::info!(vtn = %self.http.base(), "OpenADR 2.0b VEN started");
         loop {
@@ -134,6 +136,46 @@ impl Ven2b {
                 }
             }
         }
+    }
+
+    /// Carry on where an earlier run of this VEN stopped (this process before a restart, or
+    /// the replica that led before this one): its event book and answers from the ledger's
+    /// wire records, so that the VTN sees one answer per event version, and the gateway
+    /// events each OpenADR event became, so that a later modification or cancellation reaches
+    /// them.
+    async fn resume(&mut self) {
+        let reader = self.gateway.ledger().reader();
+        let vtn = self.http.base().to_string();
+        let history = tokio::task::spawn_blocking(move || recorded_exchanges(&reader, &vtn))
+            .await
+            .unwrap_or_default();
+        if history.is_empty() {
+            return;
+        }
+        let exchanges = history.len();
+        self.ven.resume(self.gateway.clock().now(), history);
+        let submitted = self.gateway.read().events_from(EventSource::OpenAdr2b);
+        for known in self.ven.events() {
+            if !matches!(known.state, EventState::Accepted) {
+                continue;
+            }
+            let oadr_id = known.event.id.as_str();
+            let parts: Vec<&(String, u64)> = submitted
+                .iter()
+                .filter(|(id, _)| id == oadr_id || id.strip_prefix(oadr_id).is_some_and(|rest| rest.starts_with('#')))
+                .collect();
+            if let Some(revision) = parts.iter().map(|(_, r)| *r).max() {
+                self.submitted.insert(
+                    oadr_id.to_string(),
+                    (parts.iter().map(|(id, _)| id.clone()).collect(), revision),
+                );
+            }
+        }
+        tracing::info!(
+            exchanges,
+            events = self.submitted.len(),
+            "OpenADR 2.0b: resumed the event book an earlier run of this VEN left in the ledger"
+        );
     }
 
     async fn execute(&mut self, action: Action) -> Vec<Action> {
@@ -488,6 +530,44 @@ impl Ven2b {
 /// An `oadrResponse` 200 to a poll: nothing pending, nothing worth a ledger record.
 fn is_plain_ok(msg: &Message) -> bool {
     matches!(msg, Message::Response(Response { response, .. }) if response.code == "200")
+}
+
+/// What this VEN received from `vtn` (oadrDistributeEvent) and answered to it with the VTN's
+/// acceptance (oadrCreatedEvent), in ledger order, from the wire records: the history
+/// [`Ven::resume`] rebuilds its book from.
+fn recorded_exchanges(ledger: &crate::ledger::LedgerReader, vtn: &str) -> Vec<Resumed> {
+    use crate::ledger::RecordKind;
+    let mut history = Vec::new();
+    for record in ledger.iter_from(1).flatten() {
+        if !matches!(record.kind, RecordKind::RawInput | RecordKind::Outbound) {
+            continue;
+        }
+        match record.entry() {
+            Ok(Entry::WireReceived(w))
+                if w.protocol == WireProtocol::OpenAdr2b && w.message == "oadrDistributeEvent" && w.peer == vtn =>
+            {
+                if let WireContent::Text(text) = &w.content
+                    && let Ok(Message::DistributeEvent(d)) = flexgate_openadr::oadr2b::decode(text.as_bytes())
+                {
+                    history.push(Resumed::Received(d));
+                }
+            }
+            Ok(Entry::WireSent(w))
+                if w.protocol == WireProtocol::OpenAdr2b
+                    && w.message == "oadrCreatedEvent"
+                    && w.peer.starts_with(vtn)
+                    && matches!(w.answer, PeerAnswer::Accepted) =>
+            {
+                if let WireContent::Text(text) = &w.content
+                    && let Ok(Message::CreatedEvent(c)) = flexgate_openadr::oadr2b::decode(text.as_bytes())
+                {
+                    history.push(Resumed::Answered(c));
+                }
+            }
+            _ => {}
+        }
+    }
+    history
 }
 
 /// The OpenADR 2.0b registration the ledger last recorded: `Some(None)` when the last record

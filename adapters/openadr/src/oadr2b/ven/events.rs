@@ -8,7 +8,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use super::{Action, Ven};
 use crate::oadr2b::outgoing::{EventResponseOut, OptType, Outgoing};
 use crate::oadr2b::signal::{SignalMeaning, map_signal};
-use crate::oadr2b::{DistributeEvent, Event, EventStatus, ResponseRequired, Targets};
+use crate::oadr2b::{CreatedEvent, DistributeEvent, Event, EventStatus, ResponseRequired, Targets};
 
 /// What became of one oadrDistributeEvent (or of a registration ending): changes for the
 /// caller's event book and, for a distribute, the answer still to be given.
@@ -17,7 +17,9 @@ use crate::oadr2b::{DistributeEvent, Event, EventStatus, ResponseRequired, Targe
 ///
 /// - a **lower** modificationNumber than the one known is stale: ignored (warning), answered
 ///   with code 450;
-/// - an **equal** one is unchanged: no change, answered with the opt already given;
+/// - an **equal** one is unchanged: no change, answered with the opt already given, unless
+///   the VTN has accepted our answer to that version already (a VTN may list an event both in
+///   its answer to oadrRequestEvent and in the next poll): then it gets no second answer;
 /// - a **higher** one (or a new eventID) replaces the whole event;
 /// - status `cancelled` cancels it ([`CancelReason::Explicit`]) and `completed` drops it
 ///   ([`CancelReason::Completed`]), whatever the modificationNumber (status alone never bumps
@@ -195,6 +197,18 @@ enum Answer {
         description: String,
     },
     Decide,
+    /// The VTN has accepted our answer to this version already (this run's, or an earlier
+    /// run's through [`Ven::resume`]): nothing is sent again.
+    Answered,
+}
+
+/// What an earlier run of this VEN exchanged, for [`Ven::resume`], in the order it happened.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Resumed {
+    /// An oadrDistributeEvent it received (polled or pushed).
+    Received(DistributeEvent),
+    /// An oadrCreatedEvent it sent and the VTN accepted.
+    Answered(CreatedEvent),
 }
 
 impl PendingDistribute {
@@ -263,6 +277,7 @@ impl Ven {
         let mut used = HashSet::new();
         for entry in pending.entries {
             let (code, opt, description) = match entry.answer {
+                Answer::Answered => continue,
                 Answer::Fixed { code, opt, description } => (code, opt, description),
                 Answer::Decide => {
                     let decision = decisions.iter().find(|d| d.event_id == entry.event_id);
@@ -320,6 +335,60 @@ impl Ven {
             );
         }
         actions
+    }
+
+    /// Rebuild the event book from what an earlier run of this VEN received and answered (a
+    /// restart, or a gateway replica that takes over its predecessor's VEN): each distribute
+    /// is applied as it was then, its changes already acted on, and each answer the VTN
+    /// accepted marks its event version answered. A later distribute that repeats such a
+    /// version is not answered again, so the VTN sees one opt per version across the
+    /// restart; a version nobody answered (the earlier run stopped between receiving and
+    /// answering) is decided and answered as new. Call before [`Ven::start`].
+    pub fn resume(&mut self, now: DateTime<Utc>, history: impl IntoIterator<Item = Resumed>) {
+        let mut scratch = Vec::new();
+        for item in history {
+            match item {
+                Resumed::Received(d) => {
+                    let expected = self
+                        .cfg
+                        .expected_vtn_id
+                        .clone()
+                        .or_else(|| self.reg.as_ref().and_then(|r| r.vtn_id.clone()));
+                    if expected.is_some_and(|exp| d.vtn_id.trim() != exp) {
+                        continue;
+                    }
+                    let mut seen = BTreeSet::new();
+                    for ev in d.events {
+                        if seen.insert(ev.id.clone()) {
+                            let _ = self.apply_event(ev, &mut scratch);
+                        }
+                    }
+                    let _ = self.implied_cancellations(now, &seen);
+                }
+                Resumed::Answered(created) => {
+                    for r in created.event_responses {
+                        let Some(known) = self.events.get_mut(&r.event_id) else {
+                            continue;
+                        };
+                        if known.event.modification_number != r.modification_number {
+                            continue;
+                        }
+                        if known.state == EventState::Accepted {
+                            known.opt = Some(r.opt);
+                        }
+                        self.answered.insert((r.event_id, r.modification_number));
+                    }
+                }
+            }
+            self.forget_replaced_answers();
+        }
+    }
+
+    /// Answers to versions the book no longer holds are of no further use.
+    fn forget_replaced_answers(&mut self) {
+        let known = &self.events;
+        self.answered
+            .retain(|(id, m)| known.get(id).is_some_and(|k| k.event.modification_number == *m));
     }
 
     pub(super) fn on_distribute(&mut self, now: DateTime<Utc>, d: DistributeEvent, actions: &mut Vec<Action>) {
@@ -385,6 +454,7 @@ impl Ven {
             });
         }
         changes.extend(self.implied_cancellations(now, &seen));
+        self.forget_replaced_answers();
         actions.push(Action::Events(DistributeOutcome {
             request_id: d.request_id.clone(),
             changes,
@@ -421,7 +491,9 @@ impl Ven {
             }
             let terminal = matches!(ev.status, EventStatus::Cancelled | EventStatus::Completed);
             if m == current && !(terminal && was_live) {
+                let answered = self.answered.contains(&(id.clone(), m));
                 let answer = match &k.state {
+                    _ if answered && !terminal => Answer::Answered,
                     EventState::Accepted => match k.opt {
                         Some(opt) => Answer::Fixed {
                             code: 200,

@@ -131,14 +131,14 @@ mod registration;
 mod reports;
 mod retry;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, TimeDelta, Utc};
 
 pub use config::{RetryConfig, VenConfig};
 pub use events::{
     CancelReason, DistributeOutcome, EventChange, EventSchedule, EventState, EventUpdate, KnownEvent, OptDecision,
-    PendingDistribute, SignalTargets,
+    PendingDistribute, Resumed, SignalTargets,
 };
 pub use registration::Registration;
 pub use reports::{ReportConfig, TelemetrySample};
@@ -223,6 +223,10 @@ pub struct Ven {
     /// Messages re-sent from `retries`, with their attempt count, until they succeed or fail.
     resent: Vec<(Outgoing, u32)>,
     events: BTreeMap<String, KnownEvent>,
+    /// Event versions the VTN has our answer to (an oadrCreatedEvent it accepted, from this
+    /// run or, through [`Ven::resume`], an earlier one): a distribute that repeats one is not
+    /// answered again, so the VTN gets one answer per version.
+    answered: BTreeSet<(String, u32)>,
     reports: Vec<ActiveReport>,
     latest: Option<(DateTime<Utc>, TelemetrySample)>,
 }
@@ -251,6 +255,7 @@ impl Ven {
             retries: Vec::new(),
             resent: Vec::new(),
             events: BTreeMap::new(),
+            answered: BTreeSet::new(),
             reports: Vec::new(),
             latest: None,
         })
@@ -538,6 +543,11 @@ impl Ven {
                 Some(Outgoing::Poll { .. }) => {
                     self.drains = 0;
                     self.reg_restarts = 0;
+                }
+                Some(Outgoing::CreatedEvent { responses, .. }) => {
+                    for r in responses {
+                        self.answered.insert((r.event_id.clone(), r.modification_number));
+                    }
                 }
                 Some(Outgoing::RequestEvent { .. }) => {
                     // openleadr answers RequestEvent with a bare oadrResponse when it has no

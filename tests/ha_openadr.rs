@@ -1,0 +1,243 @@
+//! Two gateway replicas on a real three-member etcd (127.0.0.1) as one OpenADR 2.0b VEN of a
+//! real openleadr VTN (`tests/common/oadr2b_vtn.rs`): only the leader polls; when it dies, the
+//! next leader carries on as the same VEN. The VTN sees one registration, one answer per event
+//! version (the new leader's oadrRequestEvent brings back the event its predecessor answered,
+//! and it is not answered again), and a cancellation sent after the takeover reaches the
+//! gateway event the predecessor created.
+//!
+//! The replicas run in this process with the simulated cluster (the agents' side of a takeover
+//! is `tests/ha_gateway.rs` and `tests/ha_process.rs`).
+#![allow(clippy::disallowed_methods, reason = "test events and peers run on the wall clock")]
+
+mod common;
+
+use chrono::{SecondsFormat, Utc};
+use common::agent::wait_for;
+use common::oadr2b_vtn::Vtn;
+use flexgate::clock::Clock;
+use flexgate::config::{Config, OpenAdr2bConfig};
+use flexgate::ha::config::HaConfig;
+use flexgate::runtime::Role;
+use flexgate::serve::Server;
+use flexgate_etcd::testing::Cluster;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+const VEN_NAME: &str = "flexgate-ha";
+const PROGRAM: &str = "http://flexgate.test/dr";
+
+fn config(data: &Path, name: &str, vtn: &Vtn, etcd: &Cluster) -> Config {
+    let mut config = Config::default();
+    config.gateway.data_dir = data.to_path_buf();
+    config.gateway.api_token = "ha-openadr-token-0123456789".into();
+    config.gateway.site = "site-oadr".into();
+    config.gateway.telemetry_interval_s = 1;
+    config.site.facility_max_kw = 400.0;
+    config.openadr2b = Some(OpenAdr2bConfig {
+        url: format!("http://{}", vtn.addr),
+        ven_name: VEN_NAME.into(),
+        ven_id: None,
+        vtn_id: Some("flexgate-test-vtn".into()),
+        market_contexts: vec![PROGRAM.into()],
+        group_ids: vec!["dc-east".into()],
+        resource_ids: Vec::new(),
+        party_ids: Vec::new(),
+        poll_s: None,
+        timeout_s: 5,
+        tls: None,
+        push_url: None,
+        push_token: None,
+    });
+    config.ha = Some(HaConfig {
+        replica: name.into(),
+        endpoints: etcd.endpoints(),
+        advertise_url: Some(format!("http://{name}.invalid:8080")),
+        term_ttl_s: 3,
+        prefix: "/flexgate".into(),
+        etcd_timeout_ms: 1_000,
+    });
+    config.validate().expect("a valid configuration");
+    config
+}
+
+fn leader_of(servers: &[Option<Server>]) -> Result<usize, String> {
+    let leaders: Vec<usize> = servers
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| {
+            s.as_ref()
+                .is_some_and(|s| matches!(s.gateway.read().role(), Role::Leader { .. }))
+        })
+        .map(|(i, _)| i)
+        .collect();
+    match leaders[..] {
+        [one] => Ok(one),
+        [] => Err("no leader yet".into()),
+        _ => panic!("two leaders at once"),
+    }
+}
+
+/// The VTN's answers from our VEN, counted per (event, modificationNumber).
+fn answers(state: &Value) -> BTreeMap<(String, u64), Vec<String>> {
+    let mut out: BTreeMap<(String, u64), Vec<String>> = BTreeMap::new();
+    if let Some(by_event) = state["opt_responses"].as_object() {
+        for (event, list) in by_event {
+            for r in list.as_array().into_iter().flatten() {
+                let m = r["modification_number"].as_u64().unwrap_or(u64::MAX);
+                out.entry((event.clone(), m))
+                    .or_default()
+                    .push(r["opt_type"].as_str().unwrap_or("?").to_string());
+            }
+        }
+    }
+    out
+}
+
+fn registrations(state: &Value) -> usize {
+    state["registrations"]
+        .as_array()
+        .map_or(0, |r| r.iter().filter(|r| r["ven_name"] == VEN_NAME).count())
+}
+
+fn iso_in(seconds: i64) -> String {
+    (Utc::now() + chrono::Duration::seconds(seconds)).to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+async fn add_event(vtn: &Vtn, ven_id: &str) -> String {
+    vtn.post(
+        "/admin/event",
+        json!({"ven_id": ven_id, "market_context": PROGRAM, "signal_name": "SIMPLE",
+               "signal_type": "level", "start": iso_in(120), "intervals": [{"duration_s": 600, "value": 1}]}),
+    )
+    .await["event_id"]
+        .as_str()
+        .expect("event_id")
+        .to_string()
+}
+
+async fn has_event(server: &Server, id: &str) -> Result<String, String> {
+    let events = server.gateway.read().events().await;
+    events
+        .iter()
+        .find(|e| e.id == id)
+        .map(|e| e.state.clone())
+        .ok_or_else(|| format!("not among {:?}", events.iter().map(|e| &e.id).collect::<Vec<_>>()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_leader_is_the_same_ven_one_registration_one_answer_per_event_version() {
+    let etcd = Cluster::start();
+    let vtn = Vtn::start().await;
+    let dir = tempfile::tempdir().expect("dir");
+    let mut servers = Vec::new();
+    for name in ["gw-a", "gw-b"] {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let config = config(&dir.path().join(name), name, &vtn, &etcd);
+        servers.push(Some(
+            Server::start(config, Clock::real(), None, listener)
+                .await
+                .unwrap_or_else(|e| panic!("{name} did not start: {e}")),
+        ));
+    }
+    let first = wait_for("a leader", Duration::from_secs(20), || async { leader_of(&servers) }).await;
+    let next = 1 - first;
+    let ven_id = wait_for("the registration at the VTN", Duration::from_secs(30), || async {
+        let state = vtn.state().await;
+        state["registrations"]
+            .as_array()
+            .and_then(|r| {
+                r.iter().find_map(|r| {
+                    (r["ven_name"] == VEN_NAME && r["active"] == true)
+                        .then(|| r["ven_id"].as_str().map(str::to_string))?
+                })
+            })
+            .ok_or_else(|| format!("{state}"))
+    })
+    .await;
+
+    // The leader answers the first event; the standby takes in the event from etcd.
+    let e1 = add_event(&vtn, &ven_id).await;
+    wait_for("the leader's optIn", Duration::from_secs(20), || async {
+        let answered = answers(&vtn.state().await);
+        match answered.get(&(e1.clone(), 0)) {
+            Some(opts) if opts == &["optIn".to_string()] => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    wait_for("the standby to hold the event", Duration::from_secs(15), || async {
+        has_event(servers[next].as_ref().expect("standby"), &e1).await
+    })
+    .await;
+
+    // The leader dies (no resignation, nothing flushed); the standby leads as the same VEN.
+    servers[first].take().expect("leader").kill();
+    wait_for("the next leader", Duration::from_secs(20), || async {
+        match leader_of(&servers)? {
+            i if i == next => Ok(()),
+            other => Err(format!("replica {other} leads")),
+        }
+    })
+    .await;
+    let e2 = add_event(&vtn, &ven_id).await;
+    wait_for(
+        "the next leader's optIn to a new event",
+        Duration::from_secs(30),
+        || async {
+            let answered = answers(&vtn.state().await);
+            answered
+                .get(&(e2.clone(), 0))
+                .filter(|opts| *opts == &["optIn".to_string()])
+                .map(|_| ())
+                .ok_or_else(|| format!("{answered:?}"))
+        },
+    )
+    .await;
+    let leader = servers[next].as_ref().expect("the next leader");
+    assert!(
+        has_event(leader, &e2).await.is_ok(),
+        "the new event is in the next leader's book"
+    );
+
+    // A cancellation sent after the takeover reaches the event the first leader created.
+    vtn.post("/admin/cancel", json!({"event_id": e1})).await;
+    wait_for(
+        "the cancellation at the next leader",
+        Duration::from_secs(20),
+        || async {
+            match has_event(leader, &e1).await? {
+                state if state == "cancelled" || state == "completed" => Ok(()),
+                state => Err(state),
+            }
+        },
+    )
+    .await;
+    // Let a few more polls pass, then count: one registration, one answer per version.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let state = vtn.state().await;
+    assert_eq!(
+        registrations(&state),
+        1,
+        "a second registration: {}",
+        state["registrations"]
+    );
+    let answered = answers(&state);
+    for ((event, m), opts) in &answered {
+        assert_eq!(
+            opts.len(),
+            1,
+            "event {event} version {m} answered {} times: {opts:?}",
+            opts.len()
+        );
+    }
+    assert_eq!(answered.get(&(e1.clone(), 0)).map(Vec::len), Some(1), "{answered:?}");
+    assert!(
+        answered.contains_key(&(e1.clone(), 1)),
+        "the cancellation is answered: {answered:?}"
+    );
+    for server in servers.into_iter().flatten() {
+        server.shutdown().await;
+    }
+}
