@@ -241,3 +241,79 @@ async fn the_next_leader_is_the_same_ven_one_registration_one_answer_per_event_v
         server.shutdown().await;
     }
 }
+
+/// While etcd has no quorum nothing can be recorded, so an event the VTN sends then is left
+/// unanswered (never opted out of: a "could not record" opt-out would tell the utility the site
+/// declines). When the quorum returns, a leader takes the event without an operator, answering
+/// it once with optIn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_sent_while_etcd_has_no_quorum_is_taken_once_the_quorum_returns() {
+    let mut etcd = Cluster::start();
+    let vtn = Vtn::start().await;
+    let dir = tempfile::tempdir().expect("dir");
+    let mut servers = Vec::new();
+    for name in ["gw-a", "gw-b"] {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let config = config(&dir.path().join(name), name, &vtn, &etcd);
+        servers.push(Some(
+            Server::start(config, Clock::real(), None, listener)
+                .await
+                .unwrap_or_else(|e| panic!("{name} did not start: {e}")),
+        ));
+    }
+    wait_for("a leader", Duration::from_secs(20), || async { leader_of(&servers) }).await;
+    let ven_id = wait_for("the registration at the VTN", Duration::from_secs(30), || async {
+        let state = vtn.state().await;
+        state["registrations"]
+            .as_array()
+            .and_then(|r| {
+                r.iter().find_map(|r| {
+                    (r["ven_name"] == VEN_NAME && r["active"] == true)
+                        .then(|| r["ven_id"].as_str().map(str::to_string))?
+                })
+            })
+            .ok_or_else(|| format!("{state}"))
+    })
+    .await;
+    // Two of three members down: no quorum. The event is queued for the VEN's next poll, which
+    // the leader (its term not yet over) still makes.
+    etcd.kill_member(1);
+    etcd.kill_member(2);
+    let e1 = add_event(&vtn, &ven_id).await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let answered = answers(&vtn.state().await);
+    assert!(
+        !answered.contains_key(&(e1.clone(), 0)),
+        "an event that could not be recorded was answered: {answered:?}"
+    );
+    etcd.start_member(1);
+    etcd.start_member(2);
+    etcd.wait_healthy(Duration::from_secs(30));
+    wait_for("the optIn once the quorum is back", Duration::from_secs(40), || async {
+        let answered = answers(&vtn.state().await);
+        match answered.get(&(e1.clone(), 0)) {
+            Some(opts) if opts == &["optIn".to_string()] => Ok(()),
+            other => Err(format!("{other:?} in {answered:?}")),
+        }
+    })
+    .await;
+    let leader = wait_for("a leader", Duration::from_secs(20), || async { leader_of(&servers) }).await;
+    assert!(
+        has_event(servers[leader].as_ref().expect("leader"), &e1).await.is_ok(),
+        "the event is in the leader's book"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let state = vtn.state().await;
+    assert_eq!(
+        registrations(&state),
+        1,
+        "a second registration: {}",
+        state["registrations"]
+    );
+    for ((event, m), opts) in &answers(&state) {
+        assert_eq!(opts, &["optIn".to_string()], "event {event} version {m}");
+    }
+    for server in servers.into_iter().flatten() {
+        server.shutdown().await;
+    }
+}

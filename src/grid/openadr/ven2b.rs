@@ -7,7 +7,7 @@
 
 use super::map::{Labels, MapPolicy, Timing, cancellation, grid_event};
 use crate::config::{Config, OpenAdr2bConfig};
-use crate::ledger::{Entry, Recorded};
+use crate::ledger::{Entry, LedgerError, Recorded};
 use crate::runtime::{Gateway, Submission, SubmitError, Transport, WireRef};
 use chrono::{DateTime, TimeDelta, Utc};
 use flexgate_openadr::http::oadr2b::Oadr2bHttp;
@@ -334,9 +334,16 @@ impl Ven2b {
     /// Applies event changes to the gateway's book and answers with its decisions.
     async fn apply(&mut self, now: DateTime<Utc>, outcome: DistributeOutcome) -> Vec<Action> {
         let mut decisions = Vec::new();
+        let mut withheld = Vec::new();
         for change in outcome.changes {
             match change {
-                EventChange::Upsert(update) => decisions.push(self.upsert(*update).await),
+                EventChange::Upsert(update) => {
+                    let event_id = update.event_id.clone();
+                    match self.upsert(*update).await {
+                        Some(decision) => decisions.push(decision),
+                        None => withheld.push(event_id),
+                    }
+                }
                 EventChange::Cancel {
                     event_id,
                     modification_number,
@@ -376,8 +383,16 @@ impl Ven2b {
                 }
             }
         }
+        for event_id in &withheld {
+            // Not answered: the VTN keeps the event for us, and the next leader (the writer
+            // halts when a record is not durable, which ends the term) fetches it again.
+            self.ven.forget_event(event_id);
+        }
         match outcome.pending {
-            Some(pending) => {
+            Some(mut pending) => {
+                for event_id in &withheld {
+                    pending.withhold(event_id);
+                }
                 let wanted: Vec<String> = pending.needs_decision().into_iter().map(str::to_string).collect();
                 decisions.retain(|d| wanted.contains(&d.event_id));
                 self.ven.answer_distribute(pending, decisions)
@@ -387,8 +402,10 @@ impl Ven2b {
     }
 
     /// Submits each acted-on signal of an event version as a gateway event; the opt is in only
-    /// when every part was accepted.
-    async fn upsert(&mut self, update: EventUpdate) -> OptDecision {
+    /// when every part was accepted. `None` when a part could not be recorded for a reason that
+    /// passes (no quorum for the ledger, or this replica no longer leads): the event is then
+    /// left unanswered rather than opted out of.
+    async fn upsert(&mut self, update: EventUpdate) -> Option<OptDecision> {
         let actionable: Vec<_> = update
             .signals
             .iter()
@@ -431,6 +448,7 @@ impl Ven2b {
             randomize_start_s: schedule.start_after.map_or(0, |r| r.num_seconds().max(0) as u64),
         };
         let mut refusals = Vec::new();
+        let mut later = None;
         for (id, signal) in ids.iter().zip(&actionable) {
             let event = grid_event(
                 Labels {
@@ -451,20 +469,29 @@ impl Ven2b {
                 revision: u64::from(update.modification_number),
                 signal: Some(format!("{}/{}/{}", signal.name, signal.signal_type, signal.id)),
             };
-            if let Some(reason) = self.submit(event, wire).await {
-                refusals.push(reason);
+            match self.submit(event, wire).await {
+                Taken::In => {}
+                Taken::Out(reason) => refusals.push(reason),
+                Taken::Later(reason) => later = Some(reason),
             }
         }
         self.submitted.insert(update.event_id.clone(), (ids, revision));
-        if refusals.is_empty() {
+        if let Some(reason) = later {
+            tracing::warn!(
+                event = %update.event_id,
+                "OpenADR 2.0b event left unanswered, to be taken when the VTN sends it again: {reason}"
+            );
+            return None;
+        }
+        Some(if refusals.is_empty() {
             OptDecision::opt_in(update.event_id)
         } else {
             OptDecision::opt_out(update.event_id, refusals.join("; "))
-        }
+        })
     }
 
-    /// Submits one event; `Some(reason)` when the gateway did not opt in.
-    async fn submit(&self, event: flexgate_policies::event::GridEvent, wire: WireRef) -> Option<String> {
+    /// Submits one event: taken, refused (why), or to be taken later.
+    async fn submit(&self, event: flexgate_policies::event::GridEvent, wire: WireRef) -> Taken {
         let transport = Transport::OpenAdr2b {
             vtn: self.http.base().to_string(),
             message_seq: self.last_inbound_seq,
@@ -475,15 +502,18 @@ impl Ven2b {
         };
         match self.gateway.driver().submit(submission, transport).await {
             Ok(outcome) => match outcome.ack.opt {
-                Participation::In => None,
-                Participation::Out => Some(outcome.ack.reason.unwrap_or_else(|| "opted out".into())),
+                Participation::In => Taken::In,
+                Participation::Out => Taken::Out(outcome.ack.reason.unwrap_or_else(|| "opted out".into())),
             },
-            Err(SubmitError::Stale { .. }) => None,
+            Err(SubmitError::Stale { .. }) => Taken::In,
+            Err(SubmitError::Ledger(e @ (LedgerError::NotDurable { .. } | LedgerError::NotLeader))) => {
+                Taken::Later(e.to_string())
+            }
             Err(e @ SubmitError::Ledger(_)) => {
                 tracing::error!("OpenADR 2.0b event not recorded: {e}");
-                Some("the gateway could not record the event".into())
+                Taken::Out("the gateway could not record the event".into())
             }
-            Err(e) => Some(e.to_string()),
+            Err(e) => Taken::Out(e.to_string()),
         }
     }
 
@@ -506,8 +536,11 @@ impl Ven2b {
             revision,
             signal: None,
         };
-        if let Some(reason) = self.submit(event, wire).await {
-            tracing::warn!(event = %id, "cancellation not taken: {reason}");
+        match self.submit(event, wire).await {
+            Taken::In => {}
+            Taken::Out(reason) | Taken::Later(reason) => {
+                tracing::warn!(event = %id, "cancellation not taken: {reason}");
+            }
         }
     }
 
@@ -525,6 +558,16 @@ impl Ven2b {
         let now = self.gateway.clock().now();
         self.ven.create_opt(now, &oadr_id, OptType::OptOut, reason)
     }
+}
+
+/// What became of one submission to the gateway.
+enum Taken {
+    /// Accepted (opted in), or already held at a newer revision.
+    In,
+    /// Refused, with why (an opt-out).
+    Out(String),
+    /// Not recorded for a reason that passes: to be taken when the VTN sends it again.
+    Later(String),
 }
 
 /// An `oadrResponse` 200 to a poll: nothing pending, nothing worth a ledger record.

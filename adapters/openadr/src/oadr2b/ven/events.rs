@@ -18,8 +18,9 @@ use crate::oadr2b::{CreatedEvent, DistributeEvent, Event, EventStatus, ResponseR
 /// - a **lower** modificationNumber than the one known is stale: ignored (warning), answered
 ///   with code 450;
 /// - an **equal** one is unchanged: no change, answered with the opt already given, unless
-///   the VTN has accepted our answer to that version already (a VTN may list an event both in
-///   its answer to oadrRequestEvent and in the next poll): then it gets no second answer;
+///   the VTN has accepted our answer with that opt to that version already (a VTN may list an
+///   event both in its answer to oadrRequestEvent and in the next poll): then it gets no second
+///   answer;
 /// - a **higher** one (or a new eventID) replaces the whole event;
 /// - status `cancelled` cancels it ([`CancelReason::Explicit`]) and `completed` drops it
 ///   ([`CancelReason::Completed`]), whatever the modificationNumber (status alone never bumps
@@ -228,6 +229,14 @@ impl PendingDistribute {
             .collect()
     }
 
+    /// Leave `event_id` unanswered: the caller could not take it now and will take it when
+    /// the VTN sends it again (with [`Ven::forget_event`], a repeat is seen as new). The VTN,
+    /// still without an answer, holds the event for us (2.0b has no retryable refusal; no
+    /// answer is the one a VTN re-sends on).
+    pub fn withhold(&mut self, event_id: &str) {
+        self.entries.retain(|e| e.event_id != event_id);
+    }
+
     /// Whether answering will send an oadrCreatedEvent at all (some event has
     /// responseRequired `always`).
     pub fn responds(&self) -> bool {
@@ -343,7 +352,8 @@ impl Ven {
     /// accepted marks its event version answered. A later distribute that repeats such a
     /// version is not answered again, so the VTN sees one opt per version across the
     /// restart; a version nobody answered (the earlier run stopped between receiving and
-    /// answering) is decided and answered as new. Call before [`Ven::start`].
+    /// answering, or could not take it) is forgotten, so that it is decided and answered as
+    /// new. Call before [`Ven::start`].
     pub fn resume(&mut self, now: DateTime<Utc>, history: impl IntoIterator<Item = Resumed>) {
         let mut scratch = Vec::new();
         for item in history {
@@ -376,19 +386,32 @@ impl Ven {
                         if known.state == EventState::Accepted {
                             known.opt = Some(r.opt);
                         }
-                        self.answered.insert((r.event_id, r.modification_number));
+                        self.answered.insert((r.event_id, r.modification_number), r.opt);
                     }
                 }
             }
             self.forget_replaced_answers();
         }
+        // A version received and never answered may never have reached the caller either (the
+        // earlier run stopped in between, or could not record it): it is decided afresh.
+        let answered = &self.answered;
+        self.events.retain(|id, k| {
+            k.state != EventState::Accepted || answered.contains_key(&(id.clone(), k.event.modification_number))
+        });
+    }
+
+    /// Forget `event_id` (the caller could not take it; see [`PendingDistribute::withhold`]):
+    /// its next distribute is a new event, decided afresh.
+    pub fn forget_event(&mut self, event_id: &str) {
+        self.events.remove(event_id);
+        self.forget_replaced_answers();
     }
 
     /// Answers to versions the book no longer holds are of no further use.
     fn forget_replaced_answers(&mut self) {
         let known = &self.events;
         self.answered
-            .retain(|(id, m)| known.get(id).is_some_and(|k| k.event.modification_number == *m));
+            .retain(|(id, m), _| known.get(id).is_some_and(|k| k.event.modification_number == *m));
     }
 
     pub(super) fn on_distribute(&mut self, now: DateTime<Utc>, d: DistributeEvent, actions: &mut Vec<Action>) {
@@ -491,7 +514,10 @@ impl Ven {
             }
             let terminal = matches!(ev.status, EventStatus::Cancelled | EventStatus::Completed);
             if m == current && !(terminal && was_live) {
-                let answered = self.answered.contains(&(id.clone(), m));
+                let answered = self
+                    .answered
+                    .get(&(id.clone(), m))
+                    .is_some_and(|sent| Some(*sent) == k.opt);
                 let answer = match &k.state {
                     _ if answered && !terminal => Answer::Answered,
                     EventState::Accepted => match k.opt {

@@ -131,7 +131,7 @@ mod registration;
 mod reports;
 mod retry;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use chrono::{DateTime, TimeDelta, Utc};
 
@@ -223,10 +223,11 @@ pub struct Ven {
     /// Messages re-sent from `retries`, with their attempt count, until they succeed or fail.
     resent: Vec<(Outgoing, u32)>,
     events: BTreeMap<String, KnownEvent>,
-    /// Event versions the VTN has our answer to (an oadrCreatedEvent it accepted, from this
-    /// run or, through [`Ven::resume`], an earlier one): a distribute that repeats one is not
-    /// answered again, so the VTN gets one answer per version.
-    answered: BTreeSet<(String, u32)>,
+    /// Event versions the VTN has our answer to, with the opt it carried (an oadrCreatedEvent
+    /// it accepted, from this run or, through [`Ven::resume`], an earlier one): a distribute
+    /// that repeats one is not answered again while our opt is the same, so the VTN gets one
+    /// answer per version and opt.
+    answered: BTreeMap<(String, u32), OptType>,
     reports: Vec<ActiveReport>,
     latest: Option<(DateTime<Utc>, TelemetrySample)>,
 }
@@ -255,7 +256,7 @@ impl Ven {
             retries: Vec::new(),
             resent: Vec::new(),
             events: BTreeMap::new(),
-            answered: BTreeSet::new(),
+            answered: BTreeMap::new(),
             reports: Vec::new(),
             latest: None,
         })
@@ -546,7 +547,7 @@ impl Ven {
                 }
                 Some(Outgoing::CreatedEvent { responses, .. }) => {
                     for r in responses {
-                        self.answered.insert((r.event_id.clone(), r.modification_number));
+                        self.answered.insert((r.event_id.clone(), r.modification_number), r.opt);
                     }
                 }
                 Some(Outgoing::RequestEvent { .. }) => {

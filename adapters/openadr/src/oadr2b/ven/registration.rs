@@ -294,6 +294,15 @@ impl Ven {
             poll_freq: c.poll_freq,
         };
         self.failures = 0;
+        // A new registration may be a VTN that forgot us: our earlier answers are answered
+        // again when it lists their events.
+        if self
+            .reg
+            .as_ref()
+            .is_none_or(|old| old.registration_id != reg.registration_id)
+        {
+            self.answered.clear();
+        }
         self.reg = Some(reg.clone());
         actions.push(Action::Persist(Some(reg)));
         self.after_registered(now, actions);
