@@ -41,6 +41,7 @@ fn config(data: &Path, name: &str, agents: &[&AgentProcess], token_file: &Path, 
         term_ttl_s: TERM_TTL_S,
         prefix: "/flexgate".into(),
         etcd_timeout_ms: 1_000,
+        retain_records: 100_000,
     });
     config.validate().expect("a valid configuration");
     config

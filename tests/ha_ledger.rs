@@ -266,3 +266,100 @@ async fn a_ledger_rewritten_and_rehashed_on_one_replica_verifies_alone_but_not_a
         "{err}"
     );
 }
+
+/// The leader deletes from etcd the batches every registered replica holds, keeping the newest
+/// records in any case; a replica that lags holds pruning back, one that kept up carries on,
+/// and one that comes back from before the trim point is told it needs a copy of another
+/// replica's data; the anchors stay; etcd's history is compacted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_every_replica_holds_are_pruned_from_etcd_and_a_replica_left_behind_is_told_why() {
+    use flexgate::ha::follow::FollowError;
+    use flexgate::ha::register::Registration;
+    use flexgate::ha::retention::prune_once;
+    let cluster = Cluster::start();
+    let client = client(&cluster);
+    let keys = Keys::new("/flexgate", "site-t");
+    let election = Election::new(&client, keys.leader(), "gw-a", Duration::from_secs(30));
+    let term = win(&election).await;
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().expect("dir")).collect();
+    let leader = Ledger::open(dirs[0].path()).await.expect("open");
+    lead(&client, &keys, &leader, &term).await;
+    // Batches of 50 at most (concurrent appends are batched together).
+    for _ in 0..30 {
+        append_many(&leader, 50).await;
+    }
+    let follower = Ledger::open(dirs[1].path()).await.expect("open");
+    follower.follow().await.expect("follows");
+    assert_eq!(catch_up(&client, &keys, &follower).await.expect("catches up"), 1_500);
+    let register = |name: &'static str, applied_seq: u64| {
+        let client = client.clone();
+        let keys = keys.clone();
+        async move {
+            let value = serde_json::to_vec(&Registration {
+                url: None,
+                since: flexgate::clock::wall_now(),
+                applied_seq,
+            })
+            .expect("json");
+            client.put(&keys.replica(name), &value, 0).await.expect("register");
+        }
+    };
+    register("gw-a", 1_500).await;
+    register("gw-b", 1_500).await;
+    register("gw-slow", 100).await;
+    let batches = async || {
+        client
+            .range(&keys.batch(1), &keys.batches_end(), 0)
+            .await
+            .expect("range")
+            .kvs
+            .iter()
+            .map(|kv| serde_json::from_slice::<flexgate::ha::keys::BatchIndex>(&kv.value).expect("index"))
+            .collect::<Vec<_>>()
+    };
+    let before = batches().await;
+    assert_eq!(before.first().map(|b| b.first_seq), Some(1));
+
+    // A replica at record 100 holds pruning back to it.
+    let first = prune_once(&client, &keys, 1_000, 0).await.expect("trims");
+    assert!(first.first_kept <= 101, "{first:?}");
+    let left = batches().await;
+    assert!(
+        left.iter().any(|b| b.first_seq <= 101 && 101 <= b.last_seq),
+        "record 101 is kept"
+    );
+
+    // Gone (its registration lapsed): the newest 1000 records stay, the rest goes.
+    client.delete(&keys.replica("gw-slow"), &[]).await.expect("deregister");
+    let second = prune_once(&client, &keys, 1_000, first.revision)
+        .await
+        .expect("trims and compacts");
+    assert!(
+        second.batches > 0 && second.first_kept > 101 && second.first_kept <= 501,
+        "{second:?}"
+    );
+    let left = batches().await;
+    assert!(left.iter().all(|b| b.first_seq >= second.first_kept), "{left:?}");
+    assert_eq!(left.first().map(|b| b.first_seq), Some(second.first_kept));
+    let (_, anchor) = client.get(&keys.anchor(ANCHOR_EVERY)).await.expect("read");
+    assert!(anchor.is_some(), "the anchors outlive their batches");
+
+    // The follower that kept up carries on.
+    append_many(&leader, 10).await;
+    assert_eq!(catch_up(&client, &keys, &follower).await.expect("carries on"), 1_510);
+    assert_eq!(follower.head(), leader.head());
+    // One that comes back with nothing is told what to do, and takes nothing in.
+    let newcomer = Ledger::open(dirs[2].path()).await.expect("open");
+    newcomer.follow().await.expect("follows");
+    match catch_up(&client, &keys, &newcomer).await {
+        Err(e @ FollowError::Pruned { have: 0, .. }) => {
+            let message = e.to_string();
+            assert!(message.contains("copy of a stopped replica's"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(newcomer.len(), 0);
+    for ledger in [leader, follower, newcomer] {
+        ledger.close().await.expect("close");
+    }
+}

@@ -57,6 +57,7 @@ fn config(data: &Path, name: &str, vtn: &Vtn, etcd: &Cluster) -> Config {
         term_ttl_s: 3,
         prefix: "/flexgate".into(),
         etcd_timeout_ms: 1_000,
+        retain_records: 100_000,
     });
     config.validate().expect("a valid configuration");
     config

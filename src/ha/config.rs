@@ -31,6 +31,12 @@ pub struct HaConfig {
     /// Deadline of one call to etcd, ms.
     #[serde(default = "default_etcd_timeout_ms")]
     pub etcd_timeout_ms: u64,
+    /// The newest records the leader keeps in etcd in any case; older batches are deleted from
+    /// etcd once every registered replica holds them (`src/ha/retention.rs`), to stay within etcd's
+    /// space quota. A replica away for longer than that comes back from a copy of another
+    /// replica's data directory. At least 1000.
+    #[serde(default = "default_retain_records")]
+    pub retain_records: u64,
 }
 
 fn default_term_ttl_s() -> u64 {
@@ -41,6 +47,9 @@ fn default_prefix() -> String {
 }
 fn default_etcd_timeout_ms() -> u64 {
     2_000
+}
+fn default_retain_records() -> u64 {
+    100_000
 }
 
 impl HaConfig {
@@ -114,6 +123,12 @@ impl HaConfig {
                 "must be under half of ha.term_ttl_s, so that a renewal can fail and be retried within a term".into(),
             ));
         }
+        if self.retain_records < 1_000 {
+            return Err((
+                "ha.retain_records",
+                "must be at least 1000 (etcd keeps at least that many of the newest records)".into(),
+            ));
+        }
         Ok(())
     }
 }
@@ -130,6 +145,7 @@ mod tests {
             term_ttl_s: default_term_ttl_s(),
             prefix: default_prefix(),
             etcd_timeout_ms: default_etcd_timeout_ms(),
+            retain_records: default_retain_records(),
         }
     }
 
@@ -188,6 +204,7 @@ mod tests {
                 Box::new(|c: &mut HaConfig| c.etcd_timeout_ms = 5_000),
                 "ha.etcd_timeout_ms",
             ),
+            (Box::new(|c: &mut HaConfig| c.retain_records = 10), "ha.retain_records"),
         ] {
             let mut c = ha();
             tweak(&mut c);

@@ -8,7 +8,8 @@
 //! | `ledger/head` | [`Head`]: the last committed record (seq, hash) and the epoch that wrote it |
 //! | `ledger/batch/{first_seq:020}` | [`BatchIndex`]: one committed batch, where its text is |
 //! | `ledger/chunk/{attempt}/{index:06}` | a slice of a batch's text (records as stored, one per line) |
-//! | `ledger/anchor/{seq:020}` | the hash of record `seq`, every [`ANCHOR_EVERY`] records, kept when records are compacted |
+//! | `ledger/anchor/{seq:020}` | the hash of record `seq`, every [`ANCHOR_EVERY`] records, kept when batches are pruned |
+//! | `ledger/pruned` | [`Pruned`]: the first record etcd still holds, once older batches were deleted (`src/ha/retention.rs`) |
 //! | `replicas/{name}` | a running replica's registration (`{"url", "since"}`), attached to its own lease |
 //!
 //! A batch's chunks are written first, under a key no reader looks at until the batch index
@@ -98,6 +99,12 @@ impl Keys {
         self.key("replicas/")
     }
 
+    /// Where the first record etcd still holds is written, once older batches are deleted.
+    #[must_use]
+    pub fn pruned(&self) -> Vec<u8> {
+        self.key("ledger/pruned")
+    }
+
     /// The prefix of every anchor.
     #[must_use]
     pub fn anchors(&self) -> Vec<u8> {
@@ -114,6 +121,14 @@ pub struct Head {
     pub hash: String,
     /// The epoch of the term that committed it.
     pub epoch: u64,
+}
+
+/// Batches before `first_kept` were deleted from etcd (every registered replica held them);
+/// a replica whose ledger ends before it cannot catch up from etcd.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pruned {
+    /// The first record etcd still holds.
+    pub first_kept: u64,
 }
 
 /// One committed batch: records `first_seq..=last_seq`, their text in `chunks` chunks of

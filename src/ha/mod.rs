@@ -27,4 +27,5 @@ pub mod keys;
 pub mod quorum;
 pub mod register;
 pub mod replica;
+pub mod retention;
 pub mod seed;

@@ -30,6 +30,9 @@ use tokio::task::JoinHandle;
 pub type LeaderTasks =
     Box<dyn Fn(&Arc<Gateway>, tokio::sync::watch::Receiver<bool>) -> Vec<JoinHandle<()>> + Send + Sync>;
 
+/// How often a leader deletes from etcd the batches every replica holds (`super::retention`).
+pub const PRUNE_EVERY: Duration = Duration::from_secs(60);
+
 /// A leader stops acting this long before its term could have lapsed at etcd.
 pub const TERM_MARGIN: Duration = Duration::from_secs(1);
 
@@ -144,13 +147,24 @@ impl Supervisor {
         let every = self.ttl() / 3;
         loop {
             // Standby: take in what is committed, then campaign.
+            let mut stuck = None;
             match catch_up(&self.client, &self.keys, self.gateway.ledger()).await {
                 Ok(_) => {
                     if let Err(e) = self.gateway.driver().absorb().await {
                         tracing::error!("folding the leader's records: {e}");
                     }
                 }
-                Err(e) => tracing::warn!("taking in the leader's records: {e}"),
+                Err(e) => {
+                    tracing::warn!("taking in the leader's records: {e}");
+                    // What only an operator can mend is said in /v1/status.
+                    if matches!(
+                        e,
+                        super::follow::FollowError::Pruned { .. }
+                            | super::follow::FollowError::Ledger(crate::ledger::LedgerError::Diverged { .. })
+                    ) {
+                        stuck = Some(e.to_string());
+                    }
+                }
             }
             self.publish_view().await;
             let campaign = tokio::select! {
@@ -176,7 +190,7 @@ impl Supervisor {
                             epoch: u64::try_from(leader.epoch).unwrap_or(0),
                             url,
                         }),
-                        None,
+                        stuck,
                     );
                 }
                 Err(e) => self.standby(None, Some(format!("etcd: {e}"))),
@@ -211,6 +225,12 @@ impl Supervisor {
         }
         let (term_stop, term_stopped) = tokio::sync::watch::channel(false);
         let mut tasks = AbortOnDrop((self.leader_tasks)(&self.gateway, term_stopped));
+        tasks.0.push(tokio::spawn(super::retention::run(
+            self.client.clone(),
+            self.keys.clone(),
+            self.config.retain_records,
+            PRUNE_EVERY,
+        )));
         tracing::info!(epoch, took_ms = took.elapsed().as_millis() as u64, "leading");
         let mut writer = self.gateway.ledger().writer_mode();
         let every = self.ttl() / 3;

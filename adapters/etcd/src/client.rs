@@ -278,6 +278,18 @@ impl Client {
         Ok(())
     }
 
+    /// Forget the history before `revision` (see [`crate::wire::CompactionRequest`]). A
+    /// revision already compacted is not an error: someone else compacted further.
+    pub async fn compact(&self, revision: i64) -> Result<(), EtcdError> {
+        let answer: Result<serde_json::Value, EtcdError> = self
+            .call("/v3/kv/compaction", &crate::wire::CompactionRequest { revision })
+            .await;
+        match answer {
+            Err(e) if e.to_string().contains("has been compacted") => Ok(()),
+            other => other.map(|_| ()),
+        }
+    }
+
     /// An atomic transaction.
     pub async fn txn(&self, txn: &TxnRequest) -> Result<TxnResponse, EtcdError> {
         self.call("/v3/kv/txn", txn).await

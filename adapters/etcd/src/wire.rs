@@ -128,6 +128,14 @@ pub struct PutRequest {
     pub lease: i64,
 }
 
+/// `POST /v3/kv/compaction`: forget the key-value history before `revision` (the keys' current
+/// values stay). Without it every overwritten and deleted value stays in etcd's store.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CompactionRequest {
+    /// Keep history from this revision on.
+    pub revision: i64,
+}
+
 /// `POST /v3/kv/deleterange`.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct DeleteRequest {
