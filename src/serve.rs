@@ -171,16 +171,7 @@ impl Server {
         // Adapters that cannot be built (a bad URL, a missing TLS file) are refused at start, as
         // for a single gateway, not at the first term.
         Self::check_adapters(&full_config)?;
-        let http_client = flexgate_openadr::http::client(None, std::time::Duration::from_millis(ha.etcd_timeout_ms))
-            .map_err(|e| ServeError::Ha(format!("an HTTP client for etcd: {e}")))?;
-        let client = Arc::new(
-            flexgate_etcd::Client::new(
-                http_client,
-                &ha.endpoints,
-                std::time::Duration::from_millis(ha.etcd_timeout_ms),
-            )
-            .map_err(|e| ServeError::Ha(e.to_string()))?,
-        );
+        let client = Arc::new(ha.client().map_err(ServeError::Ha)?);
         let keys = Keys::new(&ha.prefix, &config.gateway.site);
         let ttl = std::time::Duration::from_secs(ha.term_ttl_s);
         // Two replicas under one name are refused; an etcd that does not answer is not fatal.

@@ -42,6 +42,9 @@ fn config(data: &Path, name: &str, agents: &[&AgentProcess], token_file: &Path, 
         prefix: "/flexgate".into(),
         etcd_timeout_ms: 1_000,
         retain_records: 100_000,
+        tls: None,
+        user: None,
+        password_file: None,
     });
     config.validate().expect("a valid configuration");
     config

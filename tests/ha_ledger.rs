@@ -2,6 +2,8 @@
 //! durable in etcd before they are answered, a follower holds the same chain, nothing is
 //! acknowledged without a quorum, and a deposed leader adds nothing to the chain.
 
+mod common;
+
 use flexgate::ha::follow::catch_up;
 use flexgate::ha::keys::{ANCHOR_EVERY, Keys};
 use flexgate::ha::quorum::EtcdQuorum;
@@ -362,4 +364,72 @@ async fn batches_every_replica_holds_are_pruned_from_etcd_and_a_replica_left_beh
     for ledger in [leader, follower, newcomer] {
         ledger.close().await.expect("close");
     }
+}
+
+/// `[ha] tls`: a replica reaches an etcd that serves https and requires client certificates
+/// (mutual TLS), with the CA and its own certificate from files; without its certificate, or
+/// trusting another CA, it reaches nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_reaches_etcd_over_mutual_tls_and_without_its_certificate_it_does_not() {
+    use flexgate::ha::config::{EtcdTls, HaConfig};
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let pki = tempfile::tempdir().expect("dir");
+    common::pki::mint(pki.path());
+    let cluster = Cluster::start_tls(flexgate_etcd::testing::ServerTls {
+        ca_file: pki.path().join("ca.pem"),
+        cert_file: pki.path().join("agent.pem"),
+        key_file: pki.path().join("agent-key.pem"),
+    });
+    assert!(cluster.endpoints().iter().all(|e| e.starts_with("https://")));
+    let config = |tls: EtcdTls| HaConfig {
+        replica: "gw-a".into(),
+        endpoints: cluster.endpoints(),
+        advertise_url: None,
+        term_ttl_s: 10,
+        prefix: "/flexgate".into(),
+        etcd_timeout_ms: 2_000,
+        retain_records: 100_000,
+        tls: Some(tls),
+        user: None,
+        password_file: None,
+    };
+    let mutual = config(EtcdTls {
+        ca_file: pki.path().join("ca.pem"),
+        cert_file: Some(pki.path().join("gateway.pem")),
+        key_file: Some(pki.path().join("gateway-key.pem")),
+    });
+    mutual.validate(None).expect("valid");
+    let client = Arc::new(mutual.client().expect("a client"));
+    let keys = Keys::new("/flexgate", "site-tls");
+    let election = Election::new(&client, keys.leader(), "gw-a", TTL);
+    let term = win(&election).await;
+    let dir = tempfile::tempdir().expect("dir");
+    let leader = Ledger::open(dir.path()).await.expect("open");
+    lead(&client, &keys, &leader, &term).await;
+    append_many(&leader, 5).await;
+    assert_eq!(leader.len(), 5, "records committed through etcd over TLS");
+    leader.close().await.expect("close");
+
+    let without_certificate = config(EtcdTls {
+        ca_file: pki.path().join("ca.pem"),
+        cert_file: None,
+        key_file: None,
+    })
+    .client()
+    .expect("a client");
+    assert!(
+        without_certificate.get(&keys.head()).await.is_err(),
+        "no client certificate"
+    );
+    let wrong_ca = config(EtcdTls {
+        ca_file: pki.path().join("other-ca.pem"),
+        cert_file: Some(pki.path().join("gateway.pem")),
+        key_file: Some(pki.path().join("gateway-key.pem")),
+    })
+    .client()
+    .expect("a client");
+    assert!(
+        wrong_ca.get(&keys.head()).await.is_err(),
+        "a member its CA did not sign"
+    );
 }

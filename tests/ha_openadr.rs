@@ -58,6 +58,9 @@ fn config(data: &Path, name: &str, vtn: &Vtn, etcd: &Cluster) -> Config {
         prefix: "/flexgate".into(),
         etcd_timeout_ms: 1_000,
         retain_records: 100_000,
+        tls: None,
+        user: None,
+        password_file: None,
     });
     config.validate().expect("a valid configuration");
     config

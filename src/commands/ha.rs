@@ -87,9 +87,7 @@ fn status(args: &StatusArgs) -> Result<()> {
 
 /// The replicas' state from etcd, as JSON.
 async fn read(ha: &crate::ha::config::HaConfig, site: &str) -> Result<serde_json::Value> {
-    let timeout = Duration::from_millis(ha.etcd_timeout_ms);
-    let http = flexgate_openadr::http::client(None, timeout).context("an HTTP client for etcd")?;
-    let client = flexgate_etcd::Client::new(http, &ha.endpoints, timeout)?;
+    let client = ha.client().map_err(anyhow::Error::msg)?;
     let keys = crate::ha::keys::Keys::new(&ha.prefix, site);
     let election = flexgate_etcd::Election::new(
         &client,

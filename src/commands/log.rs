@@ -163,9 +163,7 @@ fn verify_anchors(dir: &std::path::Path, config: &std::path::Path) -> Result<()>
         .build()
         .context("cannot start the runtime")?;
     runtime.block_on(async {
-        let timeout = std::time::Duration::from_millis(ha.etcd_timeout_ms);
-        let http = flexgate_openadr::http::client(None, timeout).context("an HTTP client for etcd")?;
-        let client = flexgate_etcd::Client::new(http, &ha.endpoints, timeout)?;
+        let client = ha.client().map_err(anyhow::Error::msg)?;
         let keys = crate::ha::keys::Keys::new(&ha.prefix, &config.gateway.site);
         let (anchors, head) = crate::ha::anchors::committed(&client, &keys)
             .await

@@ -37,6 +37,32 @@ pub struct HaConfig {
     /// replica's data directory. At least 1000.
     #[serde(default = "default_retain_records")]
     pub retain_records: u64,
+    /// TLS to etcd (with `https://` endpoints): the CA that signs the members' certificates
+    /// and, for etcd's `--client-cert-auth`, this replica's certificate and key. Absent with
+    /// `https://` endpoints: the system's roots.
+    #[serde(default)]
+    pub tls: Option<EtcdTls>,
+    /// The etcd user this replica authenticates as, where etcd's auth is enabled; its password
+    /// is read from `password_file` (never from this file, never logged).
+    #[serde(default)]
+    pub user: Option<String>,
+    /// The file holding `user`'s password (mode 0600; the first line, trimmed).
+    #[serde(default)]
+    pub password_file: Option<std::path::PathBuf>,
+}
+
+/// `[ha.tls]`: PEM files.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EtcdTls {
+    /// The CA certificates that sign the etcd members' certificates.
+    pub ca_file: std::path::PathBuf,
+    /// This replica's client certificate chain, for etcd's `--client-cert-auth`.
+    #[serde(default)]
+    pub cert_file: Option<std::path::PathBuf>,
+    /// Its private key.
+    #[serde(default)]
+    pub key_file: Option<std::path::PathBuf>,
 }
 
 fn default_term_ttl_s() -> u64 {
@@ -123,6 +149,23 @@ impl HaConfig {
                 "must be under half of ha.term_ttl_s, so that a renewal can fail and be retried within a term".into(),
             ));
         }
+        if self.user.is_some() != self.password_file.is_some() {
+            return Err((
+                "ha.user",
+                "ha.user and ha.password_file go together (etcd's auth needs both)".into(),
+            ));
+        }
+        if self.tls.is_some() && self.endpoints.iter().any(|e| e.starts_with("http://")) {
+            return Err((
+                "ha.tls",
+                "is set but an endpoint is http://: use https:// endpoints with TLS".into(),
+            ));
+        }
+        if let Some(tls) = &self.tls
+            && tls.cert_file.is_some() != tls.key_file.is_some()
+        {
+            return Err(("ha.tls", "cert_file and key_file go together".into()));
+        }
         if self.retain_records < 1_000 {
             return Err((
                 "ha.retain_records",
@@ -131,6 +174,49 @@ impl HaConfig {
         }
         Ok(())
     }
+}
+
+impl HaConfig {
+    /// A client of the site's etcd: its endpoints, TLS and credentials (the password read from
+    /// its file now; a file that others may read is refused, since it holds a secret).
+    pub fn client(&self) -> Result<flexgate_etcd::Client, String> {
+        let timeout = std::time::Duration::from_millis(self.etcd_timeout_ms);
+        let tls = self.tls.as_ref().map(|t| flexgate_openadr::http::tls::TlsSettings {
+            ca_file: Some(t.ca_file.clone()),
+            cert_file: t.cert_file.clone(),
+            key_file: t.key_file.clone(),
+            vtn_fingerprint: None,
+        });
+        let http = flexgate_openadr::http::client(tls.as_ref(), timeout)
+            .map_err(|e| format!("ha.tls: an HTTP client for etcd: {e}"))?;
+        let mut client = flexgate_etcd::Client::new(http, &self.endpoints, timeout).map_err(|e| e.to_string())?;
+        if let (Some(user), Some(path)) = (&self.user, &self.password_file) {
+            client = client.with_credentials(flexgate_etcd::Credentials {
+                user: user.clone(),
+                password: read_password(path)?,
+            });
+        }
+        Ok(client)
+    }
+}
+
+/// The first line of a password file, which only its owner may read.
+fn read_password(path: &std::path::Path) -> Result<String, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let shown = path.display();
+    let meta = std::fs::metadata(path).map_err(|e| format!("ha.password_file {shown}: {e}"))?;
+    if meta.permissions().mode() & 0o077 != 0 {
+        return Err(format!(
+            "ha.password_file {shown} can be read by others (mode {:o}): it holds etcd's password; chmod 600 it",
+            meta.permissions().mode() & 0o777
+        ));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| format!("ha.password_file {shown}: {e}"))?;
+    let password = text.lines().next().unwrap_or("").trim().to_string();
+    if password.is_empty() {
+        return Err(format!("ha.password_file {shown} is empty"));
+    }
+    Ok(password)
 }
 
 #[cfg(test)]
@@ -146,7 +232,33 @@ mod tests {
             prefix: default_prefix(),
             etcd_timeout_ms: default_etcd_timeout_ms(),
             retain_records: default_retain_records(),
+            tls: None,
+            user: None,
+            password_file: None,
         }
+    }
+
+    #[test]
+    fn a_password_file_others_can_read_is_refused_and_one_they_cannot_is_read() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("etcd-password");
+        std::fs::write(&path, "s3cret-pass\n").expect("write");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        let mut c = ha();
+        c.user = Some("flexgate".into());
+        c.password_file = Some(path.clone());
+        let refused = c.client().expect_err("world-readable");
+        assert!(
+            refused.contains("chmod 600") && !refused.contains("s3cret"),
+            "{refused}"
+        );
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        let client = c.client().expect("read");
+        assert!(
+            !format!("{client:?}").contains("s3cret"),
+            "the password stays out of Debug"
+        );
     }
 
     /// The commented example in deploy/flexgate.toml is a valid `[ha]`.
@@ -205,6 +317,17 @@ mod tests {
                 "ha.etcd_timeout_ms",
             ),
             (Box::new(|c: &mut HaConfig| c.retain_records = 10), "ha.retain_records"),
+            (Box::new(|c: &mut HaConfig| c.user = Some("flexgate".into())), "ha.user"),
+            (
+                Box::new(|c: &mut HaConfig| {
+                    c.tls = Some(EtcdTls {
+                        ca_file: "/etc/flexgate/etcd-ca.pem".into(),
+                        cert_file: None,
+                        key_file: None,
+                    });
+                }),
+                "ha.tls",
+            ),
         ] {
             let mut c = ha();
             tweak(&mut c);

@@ -88,14 +88,46 @@ impl EtcdError {
     }
 }
 
-/// A client of one etcd cluster.
-#[derive(Debug)]
+/// An etcd user's name and password (etcd's role-based access control). Its `Debug` hides the
+/// password, so that it never reaches a log.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    /// The user.
+    pub user: String,
+    /// The password.
+    pub password: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("user", &self.user)
+            .field("password", &"(hidden)")
+            .finish()
+    }
+}
+
+/// A client of one etcd cluster. (Its `Debug` shows no password and no token.)
 pub struct Client {
     http: reqwest::Client,
     endpoints: Vec<String>,
     /// The member the next call starts at.
     next: AtomicUsize,
     timeout: Duration,
+    credentials: Option<Credentials>,
+    /// The auth token per member (etcd's simple tokens are each member's own), taken by
+    /// [`Client::authenticate`] when first needed and again when a member no longer knows it.
+    tokens: std::sync::Mutex<Vec<Option<String>>>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("endpoints", &self.endpoints)
+            .field("timeout", &self.timeout)
+            .field("credentials", &self.credentials)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Check one endpoint: `http(s)://host:port`, nothing after the port.
@@ -134,12 +166,81 @@ impl Client {
             .iter()
             .map(|e| check_endpoint(e))
             .collect::<Result<Vec<_>, _>>()?;
+        let members = endpoints.len();
         Ok(Self {
             http,
             endpoints,
             next: AtomicUsize::new(0),
             timeout,
+            credentials: None,
+            tokens: std::sync::Mutex::new(vec![None; members]),
         })
+    }
+
+    /// Authenticate as `credentials` (a cluster with auth enabled): every call carries the
+    /// member's token.
+    #[must_use]
+    pub fn with_credentials(mut self, credentials: Credentials) -> Self {
+        self.credentials = Some(credentials);
+        self
+    }
+
+    fn token(&self, index: usize) -> Option<String> {
+        self.tokens.lock().ok().and_then(|t| t.get(index).cloned().flatten())
+    }
+
+    fn set_token(&self, index: usize, token: Option<String>) {
+        if let Ok(mut tokens) = self.tokens.lock()
+            && let Some(slot) = tokens.get_mut(index)
+        {
+            *slot = token;
+        }
+    }
+
+    /// The token for member `index` (`None` without credentials), authenticating when it has
+    /// none. A member that does not answer gives the connection error as is, for failover.
+    async fn authorize(&self, index: usize) -> Result<Option<String>, Result<reqwest::Error, EtcdError>> {
+        let Some(credentials) = &self.credentials else {
+            return Ok(None);
+        };
+        if let Some(token) = self.token(index) {
+            return Ok(Some(token));
+        }
+        let endpoint = &self.endpoints[index];
+        let path = "/v3/auth/authenticate";
+        let response = self
+            .http
+            .post(format!("{endpoint}{path}"))
+            .timeout(self.timeout)
+            .json(&crate::wire::AuthenticateRequest {
+                name: credentials.user.clone(),
+                password: credentials.password.clone(),
+            })
+            .send()
+            .await
+            .map_err(Ok)?;
+        let status = response.status();
+        let text = response.text().await.unwrap_or_default();
+        if !status.is_success() {
+            let message = serde_json::from_str::<GatewayError>(&text)
+                .map(|e| e.message)
+                .unwrap_or(text);
+            return Err(Err(EtcdError::Refused {
+                endpoint: endpoint.clone(),
+                path: path.to_string(),
+                status: status.as_u16(),
+                message: format!("as etcd user {:?}: {message}", credentials.user),
+            }));
+        }
+        let answer: crate::wire::AuthenticateResponse = serde_json::from_str(&text).map_err(|e| {
+            Err(EtcdError::Malformed {
+                endpoint: endpoint.clone(),
+                path: path.to_string(),
+                reason: e.to_string(),
+            })
+        })?;
+        self.set_token(index, Some(answer.token.clone()));
+        Ok(Some(answer.token))
     }
 
     /// The members, as configured.
@@ -154,16 +255,36 @@ impl Client {
         let start = self.next.load(Ordering::Relaxed);
         let count = self.endpoints.len();
         let mut last = String::new();
-        for i in 0..count {
+        let mut reauthenticated = false;
+        let mut i = 0;
+        while i < count {
             let index = (start + i) % count;
             let endpoint = &self.endpoints[index];
-            let sent = self
+            let token = match self.authorize(index).await {
+                Ok(token) => token,
+                Err(Ok(e)) if e.is_connect() => {
+                    last = format!("{endpoint}: {e}");
+                    i += 1;
+                    continue;
+                }
+                Err(Ok(e)) => {
+                    self.next.store((index + 1) % count, Ordering::Relaxed);
+                    return Err(EtcdError::Unreachable {
+                        tried: i + 1,
+                        last: format!("{endpoint}: authenticating: {e}"),
+                    });
+                }
+                Err(Err(e)) => return Err(e),
+            };
+            let mut request = self
                 .http
                 .post(format!("{endpoint}{path}"))
                 .timeout(self.timeout)
-                .json(body)
-                .send()
-                .await;
+                .json(body);
+            if let Some(token) = &token {
+                request = request.header(reqwest::header::AUTHORIZATION, token);
+            }
+            let sent = request.send().await;
             match sent {
                 Ok(response) => {
                     let status = response.status();
@@ -171,12 +292,19 @@ impl Client {
                         self.next.store(index, Ordering::Relaxed);
                         return Ok((endpoint.clone(), response));
                     }
-                    // The next call starts elsewhere: this member may have lost the quorum.
-                    self.next.store((index + 1) % count, Ordering::Relaxed);
                     let text = response.text().await.unwrap_or_default();
                     let message = serde_json::from_str::<GatewayError>(&text)
                         .map(|e| e.message)
                         .unwrap_or(text);
+                    // A token the member no longer knows (it restarted, or the token expired):
+                    // authenticate again and resend, once. Nothing was applied.
+                    if token.is_some() && !reauthenticated && message.contains("invalid auth token") {
+                        self.set_token(index, None);
+                        reauthenticated = true;
+                        continue;
+                    }
+                    // The next call starts elsewhere: this member may have lost the quorum.
+                    self.next.store((index + 1) % count, Ordering::Relaxed);
                     return Err(EtcdError::Refused {
                         endpoint: endpoint.clone(),
                         path: path.to_string(),
@@ -186,6 +314,8 @@ impl Client {
                 }
                 Err(e) if e.is_connect() => {
                     last = format!("{endpoint}: {e}");
+                    // A member that comes back has forgotten its tokens.
+                    self.set_token(index, None);
                 }
                 Err(e) => {
                     self.next.store((index + 1) % count, Ordering::Relaxed);
@@ -196,6 +326,7 @@ impl Client {
                     });
                 }
             }
+            i += 1;
         }
         Err(EtcdError::Unreachable { tried: count, last })
     }
@@ -350,11 +481,19 @@ impl Client {
         for i in 0..count {
             let index = (start_at + i) % count;
             let endpoint = &self.endpoints[index];
-            let sent = tokio::time::timeout(
-                self.timeout,
-                self.http.post(format!("{endpoint}/v3/watch")).json(&body).send(),
-            )
-            .await;
+            let token = match self.authorize(index).await {
+                Ok(token) => token,
+                Err(Ok(e)) => {
+                    last = format!("{endpoint}: authenticating: {e}");
+                    continue;
+                }
+                Err(Err(e)) => return Err(e),
+            };
+            let mut request = self.http.post(format!("{endpoint}/v3/watch")).json(&body);
+            if let Some(token) = &token {
+                request = request.header(reqwest::header::AUTHORIZATION, token);
+            }
+            let sent = tokio::time::timeout(self.timeout, request.send()).await;
             match sent {
                 Ok(Ok(response)) if response.status().is_success() => {
                     return Ok(Watch {

@@ -31,5 +31,5 @@ pub mod election;
 pub mod testing;
 pub mod wire;
 
-pub use client::{Client, EtcdError, Watch, check_endpoint};
+pub use client::{Client, Credentials, EtcdError, Watch, check_endpoint};
 pub use election::{Campaign, Election, Leader, Term};

@@ -20,7 +20,21 @@ pub struct Member {
     pub client_port: u16,
     /// Its peer port.
     pub peer_port: u16,
+    /// Where it serves `/health` and `/metrics` over plain HTTP (whatever its client URLs are).
+    pub metrics_port: u16,
     child: Option<Child>,
+}
+
+/// The members' TLS on their client URLs (PEM files): a certificate for 127.0.0.1, and the CA
+/// whose client certificates they require (`--client-cert-auth`).
+#[derive(Debug, Clone)]
+pub struct ServerTls {
+    /// The CA that signs the members' certificate and the clients' certificates.
+    pub ca_file: PathBuf,
+    /// The members' certificate (valid for 127.0.0.1).
+    pub cert_file: PathBuf,
+    /// Its key.
+    pub key_file: PathBuf,
 }
 
 /// The cluster.
@@ -30,6 +44,7 @@ pub struct Cluster {
     /// Its members.
     pub members: Vec<Member>,
     initial: String,
+    tls: Option<ServerTls>,
 }
 
 fn free_port() -> u16 {
@@ -54,7 +69,24 @@ impl Cluster {
         Self::start_with(&ports)
     }
 
+    /// Three members whose client URLs are `https://` with `tls`, requiring client
+    /// certificates.
+    pub fn start_tls(tls: ServerTls) -> Self {
+        Self::start_full(
+            &[
+                (free_port(), free_port()),
+                (free_port(), free_port()),
+                (free_port(), free_port()),
+            ],
+            Some(tls),
+        )
+    }
+
     fn start_with(ports: &[(u16, u16)]) -> Self {
+        Self::start_full(ports, None)
+    }
+
+    fn start_full(ports: &[(u16, u16)], tls: Option<ServerTls>) -> Self {
         assert!(
             std::path::Path::new(ETCD).exists(),
             "{ETCD} is not installed: run `bash tests/peers/setup.sh --only etcd`"
@@ -67,6 +99,7 @@ impl Cluster {
                 name: format!("m{}", i + 1),
                 client_port: *client_port,
                 peer_port: *peer_port,
+                metrics_port: free_port(),
                 child: None,
             })
             .collect();
@@ -75,7 +108,12 @@ impl Cluster {
             .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
             .collect::<Vec<_>>()
             .join(",");
-        let mut cluster = Self { dir, members, initial };
+        let mut cluster = Self {
+            dir,
+            members,
+            initial,
+            tls,
+        };
         for i in 0..cluster.members.len() {
             cluster.start_member(i);
         }
@@ -91,16 +129,30 @@ impl Cluster {
     pub fn start_member(&mut self, i: usize) {
         let m = &self.members[i];
         let log = std::fs::File::create(self.dir.path().join(format!("{}.log", m.name))).expect("log");
-        let child = Command::new(ETCD)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let mut command = Command::new(ETCD);
+        if let Some(tls) = &self.tls {
+            command
+                .arg("--cert-file")
+                .arg(&tls.cert_file)
+                .arg("--key-file")
+                .arg(&tls.key_file)
+                .arg("--trusted-ca-file")
+                .arg(&tls.ca_file)
+                .arg("--client-cert-auth");
+        }
+        let child = command
             .args([
                 "--name",
                 &m.name,
                 "--data-dir",
                 &self.data_dir(i).to_string_lossy(),
                 "--listen-client-urls",
-                &format!("http://127.0.0.1:{}", m.client_port),
+                &format!("{scheme}://127.0.0.1:{}", m.client_port),
                 "--advertise-client-urls",
-                &format!("http://127.0.0.1:{}", m.client_port),
+                &format!("{scheme}://127.0.0.1:{}", m.client_port),
+                "--listen-metrics-urls",
+                &format!("http://127.0.0.1:{}", m.metrics_port),
                 "--listen-peer-urls",
                 &format!("http://127.0.0.1:{}", m.peer_port),
                 "--initial-advertise-peer-urls",
@@ -131,9 +183,10 @@ impl Cluster {
 
     /// Every member's client URL.
     pub fn endpoints(&self) -> Vec<String> {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
         self.members
             .iter()
-            .map(|m| format!("http://127.0.0.1:{}", m.client_port))
+            .map(|m| format!("{scheme}://127.0.0.1:{}", m.client_port))
             .collect()
     }
 
@@ -141,8 +194,8 @@ impl Cluster {
     pub fn wait_healthy(&self, within: Duration) {
         let deadline = Instant::now() + within;
         loop {
-            for endpoint in self.endpoints() {
-                if health(&endpoint) {
+            for m in &self.members {
+                if health(&format!("http://127.0.0.1:{}", m.metrics_port)) {
                     return;
                 }
             }

@@ -128,6 +128,37 @@ pub struct PutRequest {
     pub lease: i64,
 }
 
+/// `POST /v3/auth/authenticate`. Its `Debug` hides the password.
+#[derive(Clone, Default, Serialize)]
+pub struct AuthenticateRequest {
+    /// The user.
+    pub name: String,
+    /// The password.
+    pub password: String,
+}
+
+impl std::fmt::Debug for AuthenticateRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthenticateRequest")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Its answer: the token every later call carries in `Authorization`. (Its `Debug` hides it.)
+#[derive(Clone, Default, Deserialize)]
+pub struct AuthenticateResponse {
+    /// The token.
+    #[serde(default)]
+    pub token: String,
+}
+
+impl std::fmt::Debug for AuthenticateResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthenticateResponse").finish_non_exhaustive()
+    }
+}
+
 /// `POST /v3/kv/compaction`: forget the key-value history before `revision` (the keys' current
 /// values stay). Without it every overwritten and deleted value stays in etcd's store.
 #[derive(Debug, Clone, Default, Serialize)]
