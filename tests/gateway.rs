@@ -228,6 +228,9 @@ async fn read_endpoints_answer() {
         assert!(status_body.get(field).is_some(), "status lacks {field}");
     }
     assert_eq!(status_body["site"], "site-1");
+    // Without [ha] the gateway runs alone, and says so.
+    assert_eq!(status_body["ha"]["role"], "single", "{status_body}");
+    assert!(status_body.get("replication").is_none(), "{status_body}");
     // Every figure is in base units: no kW field left in the API's own views.
     for path in ["/v1/status", "/v1/jobs", "/v1/events", "/v1/plan", "/v1/flexibility"] {
         let (_, body) = get(&gw, path).await;

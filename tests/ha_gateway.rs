@@ -189,6 +189,10 @@ async fn the_standby_takes_over_a_killed_leader_mid_event_and_no_cap_is_ever_res
     )
     .await;
     assert_eq!(status["replication"]["role"], "standby", "{status}");
+    assert_eq!(
+        status["ha"], status["replication"],
+        "`ha` is the replication view on a replica"
+    );
     assert_eq!(status["replication"]["leader"], leader_name, "{status}");
     assert_eq!(status["replication"]["epoch"], first_epoch, "{status}");
     // The standby's dashboard, in a real headless Chromium, says who it is and who leads.

@@ -240,6 +240,10 @@ impl ReadSide {
             &self.config.site.time_zone,
         );
         status.replication = self.replication();
+        status.ha = status
+            .replication
+            .clone()
+            .unwrap_or_else(super::views::ReplicationView::single);
         status
     }
 

@@ -60,8 +60,12 @@ pub struct StatusView {
     pub flex_available_w: Option<f64>,
     /// Probe steps in flight outside events (`[probe]`): job, cap W per GPU, lease end.
     pub probes_in_flight: Vec<ProbeView>,
-    /// Among the site's replicas (`[ha]`): this one's role, the term, who leads, and how far
-    /// behind each replica is. Absent for a single gateway.
+    /// High availability: `role` is `single` (no `[ha]`: this gateway runs alone), `leader`
+    /// or `standby`; on a replica, also the term (`epoch`), who leads, and how far behind each
+    /// replica is.
+    pub ha: ReplicationView,
+    /// The same as `ha` on a replica, absent on a single gateway (the field's first name,
+    /// kept for the clients that read it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replication: Option<ReplicationView>,
     /// The meter figures as the controller keeps them (kW, exactly), for the grid's
@@ -83,9 +87,9 @@ struct MeterKw {
 /// `flexgate ha status`).
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 pub struct ReplicationView {
-    /// This replica's name.
+    /// This replica's name (empty on a single gateway).
     pub replica: String,
-    /// `leader` or `standby`.
+    /// `single`, `leader` or `standby`.
     pub role: String,
     /// The term this replica leads (leader), or the leader's (standby, when known).
     pub epoch: Option<u64>,
@@ -101,6 +105,24 @@ pub struct ReplicationView {
     pub replicas: Vec<ReplicaView>,
     /// When this was last read from etcd.
     pub updated_at: Option<DateTime<Utc>>,
+}
+
+impl ReplicationView {
+    /// A gateway without `[ha]`.
+    #[must_use]
+    pub fn single() -> Self {
+        Self {
+            replica: String::new(),
+            role: "single".into(),
+            epoch: None,
+            leader: None,
+            leader_url: None,
+            reason: None,
+            committed_seq: None,
+            replicas: Vec::new(),
+            updated_at: None,
+        }
+    }
 }
 
 /// One replica in [`ReplicationView`].
@@ -178,6 +200,7 @@ impl StatusView {
                     until: p.until,
                 })
                 .collect(),
+            ha: ReplicationView::single(),
             replication: None,
         }
     }
