@@ -14,7 +14,7 @@
 #     127.0.0.1, on free ports, never the packaged service)
 # Idempotent: each step is skipped when its result is already there. One line per step on
 # stdout; the tools' own output goes to target/peers/*.log and is shown only when a step fails.
-# Usage: tests/peers/setup.sh [--only oadr2b|oadr3|modbus|prometheus|systemd|chromium|mosquitto|strace|cargo-deny|slurm|etcd]
+# Usage: tests/peers/setup.sh [--only oadr2b|oadr3|modbus|prometheus|systemd|chromium|mosquitto|strace|cargo-deny|slurm|etcd|nvml-double]
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."   # workspace root
@@ -27,10 +27,10 @@ OADR3_ROOT=$PEERS/openadr
 OADR3_BIN=$OADR3_ROOT/bin/openadr
 ONLY=${2:-}
 if [[ ${1:-} == --only ]]; then
-    [[ $ONLY == oadr2b || $ONLY == oadr3 || $ONLY == modbus || $ONLY == prometheus || $ONLY == systemd || $ONLY == chromium || $ONLY == mosquitto || $ONLY == strace || $ONLY == cargo-deny || $ONLY == slurm || $ONLY == etcd ]] ||
-        { echo "setup: --only takes oadr2b, oadr3, modbus, prometheus, systemd, chromium, mosquitto, strace, cargo-deny, slurm or etcd" >&2; exit 2; }
+    [[ $ONLY == oadr2b || $ONLY == oadr3 || $ONLY == modbus || $ONLY == prometheus || $ONLY == systemd || $ONLY == chromium || $ONLY == mosquitto || $ONLY == strace || $ONLY == cargo-deny || $ONLY == slurm || $ONLY == etcd || $ONLY == nvml-double ]] ||
+        { echo "setup: --only takes oadr2b, oadr3, modbus, prometheus, systemd, chromium, mosquitto, strace, cargo-deny, slurm, etcd or nvml-double" >&2; exit 2; }
 elif [[ $# -gt 0 ]]; then
-    echo "usage: $0 [--only oadr2b|oadr3|modbus|prometheus|systemd|chromium|mosquitto|strace|cargo-deny|slurm|etcd]" >&2; exit 2
+    echo "usage: $0 [--only oadr2b|oadr3|modbus|prometheus|systemd|chromium|mosquitto|strace|cargo-deny|slurm|etcd|nvml-double]" >&2; exit 2
 fi
 mkdir -p "$PEERS"
 
@@ -245,7 +245,20 @@ setup_slurm() {
     bash tests/peers/slurm.sh install >"$log" 2>&1 || fail "Slurm install failed" "$log"
 }
 
+# The NVML test double (tests/nvml_double/README.md): a libnvidia-ml.so.1 that the real agent
+# loads through LD_LIBRARY_PATH. Rebuilt every time (a second; the source may have changed).
+setup_nvml_double() {
+    local out=$PEERS/nvml-double
+    local log=$PEERS/nvml-double.log
+    command -v cc >/dev/null 2>&1 || fail "a C compiler (cc) is needed to build the NVML test double"
+    mkdir -p "$out"
+    step "building the NVML test double into $out/libnvidia-ml.so.1"
+    cc -Wall -Wextra -Werror -O2 -shared -fPIC -o "$out/libnvidia-ml.so.1" tests/nvml_double/nvml_double.c -lpthread \
+        >"$log" 2>&1 || fail "building the NVML test double failed" "$log"
+}
+
 case $ONLY in
+    nvml-double) setup_nvml_double ;;
     oadr2b) setup_oadr2b ;;
     oadr3) setup_oadr3 ;;
     modbus) setup_modbus ;;
@@ -257,6 +270,6 @@ case $ONLY in
     strace) setup_strace ;;
     cargo-deny) setup_cargo_deny ;;
     etcd) setup_etcd ;;
-    *) setup_etcd; setup_oadr2b; setup_modbus; setup_oadr3; setup_mosquitto; setup_prometheus; setup_systemd; setup_chromium; setup_strace; setup_cargo_deny; setup_slurm ;;
+    *) setup_nvml_double; setup_etcd; setup_oadr2b; setup_modbus; setup_oadr3; setup_mosquitto; setup_prometheus; setup_systemd; setup_chromium; setup_strace; setup_cargo_deny; setup_slurm ;;
 esac
 step "done"

@@ -1,0 +1,244 @@
+//! The real `flexgate-agent` binary on its real NVML code path, through the dynamic loader, on
+//! the NVML test double (`tests/nvml_double/`, built by `tests/peers/setup.sh --only
+//! nvml-double`): a test double for a driver that cannot run here. These are the behaviours
+//! the agent has right on it today; the faults it does not yet survive are issue 31's.
+
+mod common;
+
+use chrono::{TimeDelta, Utc};
+use common::{BIN, CONTROL, request, write_token};
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Where the setup script builds the double.
+fn double_lib_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/peers/nvml-double");
+    assert!(
+        dir.join("libnvidia-ml.so.1").exists(),
+        "{} is missing: run `bash tests/peers/setup.sh --only nvml-double` (the README test command does)",
+        dir.join("libnvidia-ml.so.1").display()
+    );
+    dir
+}
+
+/// One double's scripting directory.
+struct Double {
+    dir: tempfile::TempDir,
+}
+
+impl Double {
+    fn new(gpus: &str) -> Self {
+        let dir = tempfile::tempdir().expect("dir");
+        std::fs::write(dir.path().join("gpus"), gpus).expect("gpus");
+        std::fs::write(dir.path().join("commands"), "").expect("commands");
+        Self { dir }
+    }
+
+    fn command(&self, line: &str) {
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.dir.path().join("commands"))
+            .expect("commands");
+        writeln!(f, "{line}").expect("append");
+    }
+
+    /// What the "driver" holds: (requested mW, enforced mW) per GPU.
+    fn limits(&self) -> Vec<(u32, u32)> {
+        let text = std::fs::read_to_string(self.dir.path().join("state")).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| {
+                let f: Vec<u32> = l.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+                (f.len() >= 3).then(|| (f[1], f[2]))
+            })
+            .collect()
+    }
+}
+
+/// The agent binary running on `double`, its NVML backend loaded from the double's library.
+struct OnDouble {
+    child: Child,
+    addr: SocketAddr,
+    stderr: Arc<Mutex<String>>,
+    _dir: tempfile::TempDir,
+}
+
+impl OnDouble {
+    fn start(double: &Double) -> Self {
+        let dir = tempfile::tempdir().expect("dir");
+        let token = write_token(dir.path());
+        let state = dir.path().join("agent-state");
+        let mut child = Command::new(BIN)
+            .args([
+                "--hostname",
+                "gpu-node",
+                "--listen",
+                "127.0.0.1:0",
+                "--token-file",
+                &token,
+            ])
+            .arg("--state-dir")
+            .arg(&state)
+            .env_remove("FLEXGATE_AGENT_TOKEN")
+            .env_remove("FLEXGATE_AGENT_TOKEN_FILE")
+            .env_remove("FLEXGATE_AGENT_READ_TOKEN")
+            .env("LD_LIBRARY_PATH", double_lib_dir())
+            .env("FLEXGATE_NVML_DOUBLE", double.dir.path())
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn agent");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let sink = stderr.clone();
+        let mut err_pipe = child.stderr.take().expect("stderr");
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = err_pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().expect("lock").push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        let (tx, rx) = std::sync::mpsc::channel();
+        let out = child.stdout.take().expect("stdout");
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if let Some(addr) = line.strip_prefix("flexgate-agent listening on http://") {
+                    let _ = tx.send(addr.to_owned());
+                }
+            }
+        });
+        let Ok(addr) = rx.recv_timeout(Duration::from_secs(20)) else {
+            let _ = child.kill();
+            panic!(
+                "the agent did not start on the double: {}",
+                stderr.lock().expect("lock")
+            );
+        };
+        Self {
+            child,
+            addr: addr.parse().expect("address"),
+            stderr,
+            _dir: dir,
+        }
+    }
+
+    fn get(&self, path: &str) -> Value {
+        let r = request(self.addr, "GET", path, Some(CONTROL), None);
+        assert_eq!(r.status, 200, "{path}: {}", r.body);
+        r.json()
+    }
+
+    fn lease(&self, id: &str, caps: &[(usize, f64)]) -> Value {
+        let gpus: Vec<Value> = caps
+            .iter()
+            .map(|(i, w)| json!({"uuid": format!("GPU-d0ub1e00-0000-0000-0000-{i:012}"), "cap_w": w}))
+            .collect();
+        let body = json!({
+            "generation": 1,
+            "expires_at": (Utc::now() + TimeDelta::seconds(60)).to_rfc3339(),
+            "gpus": gpus,
+            "restore": "pre_event",
+        })
+        .to_string();
+        let r = request(
+            self.addr,
+            "PUT",
+            &format!("/v1/leases/{id}"),
+            Some(CONTROL),
+            Some(&body),
+        );
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.json()
+    }
+}
+
+impl Drop for OnDouble {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn eventually(what: &str, within: Duration, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !ok() {
+        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn the_agent_reads_each_models_constraints_caps_and_restores_through_nvml() {
+    let double = Double::new("h100_sxm\nh200_sxm\nb200\n");
+    let agent = OnDouble::start(&double);
+    let health = agent.get("/v1/health");
+    assert_eq!(health["gpu_backend"], "nvml", "{health}");
+    assert_eq!(health["gpus"], 3, "{health}");
+    let gpus = agent.get("/v1/gpus");
+    let row = |i: usize, field: &str| gpus[i][field].as_f64().unwrap_or(f64::NAN);
+    assert_eq!(gpus[0]["name"], "NVIDIA H100 80GB HBM3");
+    assert_eq!(gpus[2]["name"], "NVIDIA B200");
+    assert_eq!(
+        (row(0, "min_w"), row(0, "max_w"), row(0, "default_w")),
+        (200.0, 700.0, 700.0)
+    );
+    assert_eq!(
+        (row(2, "min_w"), row(2, "max_w"), row(2, "default_w")),
+        (200.0, 1000.0, 1000.0)
+    );
+
+    let answer = agent.lease("evt-1", &[(0, 400.0), (2, 600.0)]);
+    assert!(
+        answer["applied"]
+            .as_array()
+            .is_some_and(|g| g.iter().all(|c| c["status"] == "ok")),
+        "{answer}"
+    );
+    assert_eq!(
+        double.limits(),
+        vec![(400_000, 400_000), (700_000, 700_000), (600_000, 600_000)]
+    );
+    let r = request(agent.addr, "DELETE", "/v1/leases/evt-1", Some(CONTROL), None);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        double.limits(),
+        vec![(700_000, 700_000), (700_000, 700_000), (1_000_000, 1_000_000)],
+        "the pre-lease limits are restored"
+    );
+}
+
+#[test]
+fn a_driver_reload_is_reapplied_an_out_of_band_limit_shows_and_a_refused_set_says_so() {
+    let double = Double::new("h100_sxm\nh100_sxm\nh100_sxm\n");
+    let agent = OnDouble::start(&double);
+    agent.lease("evt-1", &[(0, 400.0)]);
+    // The driver reloads (persistence off): every limit back to its default; the agent's
+    // watchdog sets the cap again.
+    double.command("reload");
+    eventually("the cap re-applied after the reload", Duration::from_secs(5), || {
+        double.limits().first() == Some(&(400_000, 400_000))
+    });
+    // A limiter outside the agent holds GPU 1 at 500 W: the agent reports what is enforced.
+    double.command("oob 1 500000");
+    eventually("the out-of-band limit in /v1/gpus", Duration::from_secs(5), || {
+        let gpus = agent.get("/v1/gpus");
+        gpus[1]["enforced_w"] == 500.0 && gpus[1]["limit_w"] == 700.0
+    });
+    // The driver refuses a set on GPU 2: the answer says so, per GPU.
+    double.command("permission 2 0");
+    let answer = agent.lease("evt-2", &[(2, 300.0)]);
+    assert_eq!(answer["applied"][0]["status"], "no_permission", "{answer}");
+    assert_eq!(double.limits()[2], (700_000, 700_000), "nothing was set");
+    assert!(
+        !agent.stderr.lock().expect("lock").contains("panicked"),
+        "{}",
+        agent.stderr.lock().expect("lock")
+    );
+}

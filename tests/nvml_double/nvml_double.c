@@ -1,0 +1,402 @@
+/*
+ * An NVML test double: libnvidia-ml.so.1 for machines without an NVIDIA driver.
+ *
+ * It exports, with NVML's real C ABI, the functions the node agent calls through nvml-wrapper
+ * (which opens libnvidia-ml.so.1 by name and panics on exit without nvmlShutdown), so that the
+ * real `flexgate-agent` binary runs its real NVML code path against it through the dynamic
+ * loader (LD_LIBRARY_PATH). It is NOT a driver: it models the few behaviours the agent relies on
+ * and the faults operators report. See README.md beside it.
+ *
+ * Scripting. FLEXGATE_NVML_DOUBLE names a directory:
+ *   gpus      read at nvmlInit: one line per GPU, `MODEL [persistence=0|1] [mig=N]`, MODEL one of
+ *             h100_sxm, h200_sxm, b200 (their constraints and defaults in `models` below);
+ *   commands  read before every call, new lines only (append to it while the agent runs):
+ *             reload                  driver reload: every limit back to its default
+ *             oob I MW                an out-of-band limiter (BMC) holds GPU I at MW (0: none)
+ *             lost I                  GPU I is lost: every call on it answers GPU_IS_LOST
+ *             found I                 GPU I answers again
+ *             hang NAME SECONDS       calls whose name contains NAME sleep SECONDS first
+ *             ignore_set I 0|1        a set on GPU I answers success and changes nothing
+ *             clamp I MW              the driver raises any limit set on GPU I to at least MW
+ *             permission I 0|1        a set on GPU I answers NO_PERMISSION (0) or works (1)
+ *             persistence I 0|1       GPU I's persistence mode
+ *             power I MW              GPU I draws MW (before its limit)
+ *             no_energy I 0|1         GPU I's energy counter answers NOT_SUPPORTED
+ *   state     written after every change: `I requested_mw enforced_mw lost persistence mig`,
+ *             one line per GPU, for the test to read what the "driver" holds.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef int nvmlReturn_t;
+enum {
+    NVML_SUCCESS = 0,
+    NVML_ERROR_UNINITIALIZED = 1,
+    NVML_ERROR_INVALID_ARGUMENT = 2,
+    NVML_ERROR_NOT_SUPPORTED = 3,
+    NVML_ERROR_NO_PERMISSION = 4,
+    NVML_ERROR_NOT_FOUND = 6,
+    NVML_ERROR_INSUFFICIENT_SIZE = 7,
+    NVML_ERROR_GPU_IS_LOST = 15,
+    NVML_ERROR_UNKNOWN = 999,
+};
+
+typedef struct {
+    char busIdLegacy[16];
+    unsigned int domain;
+    unsigned int bus;
+    unsigned int device;
+    unsigned int pciDeviceId;
+    unsigned int pciSubSystemId;
+    char busId[32];
+} nvmlPciInfo_t;
+
+typedef struct {
+    unsigned int gpu;
+    unsigned int memory;
+} nvmlUtilization_t;
+
+struct model {
+    const char *key;
+    const char *name;
+    unsigned int min_mw, default_mw, max_mw;
+};
+
+/* shared/design/BACKENDS.md, "Power-limit ranges". */
+static const struct model models[] = {
+    {"h100_sxm", "NVIDIA H100 80GB HBM3", 200000, 700000, 700000},
+    {"h200_sxm", "NVIDIA H200", 200000, 700000, 700000},
+    {"b200", "NVIDIA B200", 200000, 1000000, 1000000},
+};
+
+#define MAX_GPUS 16
+
+struct gpu {
+    int index;
+    const struct model *model;
+    unsigned int requested_mw; /* what was set */
+    unsigned int oob_mw;       /* an out-of-band limiter; 0: none */
+    unsigned int clamp_mw;     /* the driver raises a set limit to at least this; 0: none */
+    unsigned int draw_mw;      /* what the GPU would draw uncapped */
+    unsigned long long energy_mj;
+    int lost, ignore_set, permission, persistence, mig, no_energy;
+};
+
+static struct gpu gpus[MAX_GPUS];
+static unsigned int gpu_count;
+static int initialised;
+static char dir[1024];
+static long commands_offset;
+static char hang_name[128];
+static unsigned int hang_seconds;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void path_of(char *out, size_t size, const char *name) { snprintf(out, size, "%s/%s", dir, name); }
+
+static unsigned int enforced(const struct gpu *g) {
+    unsigned int e = g->requested_mw;
+    if (g->oob_mw && g->oob_mw < e) e = g->oob_mw;
+    return e;
+}
+
+static void write_state(void) {
+    char path[1100], tmp[1110];
+    path_of(path, sizeof path, "state");
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return;
+    for (unsigned int i = 0; i < gpu_count; i++)
+        fprintf(f, "%u %u %u %d %d %d\n", i, gpus[i].requested_mw, enforced(&gpus[i]), gpus[i].lost,
+                gpus[i].persistence, gpus[i].mig);
+    fclose(f);
+    rename(tmp, path);
+}
+
+static struct gpu *gpu_at(long i) { return (i >= 0 && (unsigned long)i < gpu_count) ? &gpus[i] : NULL; }
+
+/* Apply the command lines appended since the last call. */
+static void read_commands(void) {
+    char path[1100], line[256];
+    path_of(path, sizeof path, "commands");
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    if (fseek(f, commands_offset, SEEK_SET) != 0) {
+        fclose(f);
+        return;
+    }
+    int changed = 0;
+    while (fgets(line, sizeof line, f)) {
+        size_t n = strlen(line);
+        if (n == 0 || line[n - 1] != '\n') break; /* a line still being written */
+        commands_offset += (long)n;
+        char word[64] = {0}, arg[128] = {0};
+        long a = -1, b = 0;
+        if (sscanf(line, "%63s", word) != 1) continue;
+        if (strcmp(word, "reload") == 0) {
+            for (unsigned int i = 0; i < gpu_count; i++) gpus[i].requested_mw = gpus[i].model->default_mw;
+            changed = 1;
+        } else if (strcmp(word, "hang") == 0 && sscanf(line, "%*s %127s %ld", arg, &b) == 2) {
+            snprintf(hang_name, sizeof hang_name, "%s", arg);
+            hang_seconds = (unsigned int)(b < 0 ? 0 : b);
+        } else if (sscanf(line, "%*s %ld %ld", &a, &b) >= 1) {
+            struct gpu *g = gpu_at(a);
+            if (!g) continue;
+            if (strcmp(word, "lost") == 0) g->lost = 1;
+            else if (strcmp(word, "found") == 0) g->lost = 0;
+            else if (strcmp(word, "oob") == 0) g->oob_mw = (unsigned int)b;
+            else if (strcmp(word, "ignore_set") == 0) g->ignore_set = (int)b;
+            else if (strcmp(word, "clamp") == 0) g->clamp_mw = (unsigned int)b;
+            else if (strcmp(word, "permission") == 0) g->permission = (int)b;
+            else if (strcmp(word, "persistence") == 0) g->persistence = (int)b;
+            else if (strcmp(word, "power") == 0) g->draw_mw = (unsigned int)b;
+            else if (strcmp(word, "no_energy") == 0) g->no_energy = (int)b;
+            changed = 1;
+        }
+    }
+    fclose(f);
+    if (changed) write_state();
+}
+
+/* Every entry point: take the lock, read new commands, and hang if scripted to. */
+static nvmlReturn_t enter(const char *name) {
+    pthread_mutex_lock(&lock);
+    if (!initialised) {
+        pthread_mutex_unlock(&lock);
+        return NVML_ERROR_UNINITIALIZED;
+    }
+    read_commands();
+    unsigned int sleep_s = (hang_name[0] && strstr(name, hang_name)) ? hang_seconds : 0;
+    pthread_mutex_unlock(&lock);
+    if (sleep_s) sleep(sleep_s); /* a hung driver call: the caller waits, others do not */
+    pthread_mutex_lock(&lock);
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t leave(nvmlReturn_t r) {
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+#define DEVICE_CALL(name, device)                                  \
+    nvmlReturn_t entered = enter(name);                            \
+    if (entered != NVML_SUCCESS) return entered;                   \
+    struct gpu *g = (struct gpu *)(device);                        \
+    if (!g || g < gpus || g >= gpus + gpu_count) return leave(NVML_ERROR_INVALID_ARGUMENT); \
+    if (g->lost) return leave(NVML_ERROR_GPU_IS_LOST);
+
+nvmlReturn_t nvmlInit_v2(void) {
+    pthread_mutex_lock(&lock);
+    const char *d = getenv("FLEXGATE_NVML_DOUBLE");
+    if (!d || !*d) {
+        pthread_mutex_unlock(&lock);
+        return NVML_ERROR_UNKNOWN;
+    }
+    snprintf(dir, sizeof dir, "%s", d);
+    char path[1100], line[256];
+    path_of(path, sizeof path, "gpus");
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        pthread_mutex_unlock(&lock);
+        return NVML_ERROR_UNKNOWN;
+    }
+    gpu_count = 0;
+    while (fgets(line, sizeof line, f) && gpu_count < MAX_GPUS) {
+        char key[64] = {0};
+        if (sscanf(line, "%63s", key) != 1 || key[0] == '#') continue;
+        const struct model *m = NULL;
+        for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
+            if (strcmp(models[i].key, key) == 0) m = &models[i];
+        if (!m) continue;
+        struct gpu *g = &gpus[gpu_count];
+        memset(g, 0, sizeof *g);
+        g->index = (int)gpu_count;
+        g->model = m;
+        g->requested_mw = m->default_mw;
+        g->draw_mw = m->default_mw * 9 / 10;
+        g->permission = 1;
+        g->persistence = strstr(line, "persistence=0") ? 0 : 1;
+        const char *mig = strstr(line, "mig=");
+        g->mig = mig ? atoi(mig + 4) : 0;
+        gpu_count++;
+    }
+    fclose(f);
+    commands_offset = 0;
+    initialised = 1;
+    read_commands();
+    write_state();
+    pthread_mutex_unlock(&lock);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlInit(void) { return nvmlInit_v2(); }
+
+nvmlReturn_t nvmlShutdown(void) {
+    pthread_mutex_lock(&lock);
+    initialised = 0;
+    pthread_mutex_unlock(&lock);
+    return NVML_SUCCESS;
+}
+
+const char *nvmlErrorString(nvmlReturn_t r) {
+    switch (r) {
+    case NVML_SUCCESS: return "Success";
+    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
+    case NVML_ERROR_NOT_FOUND: return "Not Found";
+    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
+    default: return "Unknown Error";
+    }
+}
+
+nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
+    nvmlReturn_t entered = enter("nvmlSystemGetDriverVersion");
+    if (entered != NVML_SUCCESS) return entered;
+    if (!version || length < 16) return leave(NVML_ERROR_INSUFFICIENT_SIZE);
+    snprintf(version, length, "%s", "000.00-double");
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length) {
+    nvmlReturn_t entered = enter("nvmlSystemGetNVMLVersion");
+    if (entered != NVML_SUCCESS) return entered;
+    if (!version || length < 16) return leave(NVML_ERROR_INSUFFICIENT_SIZE);
+    snprintf(version, length, "%s", "00.000.00-double");
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) {
+    nvmlReturn_t entered = enter("nvmlDeviceGetCount");
+    if (entered != NVML_SUCCESS) return entered;
+    if (!count) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    *count = gpu_count;
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, void **device) {
+    nvmlReturn_t entered = enter("nvmlDeviceGetHandleByIndex");
+    if (entered != NVML_SUCCESS) return entered;
+    if (!device || index >= gpu_count) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (gpus[index].lost) return leave(NVML_ERROR_GPU_IS_LOST);
+    *device = &gpus[index];
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetName(void *device, char *name, unsigned int length) {
+    DEVICE_CALL("nvmlDeviceGetName", device)
+    if (!name || length < strlen(g->model->name) + 1) return leave(NVML_ERROR_INSUFFICIENT_SIZE);
+    snprintf(name, length, "%s", g->model->name);
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetUUID(void *device, char *uuid, unsigned int length) {
+    DEVICE_CALL("nvmlDeviceGetUUID", device)
+    if (!uuid || length < 41) return leave(NVML_ERROR_INSUFFICIENT_SIZE);
+    snprintf(uuid, length, "GPU-d0ub1e00-0000-0000-0000-%012d", g->index);
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetMinorNumber(void *device, unsigned int *minor) {
+    DEVICE_CALL("nvmlDeviceGetMinorNumber", device)
+    if (!minor) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    *minor = (unsigned int)g->index;
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(void *device, nvmlPciInfo_t *pci) {
+    DEVICE_CALL("nvmlDeviceGetPciInfo", device)
+    if (!pci) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    memset(pci, 0, sizeof *pci);
+    pci->bus = 0x18 + (unsigned int)g->index;
+    snprintf(pci->busId, sizeof pci->busId, "00000000:%02X:00.0", pci->bus);
+    snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "0000:%02X:00.0", pci->bus);
+    pci->pciDeviceId = 0x233010de;
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetPowerManagementLimitConstraints(void *device, unsigned int *min_mw, unsigned int *max_mw) {
+    DEVICE_CALL("nvmlDeviceGetPowerManagementLimitConstraints", device)
+    if (!min_mw || !max_mw) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    *min_mw = g->model->min_mw;
+    *max_mw = g->model->max_mw;
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetPowerManagementDefaultLimit(void *device, unsigned int *limit) {
+    DEVICE_CALL("nvmlDeviceGetPowerManagementDefaultLimit", device)
+    if (!limit) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    *limit = g->model->default_mw;
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetPowerManagementLimit(void *device, unsigned int *limit) {
+    DEVICE_CALL("nvmlDeviceGetPowerManagementLimit", device)
+    if (!limit) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    *limit = g->requested_mw;
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(void *device, unsigned int *limit) {
+    DEVICE_CALL("nvmlDeviceGetEnforcedPowerLimit", device)
+    if (!limit) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    *limit = enforced(g);
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceSetPowerManagementLimit(void *device, unsigned int limit) {
+    DEVICE_CALL("nvmlDeviceSetPowerManagementLimit", device)
+    if (!g->permission) return leave(NVML_ERROR_NO_PERMISSION);
+    if (limit < g->model->min_mw || limit > g->model->max_mw) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (!g->ignore_set) {
+        g->requested_mw = (g->clamp_mw && limit < g->clamp_mw) ? g->clamp_mw : limit;
+        write_state();
+    }
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetPowerUsage(void *device, unsigned int *power) {
+    DEVICE_CALL("nvmlDeviceGetPowerUsage", device)
+    if (!power) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    unsigned int e = enforced(g);
+    *power = g->draw_mw < e ? g->draw_mw : e;
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(void *device, unsigned long long *energy) {
+    DEVICE_CALL("nvmlDeviceGetTotalEnergyConsumption", device)
+    if (!energy) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (g->no_energy) return leave(NVML_ERROR_NOT_SUPPORTED);
+    /* one call per reading: a second's worth of the current draw, in mJ */
+    unsigned int e = enforced(g);
+    g->energy_mj += (g->draw_mw < e ? g->draw_mw : e);
+    *energy = g->energy_mj;
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetUtilizationRates(void *device, nvmlUtilization_t *utilization) {
+    DEVICE_CALL("nvmlDeviceGetUtilizationRates", device)
+    if (!utilization) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    utilization->gpu = 95;
+    utilization->memory = 40;
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetPersistenceMode(void *device, int *mode) {
+    DEVICE_CALL("nvmlDeviceGetPersistenceMode", device)
+    if (!mode) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    *mode = g->persistence;
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetMigMode(void *device, unsigned int *current, unsigned int *pending) {
+    DEVICE_CALL("nvmlDeviceGetMigMode", device)
+    if (!current || !pending) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    *current = g->mig > 0 ? 1 : 0;
+    *pending = *current;
+    return leave(NVML_SUCCESS);
+}
