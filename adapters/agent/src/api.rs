@@ -206,6 +206,10 @@ pub enum CapStatus {
     NotSupported,
     /// The GPU fell off the bus or needs a reset.
     GpuLost,
+    /// The driver answered the set with success, but the limit read back is higher than the
+    /// cap (a set that did not take effect, or a driver that raised it): the cap is not in
+    /// force. `applied_w` is the limit read back.
+    NotApplied,
     /// No GPU with that UUID (or index) on this node.
     UnknownGpu,
     /// Any other driver error; the agent log has the details.

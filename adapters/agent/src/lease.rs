@@ -694,6 +694,18 @@ impl LeaseBook {
                 requested_mw: desired,
                 enforced_mw: oob.map_or(desired, |o| o.min(desired)),
             });
+            // Confirmed only by reading back: a driver can answer success and leave the limit
+            // where it was (or move it to a value of its own). A cap not in force is reported,
+            // and a restore not in force stays pending (its pre-event limit is kept and retried).
+            if limits.requested_mw != desired {
+                tracing::warn!(gpu = %uuid, desired_mw = desired, read_back_mw = limits.requested_mw,
+                    enforced_mw = limits.enforced_mw, held,
+                    "the driver accepted the power limit but reads back another one: not in force");
+                return GpuOutcome {
+                    limits: Some(limits),
+                    status: CapStatus::NotApplied,
+                };
+            }
             tracing::info!(gpu = %uuid, from_mw = current.requested_mw, to_mw = desired, enforced_mw = limits.enforced_mw,
                 restore = !held, "power limit set");
         }

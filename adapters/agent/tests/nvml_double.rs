@@ -242,3 +242,42 @@ fn a_driver_reload_is_reapplied_an_out_of_band_limit_shows_and_a_refused_set_say
         agent.stderr.lock().expect("lock")
     );
 }
+
+/// A cap is confirmed by reading it back, not by the set's answer: a driver that answers
+/// success and changes nothing, or that raises the limit to a minimum of its own, gives
+/// `not_applied` with the limit it reads; a restore the driver ignores stays pending and is
+/// retried until it holds.
+#[test]
+fn a_set_without_effect_or_raised_by_the_driver_is_not_applied_and_a_restore_retries_until_it_holds() {
+    let double = Double::new("h100_sxm\nh100_sxm\n");
+    let agent = OnDouble::start(&double);
+    double.command("ignore_set 0 1");
+    double.command("clamp 1 500000");
+    let answer = agent.lease("evt-1", &[(0, 400.0), (1, 400.0)]);
+    assert_eq!(answer["applied"][0]["status"], "not_applied", "{answer}");
+    assert_eq!(answer["applied"][0]["applied_w"], 700.0, "{answer}");
+    assert_eq!(answer["applied"][1]["status"], "not_applied", "{answer}");
+    assert_eq!(answer["applied"][1]["applied_w"], 500.0, "{answer}");
+
+    // A cap that holds, then a restore the driver ignores: the GPU stays at the cap until the
+    // driver takes the restore, and then it is restored without anyone asking again.
+    let double = Double::new("h100_sxm\n");
+    let agent = OnDouble::start(&double);
+    let answer = agent.lease("evt-2", &[(0, 400.0)]);
+    assert_eq!(answer["applied"][0]["status"], "ok", "{answer}");
+    double.command("ignore_set 0 1");
+    let r = request(agent.addr, "DELETE", "/v1/leases/evt-2", Some(CONTROL), None);
+    assert_eq!(r.status, 200, "{}", r.body);
+    std::thread::sleep(Duration::from_millis(1_500));
+    assert_eq!(double.limits()[0], (400_000, 400_000), "the driver ignored the restore");
+    let health = agent.get("/v1/health");
+    assert_eq!(
+        health["pending_restore"],
+        json!(["GPU-d0ub1e00-0000-0000-0000-000000000000"]),
+        "a pending restore is reported: {health}"
+    );
+    double.command("ignore_set 0 0");
+    eventually("the restore retried until it holds", Duration::from_secs(5), || {
+        double.limits()[0] == (700_000, 700_000)
+    });
+}
