@@ -378,6 +378,7 @@ impl Agent {
             gpus: self.gpus().gpus().len(),
             leases,
             pending_restore,
+            unavailable_gpus: self.gpus().unavailable(),
         }
     }
 

@@ -316,6 +316,19 @@ pub struct Health {
     /// every watchdog tick).
     #[serde(default)]
     pub pending_restore: Vec<String>,
+    /// GPUs the driver lists but the agent could not take charge of (lost at start, unreadable):
+    /// left out of `/v1/gpus`, so the gateway plans without them; the others are served.
+    #[serde(default)]
+    pub unavailable_gpus: Vec<UnavailableGpu>,
+}
+
+/// A GPU the agent serves without, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnavailableGpu {
+    /// Its NVML index.
+    pub index: u32,
+    /// What the driver answered.
+    pub reason: String,
 }
 
 /// Body of the Slurm job hooks `POST /v1/jobs/{job_id}/start|end`.

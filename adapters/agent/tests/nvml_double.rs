@@ -281,3 +281,26 @@ fn a_set_without_effect_or_raised_by_the_driver_is_not_applied_and_a_restore_ret
         double.limits()[0] == (700_000, 700_000)
     });
 }
+
+/// One GPU lost at start (`NVML_ERROR_GPU_IS_LOST`) leaves the agent serving the others and
+/// saying which one it serves without: the caps it could leave on them must stay restorable.
+#[test]
+fn a_gpu_lost_at_start_leaves_the_agent_serving_the_others() {
+    let double = Double::new("h200_sxm\nh200_sxm\nh200_sxm\n");
+    double.command("lost 1");
+    let agent = OnDouble::start(&double);
+    let health = agent.get("/v1/health");
+    assert_eq!(health["gpus"], 2, "{health}");
+    assert_eq!(health["unavailable_gpus"][0]["index"], 1, "{health}");
+    let reason = health["unavailable_gpus"][0]["reason"].as_str().unwrap_or("");
+    assert!(reason.to_lowercase().contains("lost"), "{reason}");
+    let gpus = agent.get("/v1/gpus");
+    let indexes: Vec<u64> = gpus
+        .as_array()
+        .map(|g| g.iter().filter_map(|g| g["index"].as_u64()).collect())
+        .unwrap_or_default();
+    assert_eq!(indexes, vec![0, 2], "the lost GPU is not offered to the gateway");
+    let answer = agent.lease("evt-1", &[(2, 350.0)]);
+    assert_eq!(answer["applied"][0]["status"], "ok", "{answer}");
+    assert_eq!(double.limits()[2], (350_000, 350_000));
+}

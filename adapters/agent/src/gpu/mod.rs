@@ -115,6 +115,12 @@ pub trait GpuControl: Send + Sync {
 
     /// Power, energy and memory activity now.
     fn readings(&self, index: u32) -> Result<Readings, GpuError>;
+
+    /// GPUs listed by the driver that this backend serves without (lost or unreadable at
+    /// start), with why.
+    fn unavailable(&self) -> Vec<crate::api::UnavailableGpu> {
+        Vec::new()
+    }
 }
 
 /// Check that limits can be written, by writing each GPU's current requested limit back

@@ -68,6 +68,7 @@ pub fn classify_init(e: &NvmlError) -> NvmlOpenError {
 pub struct NvmlGpus {
     nvml: Nvml,
     gpus: Vec<GpuInfo>,
+    unavailable: Vec<crate::api::UnavailableGpu>,
 }
 
 impl std::fmt::Debug for NvmlGpus {
@@ -80,14 +81,32 @@ impl std::fmt::Debug for NvmlGpus {
 
 impl NvmlGpus {
     /// Load NVML and describe every GPU (read-only).
+    ///
+    /// A GPU that cannot be described (lost, unreadable) is left out and reported
+    /// ([`GpuControl::unavailable`]); the others are served: one lost GPU must not stop the
+    /// agent, or the caps left on the other GPUs could never be restored by its dead-man switch.
     pub fn open() -> Result<Self, NvmlOpenError> {
         let nvml = Nvml::init().map_err(|e| classify_init(&e))?;
         let count = nvml.device_count().map_err(|e| NvmlOpenError::Init(e.to_string()))?;
         let mut gpus = Vec::new();
+        let mut unavailable = Vec::new();
         for index in 0..count {
-            gpus.push(describe(&nvml, index)?);
+            match describe(&nvml, index) {
+                Ok(gpu) => gpus.push(gpu),
+                Err(e) => {
+                    tracing::error!(gpu = index, "left out: {e}; serving the other GPUs");
+                    unavailable.push(crate::api::UnavailableGpu {
+                        index,
+                        reason: e.to_string(),
+                    });
+                }
+            }
         }
-        Ok(Self { nvml, gpus })
+        Ok(Self {
+            nvml,
+            gpus,
+            unavailable,
+        })
     }
 
     fn device(&self, index: u32) -> Result<nvml_wrapper::Device<'_>, GpuError> {
@@ -131,6 +150,10 @@ impl GpuControl for NvmlGpus {
 
     fn gpus(&self) -> &[GpuInfo] {
         &self.gpus
+    }
+
+    fn unavailable(&self) -> Vec<crate::api::UnavailableGpu> {
+        self.unavailable.clone()
     }
 
     fn limits(&self, index: u32) -> Result<Limits, GpuError> {
