@@ -526,6 +526,7 @@ mod tests {
                 held: 0,
                 expired_total: 0,
                 restores_pending: 0,
+                gpus_unavailable: 0,
                 fence_epoch: 0,
                 fenced_total: 0,
             },

@@ -15,7 +15,8 @@
  *             oob I MW                an out-of-band limiter (BMC) holds GPU I at MW (0: none)
  *             lost I                  GPU I is lost: every call on it answers GPU_IS_LOST
  *             found I                 GPU I answers again
- *             hang NAME SECONDS       calls whose name contains NAME sleep SECONDS first
+ *             hang NAME SECONDS [I]   calls whose name contains NAME (on GPU I only, if given)
+ *                                     sleep SECONDS first; `hang none 0` ends it
  *             ignore_set I 0|1        a set on GPU I answers success and changes nothing
  *             clamp I MW              the driver raises any limit set on GPU I to at least MW
  *             permission I 0|1        a set on GPU I answers NO_PERMISSION (0) or works (1)
@@ -92,6 +93,7 @@ static char dir[1024];
 static long commands_offset;
 static char hang_name[128];
 static unsigned int hang_seconds;
+static long hang_gpu = -1;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void path_of(char *out, size_t size, const char *name) { snprintf(out, size, "%s/%s", dir, name); }
@@ -139,8 +141,11 @@ static void read_commands(void) {
             for (unsigned int i = 0; i < gpu_count; i++) gpus[i].requested_mw = gpus[i].model->default_mw;
             changed = 1;
         } else if (strcmp(word, "hang") == 0 && sscanf(line, "%*s %127s %ld", arg, &b) == 2) {
-            snprintf(hang_name, sizeof hang_name, "%s", arg);
+            long gpu = -1;
+            if (sscanf(line, "%*s %*s %*d %ld", &gpu) != 1) gpu = -1;
+            snprintf(hang_name, sizeof hang_name, "%s", strcmp(arg, "none") == 0 ? "" : arg);
             hang_seconds = (unsigned int)(b < 0 ? 0 : b);
+            hang_gpu = gpu;
         } else if (sscanf(line, "%*s %ld %ld", &a, &b) >= 1) {
             struct gpu *g = gpu_at(a);
             if (!g) continue;
@@ -160,7 +165,17 @@ static void read_commands(void) {
     if (changed) write_state();
 }
 
-/* Every entry point: take the lock, read new commands, and hang if scripted to. */
+/* Sleep (the lock released) when the call is scripted to hang on this GPU (-1: any GPU). */
+static void maybe_hang(const char *name, long gpu) {
+    unsigned int sleep_s =
+        (hang_name[0] && strstr(name, hang_name) && (hang_gpu < 0 || gpu < 0 || hang_gpu == gpu)) ? hang_seconds : 0;
+    if (!sleep_s) return;
+    pthread_mutex_unlock(&lock);
+    sleep(sleep_s); /* a hung driver call: the caller waits, the other callers do not */
+    pthread_mutex_lock(&lock);
+}
+
+/* Every entry point: take the lock and read new commands. */
 static nvmlReturn_t enter(const char *name) {
     pthread_mutex_lock(&lock);
     if (!initialised) {
@@ -168,10 +183,7 @@ static nvmlReturn_t enter(const char *name) {
         return NVML_ERROR_UNINITIALIZED;
     }
     read_commands();
-    unsigned int sleep_s = (hang_name[0] && strstr(name, hang_name)) ? hang_seconds : 0;
-    pthread_mutex_unlock(&lock);
-    if (sleep_s) sleep(sleep_s); /* a hung driver call: the caller waits, others do not */
-    pthread_mutex_lock(&lock);
+    if (hang_gpu < 0) maybe_hang(name, -1);
     return NVML_SUCCESS;
 }
 
@@ -185,6 +197,7 @@ static nvmlReturn_t leave(nvmlReturn_t r) {
     if (entered != NVML_SUCCESS) return entered;                   \
     struct gpu *g = (struct gpu *)(device);                        \
     if (!g || g < gpus || g >= gpus + gpu_count) return leave(NVML_ERROR_INVALID_ARGUMENT); \
+    if (hang_gpu >= 0) maybe_hang(name, g->index);                 \
     if (g->lost) return leave(NVML_ERROR_GPU_IS_LOST);
 
 nvmlReturn_t nvmlInit_v2(void) {

@@ -414,10 +414,12 @@ impl Agent {
             (windows.summaries(now), windows.refusals().clone())
         };
         metrics::render_throughput(&mut text, &self.inner.config.hostname, &jobs, &refused);
+        let gpus_unavailable = self.gpus().unavailable().len();
         let leases = self.with_core(|book, _, _| metrics::LeaseCounts {
             held: book.held(),
             expired_total: book.expired_total(),
             restores_pending: book.pending_restore().len(),
+            gpus_unavailable,
             fence_epoch: book.fence_epoch(),
             fenced_total: book.fenced_total(),
         });

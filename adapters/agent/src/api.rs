@@ -206,6 +206,9 @@ pub enum CapStatus {
     NotSupported,
     /// The GPU fell off the bus or needs a reset.
     GpuLost,
+    /// The driver did not answer within the agent's deadline (a hung call): the GPU is
+    /// unresponsive, and nothing is known of its limit.
+    Unresponsive,
     /// The driver answered the set with success, but the limit read back is higher than the
     /// cap (a set that did not take effect, or a driver that raised it): the cap is not in
     /// force. `applied_w` is the limit read back.

@@ -16,6 +16,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+/// How long one NVML call may take before its GPU is reported unresponsive: NVML answers in
+/// milliseconds, and a lease or health answer must not wait on a hung driver for long.
+const NVML_DEADLINE_MS: u64 = 1_000;
+
 const ABOUT: &str = "Per-node GPU power-cap agent for the flexgate demand-response gateway.";
 
 const LONG_ABOUT: &str = "\
@@ -347,7 +351,11 @@ async fn run() -> Result<()> {
         }
         let nvml = NvmlGpus::open()?;
         tracing::info!(gpus = nvml.gpus().len(), "NVML opened");
-        Box::new(nvml)
+        // Every driver call under a deadline, off the other GPUs' way (gpu/deadline.rs).
+        Box::new(flexgate_agent::gpu::deadline::Deadlined::new(
+            Box::new(nvml),
+            std::time::Duration::from_millis(NVML_DEADLINE_MS),
+        ))
     };
 
     let mut config = AgentConfig::new(hostname, auth);

@@ -170,6 +170,8 @@ pub struct LeaseCounts {
     pub expired_total: u64,
     /// GPUs no lease holds whose pre-event limit is not restored yet.
     pub restores_pending: usize,
+    /// GPUs the agent serves without now (lost or unreadable at start, or a driver call hung).
+    pub gpus_unavailable: usize,
     /// The highest gateway epoch seen.
     pub fence_epoch: u64,
     /// Commands refused for an older gateway epoch since the agent started.
@@ -194,6 +196,12 @@ pub fn render_leases(out: &mut String, hostname: &str, counts: LeaseCounts) {
             "gauge",
             "GPUs no lease holds whose pre-event power limit could not be restored yet (retried every watchdog tick).",
             counts.restores_pending as u64,
+        ),
+        (
+            "flexgate_agent_gpus_unavailable",
+            "gauge",
+            "GPUs the driver lists that the agent serves without now: lost or unreadable at start, or a driver call hung past its deadline (GET /v1/health says which and why).",
+            counts.gpus_unavailable as u64,
         ),
         (
             "flexgate_agent_fence_epoch",

@@ -304,3 +304,78 @@ fn a_gpu_lost_at_start_leaves_the_agent_serving_the_others() {
     assert_eq!(answer["applied"][0]["status"], "ok", "{answer}");
     assert_eq!(double.limits()[2], (350_000, 350_000));
 }
+
+/// Times `f`.
+fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration) {
+    let started = Instant::now();
+    let out = f();
+    (out, started.elapsed())
+}
+
+/// Every NVML call on one GPU hangs for 30 s: the agent's health, leases on the other GPUs,
+/// renewals and expiry keep their usual times, the hung GPU is reported unresponsive (a lease
+/// on it answers `unresponsive` within the call deadline), and the node is not stalled.
+#[test]
+fn a_call_hung_for_30_s_on_one_gpu_leaves_the_api_the_leases_and_the_other_gpus_answering() {
+    let double = Double::new("h100_sxm\nh100_sxm\nh100_sxm\n");
+    let agent = OnDouble::start(&double);
+    // A short lease on GPU 0, to expire (and be restored) while GPU 1 hangs.
+    let body = json!({
+        "generation": 1,
+        "expires_at": (Utc::now() + TimeDelta::seconds(4)).to_rfc3339(),
+        "gpus": [{"uuid": "GPU-d0ub1e00-0000-0000-0000-000000000000", "cap_w": 400}],
+        "restore": "pre_event",
+    })
+    .to_string();
+    let r = request(agent.addr, "PUT", "/v1/leases/short", Some(CONTROL), Some(&body));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let expires = Instant::now() + Duration::from_secs(4);
+    double.command("hang nvmlDevice 30 1");
+    let limit = Duration::from_millis(2_500);
+
+    let (health, took) = timed(|| agent.get("/v1/health"));
+    assert!(took < limit, "/v1/health took {took:?}: {health}");
+    let (gpus, took) = timed(|| agent.get("/v1/gpus"));
+    assert!(took < limit, "/v1/gpus took {took:?}: {gpus}");
+    let (answer, took) = timed(|| agent.lease("other", &[(2, 450.0)]));
+    assert!(took < limit, "a lease on another GPU took {took:?}");
+    assert_eq!(answer["applied"][0]["status"], "ok", "{answer}");
+    let (answer, took) = timed(|| agent.lease("hung", &[(1, 450.0)]));
+    assert!(took < limit, "a lease on the hung GPU took {took:?}");
+    assert_eq!(answer["applied"][0]["status"], "unresponsive", "{answer}");
+    let renew = json!({"expires_at": (Utc::now() + TimeDelta::seconds(60)).to_rfc3339()}).to_string();
+    let (r, took) = timed(|| {
+        request(
+            agent.addr,
+            "POST",
+            "/v1/leases/other/renew",
+            Some(CONTROL),
+            Some(&renew),
+        )
+    });
+    assert!(took < limit, "a renewal took {took:?}");
+    assert_eq!(r.status, 200, "{}", r.body);
+    let health = agent.get("/v1/health");
+    let unresponsive: Vec<u64> = health["unavailable_gpus"]
+        .as_array()
+        .map(|u| u.iter().filter_map(|u| u["index"].as_u64()).collect())
+        .unwrap_or_default();
+    assert_eq!(unresponsive, vec![1], "{health}");
+    let metrics = request(agent.addr, "GET", "/metrics", Some(CONTROL), None).body;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("flexgate_agent_gpus_unavailable") && l.ends_with(" 1")),
+        "{metrics}"
+    );
+    // The short lease on GPU 0 expires on time and its GPU is restored.
+    eventually("GPU 0 restored at its lease's expiry", Duration::from_secs(12), || {
+        double.limits()[0] == (700_000, 700_000)
+    });
+    assert!(
+        Instant::now() < expires + Duration::from_secs(3),
+        "restored {:?} after the expiry",
+        Instant::now().saturating_duration_since(expires)
+    );
+    assert_eq!(double.limits()[2], (450_000, 450_000), "the other GPU's cap holds");
+}

@@ -6,6 +6,7 @@
 //! `tokio::task::spawn_blocking`. It works in NVML's units (mW, mJ) and by NVML index; the
 //! lease logic maps UUIDs to indices through [`GpuControl::gpus`].
 
+pub mod deadline;
 pub mod nvml;
 pub mod sim;
 
@@ -80,6 +81,15 @@ pub enum GpuError {
     /// Any other driver error.
     #[error("driver error: {0}")]
     Driver(String),
+    /// The driver did not answer within the deadline (a hung call), or an earlier call on this
+    /// GPU is still hung: the GPU is unresponsive until that call returns.
+    #[error("the driver did not answer {call} within {deadline_ms} ms: the GPU is unresponsive")]
+    Unresponsive {
+        /// The call that hung (or the one still hung).
+        call: &'static str,
+        /// The deadline, ms.
+        deadline_ms: u64,
+    },
 }
 
 impl GpuError {
@@ -92,6 +102,7 @@ impl GpuError {
             GpuError::GpuLost => CapStatus::GpuLost,
             GpuError::NoSuchGpu(_) => CapStatus::UnknownGpu,
             GpuError::InvalidArgument(_) | GpuError::Driver(_) => CapStatus::Failed,
+            GpuError::Unresponsive { .. } => CapStatus::Unresponsive,
         }
     }
 }
