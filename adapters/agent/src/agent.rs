@@ -42,6 +42,9 @@ pub struct AgentConfig {
     pub max_leases: usize,
     /// Sliding window of the jobs' throughput aggregate.
     pub throughput_window: TimeDelta,
+    /// How often readiness (the power-limit self-test) and the GPUs' persistence mode are
+    /// checked again while the agent runs: a permission lost after start must show.
+    pub readiness_every: Duration,
 }
 
 impl AgentConfig {
@@ -57,6 +60,7 @@ impl AgentConfig {
             watchdog_period: Duration::from_secs(1),
             max_leases: crate::lease::DEFAULT_MAX_LEASES,
             throughput_window: crate::throughput::DEFAULT_WINDOW,
+            readiness_every: Duration::from_secs(30),
         }
     }
 }
@@ -86,7 +90,10 @@ struct Inner {
     config: AgentConfig,
     gpus: Box<dyn GpuControl>,
     clock: Arc<dyn Clock>,
-    ready: Result<(), String>,
+    /// The last readiness check: ok, or why not (recomputed every `readiness_every`).
+    ready: Mutex<Result<(), String>>,
+    /// What an operator should fix though the agent works (persistence mode off, …).
+    warnings: Mutex<Vec<String>>,
     core: Mutex<Core>,
     idle: AtomicBool,
     /// Apart from the lease book: a report never waits for a GPU write.
@@ -158,11 +165,16 @@ impl Agent {
                 "start-up reconcile: leases re-applied, expired ones restored");
         }
         let idle = AtomicBool::new(book.is_idle());
+        let warnings = gpu::warnings(&*gpus);
+        for w in &warnings {
+            tracing::warn!("{w}");
+        }
         Ok(Self {
             inner: Arc::new(Inner {
                 gpus,
                 clock,
-                ready,
+                ready: Mutex::new(ready),
+                warnings: Mutex::new(warnings),
                 throughput: Mutex::new(JobWindows::new(config.throughput_window)),
                 core: Mutex::new(Core { book, journal }),
                 idle,
@@ -183,10 +195,27 @@ impl Agent {
         &*self.inner.gpus
     }
 
-    /// True when the start-up self-test passed.
+    /// True when the last readiness check passed.
     #[must_use]
     pub fn is_ready(&self) -> bool {
-        self.inner.ready.is_ok()
+        self.readiness().is_ok()
+    }
+
+    /// Check readiness and the GPUs' persistence mode again (the watchdog calls it every
+    /// `readiness_every`): a permission lost after start flips readiness, with the reason.
+    pub fn recheck(&self) {
+        let now = gpu::self_test(self.gpus());
+        let warnings = gpu::warnings(self.gpus());
+        let mut ready = self.inner.ready.lock().unwrap_or_else(PoisonError::into_inner);
+        if *ready != now {
+            match &now {
+                Ok(()) => tracing::info!("readiness regained: the power-limit self-test passes again"),
+                Err(reason) => tracing::error!(%reason, "the agent is no longer ready"),
+            }
+        }
+        *ready = now;
+        drop(ready);
+        *self.inner.warnings.lock().unwrap_or_else(PoisonError::into_inner) = warnings;
     }
 
     /// [`Agent::with_core`] for a command that can change a cap: fenced by `epoch` first
@@ -361,9 +390,9 @@ impl Agent {
             .collect()
     }
 
-    /// Whether the start-up self-test passed, else why not: what `GET /readyz` says.
+    /// Whether the last readiness check passed, else why not: what `GET /readyz` says.
     pub fn readiness(&self) -> Result<(), String> {
-        self.inner.ready.clone()
+        self.inner.ready.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// `GET /v1/health`.
@@ -373,12 +402,18 @@ impl Agent {
         Health {
             gpu_backend: self.gpus().backend(),
             ready: self.is_ready(),
-            not_ready_reason: self.inner.ready.clone().err(),
+            not_ready_reason: self.readiness().err(),
             hostname: self.inner.config.hostname.clone(),
             gpus: self.gpus().gpus().len(),
             leases,
             pending_restore,
             unavailable_gpus: self.gpus().unavailable(),
+            warnings: self
+                .inner
+                .warnings
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone(),
         }
     }
 

@@ -303,8 +303,9 @@ pub enum GpuBackend {
 pub struct Health {
     /// `nvml` or `simulated`.
     pub gpu_backend: GpuBackend,
-    /// False when the start-up self-test (writing each GPU's current limit back) failed: caps
-    /// would not work, so the gateway must treat this node's GPUs as uncappable.
+    /// False when the readiness check (writing each GPU's current limit back, at start and
+    /// every 30 s) failed: caps would not work, so the gateway must treat this node's GPUs as
+    /// uncappable.
     pub ready: bool,
     /// Why the agent is not ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -323,6 +324,10 @@ pub struct Health {
     /// left out of `/v1/gpus`, so the gateway plans without them; the others are served.
     #[serde(default)]
     pub unavailable_gpus: Vec<UnavailableGpu>,
+    /// What an operator should fix though caps work (a GPU's persistence mode off, with the
+    /// reason and the fix); checked at start and every 30 s.
+    #[serde(default)]
+    pub warnings: Vec<String>,
 }
 
 /// A GPU the agent serves without, and why.

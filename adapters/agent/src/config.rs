@@ -7,6 +7,7 @@
 //! state_dir = "/var/lib/flexgate-agent"
 //! metrics_open = false                             # true: /metrics without a token
 //! max_lease_ttl_s = 86400
+//! readiness_check_s = 30                           # readiness and persistence mode, checked again
 //!
 //! [tls]                                            # HTTPS; without it the API is plain HTTP
 //! cert_file = "/etc/flexgate/agent.crt"            # chain, leaf first
@@ -84,6 +85,8 @@ pub struct ConfigFile {
     pub max_lease_ttl_s: Option<u64>,
     /// Sliding window of each job's throughput figure, s (default 30, 1 to 600).
     pub throughput_window_s: Option<u64>,
+    /// How often readiness and persistence mode are checked again, s (default 30, 1 to 3600).
+    pub readiness_check_s: Option<u64>,
     /// `[tls]`: serve HTTPS (and, with `client_ca_file`, require client certificates) so that
     /// tokens are not readable on the network. `--tls-cert`/`--tls-key`/`--tls-client-ca`
     /// override it. Relative paths are relative to the agent's working directory.

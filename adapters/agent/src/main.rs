@@ -367,6 +367,11 @@ async fn run() -> Result<()> {
         bail!("throughput_window_s must be 1 to 600 s");
     }
     config.throughput_window = TimeDelta::seconds(i64::try_from(window_s)?);
+    let readiness_s = file.readiness_check_s.unwrap_or(30);
+    if !(1..=3600).contains(&readiness_s) {
+        bail!("readiness_check_s must be 1 to 3600 s");
+    }
+    config.readiness_every = std::time::Duration::from_secs(readiness_s);
     let agent = Agent::with_clock(config, gpus, clock)?;
 
     let listener = tokio::net::TcpListener::bind(listen)

@@ -377,8 +377,16 @@ pub fn spawn_watchdog(agent: &Agent) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut interval = tokio::time::interval(agent.config().watchdog_period);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_check = tokio::time::Instant::now();
         loop {
             interval.tick().await;
+            if last_check.elapsed() >= agent.config().readiness_every {
+                last_check = tokio::time::Instant::now();
+                let a = agent.clone();
+                if let Err(e) = tokio::task::spawn_blocking(move || a.recheck()).await {
+                    tracing::error!(error = %e, "readiness check panicked");
+                }
+            }
             if agent.is_idle() {
                 continue;
             }

@@ -69,10 +69,19 @@ struct OnDouble {
 
 impl OnDouble {
     fn start(double: &Double) -> Self {
+        Self::start_with(double, "")
+    }
+
+    /// With `config` as the agent's configuration file.
+    fn start_with(double: &Double, config: &str) -> Self {
         let dir = tempfile::tempdir().expect("dir");
         let token = write_token(dir.path());
         let state = dir.path().join("agent-state");
+        let config_file = dir.path().join("agent.toml");
+        std::fs::write(&config_file, config).expect("config");
         let mut child = Command::new(BIN)
+            .arg("--config")
+            .arg(&config_file)
             .args([
                 "--hostname",
                 "gpu-node",
@@ -378,4 +387,37 @@ fn a_call_hung_for_30_s_on_one_gpu_leaves_the_api_the_leases_and_the_other_gpus_
         Instant::now().saturating_duration_since(expires)
     );
     assert_eq!(double.limits()[2], (450_000, 450_000), "the other GPU's cap holds");
+}
+
+/// Readiness is the agent's state now, not its start-up self-test: a permission lost after start
+/// flips it (with the reason), and regained flips it back; a GPU's persistence mode off is a
+/// warning with the fix, which the agent never applies itself.
+#[test]
+fn a_permission_lost_after_start_flips_readiness_and_persistence_off_is_a_warning() {
+    let double = Double::new("b200\nb200 persistence=0\n");
+    let agent = OnDouble::start_with(&double, "readiness_check_s = 1\n");
+    let health = agent.get("/v1/health");
+    assert_eq!(health["ready"], true, "{health}");
+    let warnings = health["warnings"].to_string();
+    assert!(
+        warnings.contains("GPU 1") && warnings.contains("nvidia-smi -pm 1"),
+        "{health}"
+    );
+    assert!(!warnings.contains("GPU 0"), "{health}");
+
+    double.command("permission 0 0");
+    eventually("readiness lost", Duration::from_secs(5), || {
+        let r = request(agent.addr, "GET", "/readyz", None, None);
+        r.status == 503 && r.body.contains("no permission")
+    });
+    double.command("permission 0 1");
+    double.command("persistence 1 1");
+    eventually("readiness regained", Duration::from_secs(5), || {
+        request(agent.addr, "GET", "/readyz", None, None).status == 200
+    });
+    eventually("the warning gone", Duration::from_secs(5), || {
+        agent.get("/v1/health")["warnings"]
+            .as_array()
+            .is_some_and(Vec::is_empty)
+    });
 }

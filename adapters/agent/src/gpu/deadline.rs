@@ -175,6 +175,10 @@ impl GpuControl for Deadlined {
         self.call(index, "readings", move |g| g.readings(index))
     }
 
+    fn persistence(&self, index: u32) -> Result<Option<bool>, GpuError> {
+        self.call(index, "persistence", move |g| g.persistence(index))
+    }
+
     fn unavailable(&self) -> Vec<UnavailableGpu> {
         let mut out = self.inner.unavailable();
         out.extend(self.unresponsive());

@@ -127,11 +127,34 @@ pub trait GpuControl: Send + Sync {
     /// Power, energy and memory activity now.
     fn readings(&self, index: u32) -> Result<Readings, GpuError>;
 
+    /// Whether the driver keeps GPU `index` initialised between jobs (NVML persistence mode);
+    /// `None` where the backend cannot tell.
+    fn persistence(&self, _index: u32) -> Result<Option<bool>, GpuError> {
+        Ok(None)
+    }
+
     /// GPUs listed by the driver that this backend serves without (lost or unreadable at
     /// start), with why.
     fn unavailable(&self) -> Vec<crate::api::UnavailableGpu> {
         Vec::new()
     }
+}
+
+/// What an operator should fix though caps work: each GPU whose persistence mode is off.
+/// The agent never changes persistence mode itself (it is the site's driver policy).
+pub fn warnings(gpus: &dyn GpuControl) -> Vec<String> {
+    gpus.gpus()
+        .iter()
+        .filter(|g| matches!(gpus.persistence(g.index), Ok(Some(false))))
+        .map(|g| {
+            format!(
+                "GPU {} ({}): persistence mode is off, so the driver may unload between jobs and reset every power \
+                 limit to its default; the agent re-applies caps a reset wipes out, but enable it with \
+                 `nvidia-smi -pm 1` or the nvidia-persistenced service",
+                g.index, g.uuid
+            )
+        })
+        .collect()
 }
 
 /// Check that limits can be written, by writing each GPU's current requested limit back
@@ -143,8 +166,11 @@ pub fn self_test(gpus: &dyn GpuControl) -> Result<(), String> {
         let result = gpus
             .limits(gpu.index)
             .and_then(|l| gpus.set_limit(gpu.index, l.requested_mw));
-        if let Err(e) = result {
-            failures.push(format!("GPU {} ({}): {e}", gpu.index, gpu.uuid));
+        match result {
+            // One GPU lost or hung is that GPU's state (`unavailable_gpus`), not the node's:
+            // the agent stays ready for the others.
+            Err(GpuError::GpuLost | GpuError::Unresponsive { .. }) | Ok(()) => {}
+            Err(e) => failures.push(format!("GPU {} ({}): {e}", gpu.index, gpu.uuid)),
         }
     }
     if gpus.gpus().is_empty() {

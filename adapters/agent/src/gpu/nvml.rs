@@ -156,6 +156,15 @@ impl GpuControl for NvmlGpus {
         self.unavailable.clone()
     }
 
+    fn persistence(&self, index: u32) -> Result<Option<bool>, GpuError> {
+        let dev = self.device(index)?;
+        match dev.is_in_persistent_mode() {
+            Ok(on) => Ok(Some(on)),
+            Err(NvmlError::NotSupported) => Ok(None),
+            Err(e) => Err(classify(&e)),
+        }
+    }
+
     fn limits(&self, index: u32) -> Result<Limits, GpuError> {
         let dev = self.device(index)?;
         Ok(Limits {
