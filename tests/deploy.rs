@@ -41,7 +41,7 @@ fn the_alert_rules_pass_promtool_check_and_their_unit_tests() {
         run(Command::new(&promtool)
             .current_dir(&dir)
             .args(["check", "rules", "flexgate-alerts.yml"]));
-    assert!(ok && stdout.contains("SUCCESS: 14 rules found"), "{stdout}{stderr}");
+    assert!(ok && stdout.contains("SUCCESS: 15 rules found"), "{stdout}{stderr}");
     let (ok, stdout, stderr) =
         run(Command::new(&promtool)
             .current_dir(&dir)

@@ -421,6 +421,7 @@ impl Agent {
     #[must_use]
     pub fn metrics_text(&self) -> String {
         let gpus = self.gpus();
+        let drift = self.with_core(|book, _, _| book.drift_corrections().clone());
         let rows: Vec<GpuRow> = gpus
             .gpus()
             .iter()
@@ -439,6 +440,7 @@ impl Agent {
                     limit_w: limits.map(|l| mw_to_w(l.requested_mw)),
                     enforced_w: limits.map(|l| mw_to_w(l.enforced_mw)),
                     energy_mj: readings.map(|r| r.energy_mj),
+                    drift_corrections: drift.get(&g.uuid).copied().unwrap_or(0),
                 }
             })
             .collect();

@@ -375,6 +375,9 @@ pub struct LeaseBook {
     fence_epoch: u64,
     /// Requests refused for an older epoch since the agent started (`GET /metrics`).
     fenced_total: u64,
+    /// Caps re-applied on a held GPU whose limit had moved (a driver reload or reset, someone
+    /// else's set), per GPU UUID, since the agent started (`GET /metrics`, `GET /v1/gpus`).
+    drift_corrections: BTreeMap<String, u64>,
 }
 
 fn w_to_mw(w: f64) -> u32 {
@@ -412,6 +415,7 @@ impl LeaseBook {
             expired_total: 0,
             fence_epoch: 0,
             fenced_total: 0,
+            drift_corrections: BTreeMap::new(),
         }
     }
 
@@ -825,10 +829,18 @@ impl LeaseBook {
                 .info(uuid)
                 .and_then(|i| gpus.limits(i.index).ok())
                 .map(|l| l.requested_mw);
+            let held = self.is_held(uuid);
             let outcome = self.reconcile_one(uuid, gpus);
             if outcome.status.is_applied() {
                 if outcome.limits.map(|l| l.requested_mw) != before {
                     report.written.push(uuid.clone());
+                    if held {
+                        // The cap was in force and its limit moved: say so, every time.
+                        let count = self.drift_corrections.entry(uuid.clone()).or_insert(0);
+                        *count += 1;
+                        tracing::warn!(gpu = %uuid, from_mw = ?before, corrections = *count,
+                            "a held GPU's power limit had moved (driver reload or reset, or another tool's set): cap re-applied");
+                    }
                 }
             } else {
                 report.failed.push((uuid.clone(), outcome.status));
@@ -838,6 +850,12 @@ impl LeaseBook {
             self.persist_after(journal);
         }
         report
+    }
+
+    /// Drift corrections per GPU UUID since the agent started.
+    #[must_use]
+    pub fn drift_corrections(&self) -> &BTreeMap<String, u64> {
+        &self.drift_corrections
     }
 
     /// `PUT /v1/leases/{id}`: create, repeat, or replace a lease. See the module docs.

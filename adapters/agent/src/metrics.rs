@@ -66,7 +66,13 @@ pub struct GpuRow {
     pub enforced_w: Option<f64>,
     /// Energy, mJ.
     pub energy_mj: Option<u64>,
+    /// Caps re-applied on this GPU after its limit moved under a lease, since the agent started.
+    pub drift_corrections: u64,
 }
+
+/// The agent's per-GPU counter of drift corrections (the alert `FlexgateAgentCapDrift`
+/// watches its rate): a cap that keeps being undone is not a cap the site can count on.
+pub const DRIFT_CORRECTIONS: &str = "flexgate_agent_drift_corrections_total";
 
 fn escape(value: &str) -> String {
     value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
@@ -77,7 +83,7 @@ fn escape(value: &str) -> String {
 pub fn render(hostname: &str, rows: &[GpuRow]) -> String {
     type Get = fn(&GpuRow) -> Option<f64>;
     #[allow(clippy::cast_precision_loss)]
-    let families: [(&str, &str, &str, Get); 6] = [
+    let families: [(&str, &str, &str, Get); 7] = [
         (POWER_USAGE, "gauge", "Power draw (in W).", |r| r.power_w),
         (
             DRAM_ACTIVE,
@@ -102,6 +108,12 @@ pub fn render(hostname: &str, rows: &[GpuRow]) -> String {
             "counter",
             "Total energy consumption since boot (in mJ).",
             |r| r.energy_mj.map(|e| e as f64),
+        ),
+        (
+            DRIFT_CORRECTIONS,
+            "counter",
+            "Caps re-applied on a GPU whose power limit had moved under a lease (a driver reload or reset, another tool's set), since the agent started.",
+            |r| Some(r.drift_corrections as f64),
         ),
     ];
     let host = escape(hostname);
@@ -481,11 +493,12 @@ DCGM_FI_DEV_ENFORCED_POWER_LIMIT{gpu="1",UUID="GPU-8a1b2c3d-0000-1111-2222-33334
                 limit_w: Some(700.0),
                 enforced_w: Some(450.0),
                 energy_mj: Some(1_234_567_890_123),
+                drift_corrections: u64::from(i),
             })
             .collect();
         let text = render("node\\1", &rows);
         let samples = parse(&text).expect("own output parses");
-        assert_eq!(samples.len(), 18);
+        assert_eq!(samples.len(), 21);
         let gpus = gpu_samples(&samples);
         assert_eq!(gpus.len(), 3);
         for (i, g) in gpus.iter().enumerate() {
@@ -511,8 +524,9 @@ DCGM_FI_DEV_ENFORCED_POWER_LIMIT{gpu="1",UUID="GPU-8a1b2c3d-0000-1111-2222-33334
             ..GpuRow::default()
         };
         let samples = parse(&render("h", &[row])).expect("parses");
-        assert_eq!(samples.len(), 1);
-        assert_eq!(samples[0].name, POWER_USAGE);
+        // The power reading, and the agent's own drift counter (always there, 0 here).
+        let names: Vec<&str> = samples.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, vec![POWER_USAGE, DRIFT_CORRECTIONS]);
     }
 
     #[test]

@@ -229,11 +229,29 @@ fn a_driver_reload_is_reapplied_an_out_of_band_limit_shows_and_a_refused_set_say
     let agent = OnDouble::start(&double);
     agent.lease("evt-1", &[(0, 400.0)]);
     // The driver reloads (persistence off): every limit back to its default; the agent's
-    // watchdog sets the cap again.
+    // watchdog sets the cap again, and counts each re-application per GPU (the alert
+    // FlexgateAgentCapDrift watches it). The double applies a command at its next call, so the
+    // count, not the double's state file, says when the reload was seen.
+    let drift = |gpu: &str| {
+        let metrics = request(agent.addr, "GET", "/metrics", Some(CONTROL), None).body;
+        let label = format!("gpu=\"{gpu}\"");
+        metrics
+            .lines()
+            .find(|l| l.starts_with("flexgate_agent_drift_corrections_total{") && l.contains(&label))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+    };
+    assert_eq!(drift("0"), Some(0.0));
     double.command("reload");
-    eventually("the cap re-applied after the reload", Duration::from_secs(5), || {
-        double.limits().first() == Some(&(400_000, 400_000))
+    eventually("the reload seen and the cap re-applied", Duration::from_secs(5), || {
+        drift("0") == Some(1.0)
     });
+    assert_eq!(double.limits()[0], (400_000, 400_000), "the cap holds again");
+    double.command("reload");
+    eventually("a second correction counted", Duration::from_secs(5), || {
+        drift("0") == Some(2.0)
+    });
+    assert_eq!(double.limits()[0], (400_000, 400_000), "the cap holds again");
+    assert_eq!(drift("1"), Some(0.0), "no lease holds GPU 1: nothing to correct");
     // A limiter outside the agent holds GPU 1 at 500 W: the agent reports what is enforced.
     double.command("oob 1 500000");
     eventually("the out-of-band limit in /v1/gpus", Duration::from_secs(5), || {
