@@ -22,6 +22,7 @@
  *             permission I 0|1        a set on GPU I answers NO_PERMISSION (0) or works (1)
  *             persistence I 0|1       GPU I's persistence mode
  *             power I MW              GPU I draws MW (before its limit)
+ *             reading I MW            GPU I's sensor reports MW whatever it draws (0: a real reading)
  *             no_energy I 0|1         GPU I's energy counter answers NOT_SUPPORTED
  *   state     written after every change: `I requested_mw enforced_mw lost persistence mig`,
  *             one line per GPU, for the test to read what the "driver" holds.
@@ -82,6 +83,7 @@ struct gpu {
     unsigned int oob_mw;       /* an out-of-band limiter; 0: none */
     unsigned int clamp_mw;     /* the driver raises a set limit to at least this; 0: none */
     unsigned int draw_mw;      /* what the GPU would draw uncapped */
+    unsigned int reading_mw;   /* a sensor that reports this whatever the draw; 0: none */
     unsigned long long energy_mj;
     int lost, ignore_set, permission, persistence, mig, no_energy;
 };
@@ -157,6 +159,7 @@ static void read_commands(void) {
             else if (strcmp(word, "permission") == 0) g->permission = (int)b;
             else if (strcmp(word, "persistence") == 0) g->persistence = (int)b;
             else if (strcmp(word, "power") == 0) g->draw_mw = (unsigned int)b;
+            else if (strcmp(word, "reading") == 0) g->reading_mw = (unsigned int)b;
             else if (strcmp(word, "no_energy") == 0) g->no_energy = (int)b;
             changed = 1;
         }
@@ -376,7 +379,7 @@ nvmlReturn_t nvmlDeviceGetPowerUsage(void *device, unsigned int *power) {
     DEVICE_CALL("nvmlDeviceGetPowerUsage", device)
     if (!power) return leave(NVML_ERROR_INVALID_ARGUMENT);
     unsigned int e = enforced(g);
-    *power = g->draw_mw < e ? g->draw_mw : e;
+    *power = g->reading_mw ? g->reading_mw : (g->draw_mw < e ? g->draw_mw : e);
     return leave(NVML_SUCCESS);
 }
 

@@ -381,7 +381,7 @@ impl Agent {
                     limit_w: limits.map(|l| mw_to_w(l.requested_mw)),
                     enforced_w: limits.map(|l| mw_to_w(l.enforced_mw)),
                     power_w: readings.map(|r| mw_to_w(r.power_mw)),
-                    energy_mj: readings.map(|r| r.energy_mj),
+                    energy_mj: readings.and_then(|r| r.energy_mj),
                     held_by,
                     pre_event_w: baseline.map(mw_to_w),
                     error,
@@ -439,7 +439,7 @@ impl Agent {
                     mem_copy_util_pct: readings.and_then(|r| r.mem_copy_util_pct),
                     limit_w: limits.map(|l| mw_to_w(l.requested_mw)),
                     enforced_w: limits.map(|l| mw_to_w(l.enforced_mw)),
-                    energy_mj: readings.map(|r| r.energy_mj),
+                    energy_mj: readings.and_then(|r| r.energy_mj),
                     drift_corrections: drift.get(&g.uuid).copied().unwrap_or(0),
                 }
             })

@@ -439,3 +439,21 @@ fn a_permission_lost_after_start_flips_readiness_and_persistence_off_is_a_warnin
             .is_some_and(Vec::is_empty)
     });
 }
+
+/// Readings degrade field by field: a GPU whose energy counter fails still reports its power;
+/// a power reading no GPU can draw (10 kW on a 700 W GPU) is refused, not passed on.
+#[test]
+fn a_missing_energy_counter_keeps_the_power_reading_and_an_absurd_power_reading_is_refused() {
+    let double = Double::new("h100_sxm\nh100_sxm\n");
+    double.command("no_energy 0 1");
+    double.command("reading 1 10000000");
+    let agent = OnDouble::start(&double);
+    let gpus = agent.get("/v1/gpus");
+    assert_eq!(gpus[0]["power_w"], 630.0, "{gpus}");
+    assert!(gpus[0]["energy_mj"].is_null(), "{gpus}");
+    assert!(
+        gpus[1]["power_w"].is_null(),
+        "an absurd reading is not passed on: {gpus}"
+    );
+    assert_eq!(gpus[1]["limit_w"], 700.0, "the limits still read: {gpus}");
+}

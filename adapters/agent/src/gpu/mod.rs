@@ -51,8 +51,9 @@ pub struct Limits {
 pub struct Readings {
     /// Power draw, mW.
     pub power_mw: u32,
-    /// Energy since driver load, mJ.
-    pub energy_mj: u64,
+    /// Energy since driver load, mJ; `None` where the counter cannot be read (readings
+    /// degrade field by field: a missing counter does not hide the power reading).
+    pub energy_mj: Option<u64>,
     /// Fraction of cycles the DRAM interface is active, 0–1 (`DCGM_FI_PROF_DRAM_ACTIVE`);
     /// a DCGM profiling metric that plain NVML does not offer, hence optional.
     pub dram_active: Option<f64>,

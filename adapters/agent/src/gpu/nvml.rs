@@ -178,11 +178,25 @@ impl GpuControl for NvmlGpus {
         dev.set_power_management_limit(limit_mw).map_err(|e| classify(&e))
     }
 
+    /// Power is required; the other fields degrade one by one (a counter the GPU does not
+    /// offer, or that fails, is left out, not the whole reading). A power reading no GPU can
+    /// draw (0, or over twice its maximum limit) is refused as the driver's error.
     fn readings(&self, index: u32) -> Result<Readings, GpuError> {
         let dev = self.device(index)?;
+        let power_mw = dev.power_usage().map_err(|e| classify(&e))?;
+        let max_mw = self
+            .gpus
+            .iter()
+            .find(|g| g.index == index)
+            .map_or(u32::MAX, |g| g.max_mw);
+        if power_mw == 0 || u64::from(power_mw) > 2 * u64::from(max_mw) {
+            return Err(GpuError::Driver(format!(
+                "implausible power reading {power_mw} mW (maximum limit {max_mw} mW): refused"
+            )));
+        }
         Ok(Readings {
-            power_mw: dev.power_usage().map_err(|e| classify(&e))?,
-            energy_mj: dev.total_energy_consumption().map_err(|e| classify(&e))?,
+            power_mw,
+            energy_mj: dev.total_energy_consumption().ok(),
             dram_active: None,
             mem_copy_util_pct: dev.utilization_rates().ok().map(|u| f64::from(u.memory)),
         })

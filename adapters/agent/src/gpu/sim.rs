@@ -411,7 +411,7 @@ impl GpuControl for SimGpus {
             let energy_mj = g.energy_mj.max(0.0) as u64;
             Ok(Readings {
                 power_mw: w_to_mw(draw),
-                energy_mj,
+                energy_mj: Some(energy_mj),
                 dram_active: Some(g.dram_base * activity),
                 mem_copy_util_pct: Some((g.copy_base_pct * activity).round()),
             })
@@ -532,7 +532,7 @@ mod tests {
         let r0 = sim.readings(0).expect("readable");
         clock.advance(TimeDelta::seconds(10));
         let r1 = sim.readings(0).expect("readable");
-        let joules = (r1.energy_mj - r0.energy_mj) as f64 / 1000.0;
+        let joules = (r1.energy_mj.expect("sim energy") - r0.energy_mj.expect("sim energy")) as f64 / 1000.0;
         let avg_w = joules / 10.0;
         assert!((590.0..=700.0).contains(&avg_w), "average {avg_w} W");
         sim.set_limit(0, 250_000).expect("in range");
