@@ -67,7 +67,8 @@ struct model {
     unsigned int min_mw, default_mw, max_mw;
 };
 
-/* shared/design/BACKENDS.md, "Power-limit ranges". */
+/* Power-limit ranges: HGX H100 as `nvidia-smi -q -d power` reports them; H200 (minimum not
+ * published); B200 as its DGX Redfish PowerLimitWatts states. */
 static const struct model models[] = {
     {"h100_sxm", "NVIDIA H100 80GB HBM3", 200000, 700000, 700000},
     {"h200_sxm", "NVIDIA H200", 200000, 700000, 700000},

@@ -6,13 +6,11 @@
 mod common;
 
 use chrono::{TimeDelta, Utc};
-use common::{BIN, CONTROL, request, write_token};
+use common::{CONTROL, Running, request, write_token};
 use serde_json::{Value, json};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Where the setup script builds the double.
@@ -61,9 +59,8 @@ impl Double {
 
 /// The agent binary running on `double`, its NVML backend loaded from the double's library.
 struct OnDouble {
-    child: Child,
+    agent: Running,
     addr: SocketAddr,
-    stderr: Arc<Mutex<String>>,
     _dir: tempfile::TempDir,
 }
 
@@ -79,63 +76,30 @@ impl OnDouble {
         let state = dir.path().join("agent-state");
         let config_file = dir.path().join("agent.toml");
         std::fs::write(&config_file, config).expect("config");
-        let mut child = Command::new(BIN)
-            .arg("--config")
-            .arg(&config_file)
-            .args([
-                "--hostname",
-                "gpu-node",
-                "--listen",
-                "127.0.0.1:0",
-                "--token-file",
-                &token,
-            ])
-            .arg("--state-dir")
-            .arg(&state)
-            .env_remove("FLEXGATE_AGENT_TOKEN")
-            .env_remove("FLEXGATE_AGENT_TOKEN_FILE")
-            .env_remove("FLEXGATE_AGENT_READ_TOKEN")
-            .env("LD_LIBRARY_PATH", double_lib_dir())
-            .env("FLEXGATE_NVML_DOUBLE", double.dir.path())
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn agent");
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let sink = stderr.clone();
-        let mut err_pipe = child.stderr.take().expect("stderr");
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = err_pipe.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock().expect("lock").push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        });
-        let (tx, rx) = std::sync::mpsc::channel();
-        let out = child.stdout.take().expect("stdout");
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if let Some(addr) = line.strip_prefix("flexgate-agent listening on http://") {
-                    let _ = tx.send(addr.to_owned());
-                }
-            }
-        });
-        let Ok(addr) = rx.recv_timeout(Duration::from_secs(20)) else {
-            let _ = child.kill();
-            panic!(
-                "the agent did not start on the double: {}",
-                stderr.lock().expect("lock")
-            );
-        };
-        Self {
-            child,
-            addr: addr.parse().expect("address"),
-            stderr,
-            _dir: dir,
-        }
+        let path = |p: &Path| p.to_str().expect("utf-8 path").to_string();
+        let (config_file, state) = (path(&config_file), path(&state));
+        let lib = double_lib_dir();
+        let args = [
+            "--config",
+            &config_file,
+            "--hostname",
+            "gpu-node",
+            "--listen",
+            "127.0.0.1:0",
+            "--token-file",
+            &token,
+            "--state-dir",
+            &state,
+        ];
+        let agent = Running::start_env(
+            &args,
+            &[
+                ("LD_LIBRARY_PATH", lib.as_os_str()),
+                ("FLEXGATE_NVML_DOUBLE", double.dir.path().as_os_str()),
+            ],
+        );
+        let addr = agent.addr;
+        Self { agent, addr, _dir: dir }
     }
 
     fn get(&self, path: &str) -> Value {
@@ -165,13 +129,6 @@ impl OnDouble {
         );
         assert_eq!(r.status, 200, "{}", r.body);
         r.json()
-    }
-}
-
-impl Drop for OnDouble {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -264,9 +221,9 @@ fn a_driver_reload_is_reapplied_an_out_of_band_limit_shows_and_a_refused_set_say
     assert_eq!(answer["applied"][0]["status"], "no_permission", "{answer}");
     assert_eq!(double.limits()[2], (700_000, 700_000), "nothing was set");
     assert!(
-        !agent.stderr.lock().expect("lock").contains("panicked"),
+        !agent.agent.stderr.lock().expect("lock").contains("panicked"),
         "{}",
-        agent.stderr.lock().expect("lock")
+        agent.agent.stderr.lock().expect("lock")
     );
 }
 

@@ -261,7 +261,17 @@ pub struct Running {
 
 impl Running {
     pub fn start(args: &[&str]) -> Self {
-        let mut child = command(args)
+        Self::start_env(args, &[])
+    }
+
+    /// [`Running::start`] with extra environment variables (e.g. the NVML double's library
+    /// path).
+    pub fn start_env(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Self {
+        let mut cmd = command(args);
+        for (name, value) in env {
+            cmd.env(name, value);
+        }
+        let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
