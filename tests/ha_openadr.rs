@@ -13,9 +13,9 @@ mod common;
 
 use chrono::{SecondsFormat, Utc};
 use common::agent::wait_for;
-use common::oadr2b_vtn::Vtn;
+use common::oadr2b_vtn::{PROGRAM, Vtn};
 use flexgate::clock::Clock;
-use flexgate::config::{Config, OpenAdr2bConfig};
+use flexgate::config::Config;
 use flexgate::ha::config::HaConfig;
 use flexgate::runtime::Role;
 use flexgate::serve::Server;
@@ -26,7 +26,6 @@ use std::path::Path;
 use std::time::Duration;
 
 const VEN_NAME: &str = "flexgate-ha";
-const PROGRAM: &str = "http://flexgate.test/dr";
 
 fn config(data: &Path, name: &str, vtn: &Vtn, etcd: &Cluster) -> Config {
     let mut config = Config::default();
@@ -35,21 +34,7 @@ fn config(data: &Path, name: &str, vtn: &Vtn, etcd: &Cluster) -> Config {
     config.gateway.site = "site-oadr".into();
     config.gateway.telemetry_interval_s = 1;
     config.site.facility_max_kw = 400.0;
-    config.openadr2b = Some(OpenAdr2bConfig {
-        url: format!("http://{}", vtn.addr),
-        ven_name: VEN_NAME.into(),
-        ven_id: None,
-        vtn_id: Some("flexgate-test-vtn".into()),
-        market_contexts: vec![PROGRAM.into()],
-        group_ids: vec!["dc-east".into()],
-        resource_ids: Vec::new(),
-        party_ids: Vec::new(),
-        poll_s: None,
-        timeout_s: 5,
-        tls: None,
-        push_url: None,
-        push_token: None,
-    });
+    config.openadr2b = Some(vtn.ven_config(VEN_NAME));
     config.ha = Some(HaConfig {
         replica: name.into(),
         endpoints: etcd.endpoints(),
@@ -148,16 +133,9 @@ async fn the_next_leader_is_the_same_ven_one_registration_one_answer_per_event_v
     let first = wait_for("a leader", Duration::from_secs(20), || async { leader_of(&servers) }).await;
     let next = 1 - first;
     let ven_id = wait_for("the registration at the VTN", Duration::from_secs(30), || async {
-        let state = vtn.state().await;
-        state["registrations"]
-            .as_array()
-            .and_then(|r| {
-                r.iter().find_map(|r| {
-                    (r["ven_name"] == VEN_NAME && r["active"] == true)
-                        .then(|| r["ven_id"].as_str().map(str::to_string))?
-                })
-            })
-            .ok_or_else(|| format!("{state}"))
+        vtn.registered_ven_id(VEN_NAME)
+            .await
+            .ok_or_else(|| "not registered yet".to_string())
     })
     .await;
 
@@ -267,16 +245,9 @@ async fn an_event_sent_while_etcd_has_no_quorum_is_taken_once_the_quorum_returns
     }
     wait_for("a leader", Duration::from_secs(20), || async { leader_of(&servers) }).await;
     let ven_id = wait_for("the registration at the VTN", Duration::from_secs(30), || async {
-        let state = vtn.state().await;
-        state["registrations"]
-            .as_array()
-            .and_then(|r| {
-                r.iter().find_map(|r| {
-                    (r["ven_name"] == VEN_NAME && r["active"] == true)
-                        .then(|| r["ven_id"].as_str().map(str::to_string))?
-                })
-            })
-            .ok_or_else(|| format!("{state}"))
+        vtn.registered_ven_id(VEN_NAME)
+            .await
+            .ok_or_else(|| "not registered yet".to_string())
     })
     .await;
     // Two of three members down: no quorum. The event is queued for the VEN's next poll, which

@@ -10,7 +10,7 @@
 
 use chrono::{SecondsFormat, Utc};
 use flexgate::clock::Clock;
-use flexgate::config::{Config, OpenAdr2bConfig};
+use flexgate::config::Config;
 use flexgate::serve::Server;
 use serde_json::{Value, json};
 use std::path::PathBuf;
@@ -18,10 +18,9 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::oadr2b_vtn::Vtn;
+use common::oadr2b_vtn::{PROGRAM, Vtn};
 
 const VEN_NAME: &str = "flexgate-it";
-const PROGRAM: &str = "http://flexgate.test/dr";
 
 async fn eventually<T>(what: &str, timeout_s: u64, mut probe: impl AsyncFnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + Duration::from_secs(timeout_s);
@@ -91,10 +90,7 @@ async fn start_site_with(vtn: Vtn) -> Site {
         .await
         .expect("gateway starts");
     let ven_id = eventually("registration at the VTN", 30, async || {
-        let state = vtn.state().await;
-        state["registrations"].as_array()?.iter().find_map(|r| {
-            (r["ven_name"] == VEN_NAME && r["active"] == true).then(|| r["ven_id"].as_str().map(str::to_string))?
-        })
+        vtn.registered_ven_id(VEN_NAME).await
     })
     .await;
     Site {
@@ -113,21 +109,7 @@ fn site_config(vtn: &Vtn, dir: &std::path::Path) -> Config {
     config.gateway.telemetry_interval_s = 1;
     config.site.baseline_window_s = 20;
     config.site.facility_max_kw = 400.0;
-    config.openadr2b = Some(OpenAdr2bConfig {
-        url: format!("http://{}", vtn.addr),
-        ven_name: VEN_NAME.into(),
-        ven_id: None,
-        vtn_id: Some("flexgate-test-vtn".into()),
-        market_contexts: vec![PROGRAM.into()],
-        group_ids: vec!["dc-east".into()],
-        resource_ids: Vec::new(),
-        party_ids: Vec::new(),
-        poll_s: None,
-        timeout_s: 5,
-        tls: None,
-        push_url: None,
-        push_token: None,
-    });
+    config.openadr2b = Some(vtn.ven_config(VEN_NAME));
     config
 }
 

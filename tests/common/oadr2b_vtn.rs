@@ -102,3 +102,35 @@ impl Vtn {
             .expect("VTN state JSON")
     }
 }
+
+/// The program (market context) the test VTN's events are in.
+pub const PROGRAM: &str = "http://flexgate.test/dr";
+
+impl Vtn {
+    /// A VEN named `ven_name` polling this VTN, enrolled in [`PROGRAM`], in group `dc-east`.
+    pub fn ven_config(&self, ven_name: &str) -> flexgate::config::OpenAdr2bConfig {
+        flexgate::config::OpenAdr2bConfig {
+            url: format!("http://{}", self.addr),
+            ven_name: ven_name.into(),
+            ven_id: None,
+            vtn_id: Some("flexgate-test-vtn".into()),
+            market_contexts: vec![PROGRAM.into()],
+            group_ids: vec!["dc-east".into()],
+            resource_ids: Vec::new(),
+            party_ids: Vec::new(),
+            poll_s: None,
+            timeout_s: 5,
+            tls: None,
+            push_url: None,
+            push_token: None,
+        }
+    }
+
+    /// The venID the VTN gave an active registration of `ven_name`, once there is one.
+    pub async fn registered_ven_id(&self, ven_name: &str) -> Option<String> {
+        let state = self.state().await;
+        state["registrations"].as_array()?.iter().find_map(|r| {
+            (r["ven_name"] == ven_name && r["active"] == true).then(|| r["ven_id"].as_str().map(str::to_string))?
+        })
+    }
+}
