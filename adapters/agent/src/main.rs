@@ -184,6 +184,15 @@ struct Cli {
 
 #[derive(clap::Subcommand)]
 enum Command {
+    /// Read-only check of this node before enabling the agent: the driver and NVML versions,
+    /// each GPU's model, limits and their range, power, persistence and MIG modes, and whether
+    /// this process could set power limits. Changes nothing; needs no token. Exit 1 when NVML
+    /// cannot be opened.
+    DeviceCheck {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the token job JOB_ID reports its throughput with (derived from the control token;
     /// good for that job's POST /v1/jobs/{job_id}/throughput only).
     JobToken {
@@ -307,6 +316,9 @@ async fn run() -> Result<()> {
         None => ConfigFile::default(),
     };
 
+    if let Some(Command::DeviceCheck { json }) = &cli.command {
+        return device_check(*json);
+    }
     let auth = Auth::new(control_token(&cli, &file)?, read_token(&cli, &file)?)?;
     if let Some(Command::JobToken { job_id }) = &cli.command {
         api::validate_id("job", job_id)?;
@@ -405,6 +417,55 @@ async fn run() -> Result<()> {
             std::io::stdout().flush()?;
             agent.serve(listener, shutdown_signal()).await?;
         }
+    }
+    Ok(())
+}
+
+/// `flexgate-agent device-check`: print what NVML says of this node, changing nothing.
+fn device_check(json: bool) -> Result<()> {
+    let report = flexgate_agent::gpu::nvml::device_report()?;
+    let mut out = std::io::stdout();
+    if json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&report)?).context("writing the report")?;
+        return Ok(());
+    }
+    let shown = |v: &Option<String>| v.clone().unwrap_or_else(|| "unknown".into());
+    let watts = |w: Option<f64>| w.map_or_else(|| "?".into(), |w| format!("{w:.0} W"));
+    let mode = |m: Option<bool>| match m {
+        Some(true) => "on",
+        Some(false) => "off",
+        None => "unknown",
+    };
+    writeln!(
+        out,
+        "driver {}, NVML {}",
+        shown(&report.driver_version),
+        shown(&report.nvml_version)
+    )
+    .context("writing the report")?;
+    writeln!(out, "can set power limits: {}", report.can_set_limits).context("writing the report")?;
+    writeln!(out, "{} GPU(s):", report.gpus.len()).context("writing the report")?;
+    for g in &report.gpus {
+        match &g.gpu {
+            Some(info) => writeln!(
+                out,
+                "  {} {} {} ({}): limit {} (enforced {}), range {}–{} W, default {} W, drawing {}, persistence {}, MIG {}",
+                g.index,
+                info.name,
+                info.uuid,
+                info.pci,
+                watts(g.limit_w),
+                watts(g.enforced_w),
+                f64::from(info.min_mw) / 1000.0,
+                f64::from(info.max_mw) / 1000.0,
+                f64::from(info.default_mw) / 1000.0,
+                watts(g.power_w),
+                mode(g.persistence),
+                mode(g.mig),
+            ),
+            None => writeln!(out, "  {}: {}", g.index, g.error.as_deref().unwrap_or("unreadable")),
+        }
+        .context("writing the report")?;
     }
     Ok(())
 }

@@ -414,3 +414,42 @@ fn a_missing_energy_counter_keeps_the_power_reading_and_an_absurd_power_reading_
     );
     assert_eq!(gpus[1]["limit_w"], 700.0, "the limits still read: {gpus}");
 }
+
+/// `flexgate-agent device-check` reads the node and changes nothing: the driver and NVML
+/// versions, each GPU's model, limits, range, power, persistence and MIG modes, and whether the
+/// process could set limits; the same fields a site sees on a real node.
+#[test]
+fn the_device_check_reports_every_field_and_changes_nothing() {
+    let double = Double::new("h100_sxm\nh200_sxm persistence=0\nb200 mig=2\n");
+    double.command("oob 0 500000");
+    let out = std::process::Command::new(common::BIN)
+        .args(["device-check", "--json"])
+        .env("LD_LIBRARY_PATH", double_lib_dir())
+        .env("FLEXGATE_NVML_DOUBLE", double.dir.path())
+        .env_remove("FLEXGATE_AGENT_TOKEN")
+        .env_remove("FLEXGATE_AGENT_TOKEN_FILE")
+        .output()
+        .expect("device-check runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(report["driver_version"], "000.00-double", "{report}");
+    assert!(
+        report["can_set_limits"].as_str().is_some_and(|s| !s.is_empty()),
+        "{report}"
+    );
+    let gpus = report["gpus"].as_array().expect("gpus");
+    assert_eq!(gpus.len(), 3);
+    assert_eq!(gpus[0]["gpu"]["name"], "NVIDIA H100 80GB HBM3");
+    assert_eq!(
+        (gpus[0]["limit_w"].as_f64(), gpus[0]["enforced_w"].as_f64()),
+        (Some(700.0), Some(500.0))
+    );
+    assert_eq!(gpus[1]["persistence"], false);
+    assert_eq!(gpus[2]["mig"], true);
+    assert_eq!(gpus[2]["gpu"]["max_mw"], 1_000_000);
+    assert_eq!(
+        double.limits(),
+        vec![(700_000, 500_000), (700_000, 700_000), (1_000_000, 1_000_000)],
+        "nothing was set"
+    );
+}

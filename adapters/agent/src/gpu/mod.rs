@@ -15,7 +15,7 @@ use crate::api::{CapStatus, GpuBackend};
 /// What does not change while the agent runs: identity and the settable range, read from the
 /// driver once at start (ranges differ between PCIe/SXM/NVL variants and OEM VBIOSes, so they
 /// are never hard-coded).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct GpuInfo {
     /// NVML UUID (`GPU-…`).
     pub uuid: String,

@@ -143,6 +143,87 @@ fn describe(nvml: &Nvml, index: u32) -> Result<GpuInfo, NvmlOpenError> {
     })
 }
 
+/// What `flexgate-agent device-check` prints: the driver and every GPU as NVML describes them,
+/// read-only. A site runs it on a GPU node before enabling the agent.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct DeviceReport {
+    /// The driver's version.
+    pub driver_version: Option<String>,
+    /// NVML's version.
+    pub nvml_version: Option<String>,
+    /// Whether this process could set power limits (CAP_SYS_ADMIN, which root has), and why.
+    pub can_set_limits: String,
+    /// One per GPU the driver lists.
+    pub gpus: Vec<GpuReport>,
+}
+
+/// One GPU in a [`DeviceReport`]; a field the driver would not give is `null`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct GpuReport {
+    /// NVML index.
+    pub index: u32,
+    /// What NVML describes (`null` with `error` when it could not).
+    pub gpu: Option<GpuInfo>,
+    /// Requested power limit, W.
+    pub limit_w: Option<f64>,
+    /// Enforced power limit (all limiters), W.
+    pub enforced_w: Option<f64>,
+    /// Power draw, W.
+    pub power_w: Option<f64>,
+    /// Persistence mode.
+    pub persistence: Option<bool>,
+    /// MIG mode (current).
+    pub mig: Option<bool>,
+    /// Why the GPU could not be described.
+    pub error: Option<String>,
+}
+
+/// Read the driver and every GPU, changing nothing.
+pub fn device_report() -> Result<DeviceReport, NvmlOpenError> {
+    let nvml = Nvml::init().map_err(|e| classify_init(&e))?;
+    let count = nvml.device_count().map_err(|e| NvmlOpenError::Init(e.to_string()))?;
+    let w = |mw: u32| f64::from(mw) / 1000.0;
+    let gpus = (0..count)
+        .map(|index| {
+            let described = describe(&nvml, index);
+            let dev = nvml.device_by_index(index).ok();
+            GpuReport {
+                index,
+                limit_w: dev.as_ref().and_then(|d| d.power_management_limit().ok()).map(w),
+                enforced_w: dev.as_ref().and_then(|d| d.enforced_power_limit().ok()).map(w),
+                power_w: dev.as_ref().and_then(|d| d.power_usage().ok()).map(w),
+                persistence: dev.as_ref().and_then(|d| d.is_in_persistent_mode().ok()),
+                mig: dev.as_ref().and_then(|d| d.mig_mode().ok()).map(|m| m.current != 0), // NVML_DEVICE_MIG_ENABLE is 1, DISABLE 0
+                error: described.as_ref().err().map(ToString::to_string),
+                gpu: described.ok(),
+            }
+        })
+        .collect();
+    Ok(DeviceReport {
+        driver_version: nvml.sys_driver_version().ok(),
+        nvml_version: nvml.sys_nvml_version().ok(),
+        can_set_limits: can_set_limits(),
+        gpus,
+    })
+}
+
+/// Whether this process holds CAP_SYS_ADMIN (bit 21 of `CapEff` in /proc/self/status), which
+/// setting a power limit needs.
+fn can_set_limits() -> String {
+    const CAP_SYS_ADMIN: u32 = 21;
+    let effective = std::fs::read_to_string("/proc/self/status").ok().and_then(|status| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("CapEff:"))
+            .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+    });
+    match effective {
+        Some(caps) if caps & (1 << CAP_SYS_ADMIN) != 0 => "yes: this process holds CAP_SYS_ADMIN".into(),
+        Some(_) => "no: this process lacks CAP_SYS_ADMIN (run the agent as root or grant it the capability)".into(),
+        None => "unknown: /proc/self/status has no CapEff line".into(),
+    }
+}
+
 impl GpuControl for NvmlGpus {
     fn backend(&self) -> GpuBackend {
         GpuBackend::Nvml
