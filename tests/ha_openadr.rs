@@ -90,6 +90,16 @@ fn registrations(state: &Value) -> usize {
         .map_or(0, |r| r.iter().filter(|r| r["ven_name"] == VEN_NAME).count())
 }
 
+/// Whether `server`'s ledger holds an OpenADR 2.0b registration.
+fn registration_recorded(server: &Server) -> bool {
+    server.gateway.ledger().iter_from(1).flatten().any(|record| {
+        matches!(
+            record.entry(),
+            Ok(flexgate::ledger::Entry::AdapterRegistration(r)) if r.registration.is_some()
+        )
+    })
+}
+
 fn iso_in(seconds: i64) -> String {
     (Utc::now() + chrono::Duration::seconds(seconds)).to_rfc3339_opts(SecondsFormat::Secs, true)
 }
@@ -249,6 +259,23 @@ async fn an_event_sent_while_etcd_has_no_quorum_is_taken_once_the_quorum_returns
             .await
             .ok_or_else(|| "not registered yet".to_string())
     })
+    .await;
+    // The registration is durable (in every replica's ledger) before etcd goes: a registration
+    // the VTN gave but no quorum recorded would be known to this leader alone.
+    wait_for(
+        "the registration in the standby's ledger",
+        Duration::from_secs(15),
+        || async {
+            let standby = servers
+                .iter()
+                .flatten()
+                .find(|s| matches!(s.gateway.read().role(), Role::Standby { .. }))
+                .ok_or("no standby")?;
+            registration_recorded(standby)
+                .then_some(())
+                .ok_or_else(|| "not yet".to_string())
+        },
+    )
     .await;
     // Two of three members down: no quorum. The event is queued for the VEN's next poll, which
     // the leader (its term not yet over) still makes.

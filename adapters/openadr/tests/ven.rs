@@ -814,6 +814,41 @@ fn a_resumed_ven_answers_each_event_version_once_across_the_restart() {
     assert_eq!((r.event_id.as_str(), r.modification_number), ("E1", 2));
 }
 
+/// An event the caller could not take is withheld (no answer) and forgotten, and the VEN asks the
+/// VTN for every event again later: the VTN's answer brings it back as new, answered then.
+#[test]
+fn a_withheld_event_comes_back_from_a_later_request_for_events() {
+    let mut sim = Sim::registered();
+    sim.auto_answer = false;
+    let m = sim.mark();
+    sim.deliver(distribute("D1", vec![ev("E1", 0)]));
+    let pending = sim
+        .outcomes
+        .iter()
+        .rev()
+        .find_map(|o| o.pending.clone())
+        .expect("a pending answer");
+    let mut pending = pending;
+    pending.withhold("E1");
+    sim.ven.forget_event("E1");
+    let actions = sim.ven.answer_distribute(pending, Vec::new());
+    sim.run(actions);
+    assert!(sim.created_events_since(m).is_empty(), "nothing answered");
+    sim.ven.request_events_at(sim.now + secs(5));
+    sim.vtn.on_request_event = Some(distribute("SYNC", vec![ev("E1", 0)]));
+    sim.auto_answer = true;
+    let m = sim.mark();
+    sim.advance(secs(6));
+    assert_eq!(
+        sim.names_since(m).iter().filter(|n| **n == "oadrRequestEvent").count(),
+        1,
+        "{:?}",
+        sim.names_since(m)
+    );
+    let r = one_response(&sim.created_events_since(m));
+    assert_eq!((r.event_id.as_str(), r.opt), ("E1", OptType::OptIn));
+}
+
 #[test]
 fn modification_number_lower_equal_higher() {
     let mut sim = Sim::registered();

@@ -30,6 +30,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
+/// How long after leaving an event unanswered (it could not be recorded) the VEN asks the VTN
+/// for every event again.
+const RESYNC_AFTER: TimeDelta = TimeDelta::seconds(5);
+
 /// File (in the data directory) holding the registration the VTN gave us.
 pub const REGISTRATION_FILE: &str = "openadr2b-registration.json";
 
@@ -384,9 +388,13 @@ impl Ven2b {
             }
         }
         for event_id in &withheld {
-            // Not answered: the VTN keeps the event for us, and the next leader (the writer
-            // halts when a record is not durable, which ends the term) fetches it again.
+            // Not answered: the VTN keeps the event for us. This VEN asks for every event again
+            // shortly (a VTN re-sends a distribute only when asked), and so does the next
+            // leader's if this term ends first (a record not durable halts the writer).
             self.ven.forget_event(event_id);
+        }
+        if !withheld.is_empty() {
+            self.ven.request_events_at(now + RESYNC_AFTER);
         }
         match outcome.pending {
             Some(mut pending) => {

@@ -228,6 +228,9 @@ pub struct Ven {
     /// that repeats one is not answered again while our opt is the same, so the VTN gets one
     /// answer per version and opt.
     answered: BTreeMap<(String, u32), OptType>,
+    /// When to ask the VTN for every event again ([`Ven::request_events_at`]): the caller
+    /// could not take one it was sent, and the VTN sends it only on request.
+    resync_at: Option<DateTime<Utc>>,
     reports: Vec<ActiveReport>,
     latest: Option<(DateTime<Utc>, TelemetrySample)>,
 }
@@ -257,6 +260,7 @@ impl Ven {
             resent: Vec::new(),
             events: BTreeMap::new(),
             answered: BTreeMap::new(),
+            resync_at: None,
             reports: Vec::new(),
             latest: None,
         })
@@ -404,6 +408,14 @@ impl Ven {
                     self.send(&mut actions, Outgoing::Poll { ven_id: self.ven_id() });
                 }
             }
+            if self.resync_at.is_some_and(|r| r <= now) {
+                self.resync_at = None;
+                let out = Outgoing::RequestEvent {
+                    request_id: self.next_id("req"),
+                    ven_id: self.ven_id(),
+                };
+                self.send(&mut actions, out);
+            }
             self.tick_reports(now, &mut actions);
         }
         actions
@@ -428,11 +440,22 @@ impl Ven {
             if let Some(d) = self.drain_at {
                 at = at.min(d.max(self.poll_hold.unwrap_or(d)));
             }
+            if let Some(r) = self.resync_at {
+                at = at.min(r);
+            }
             for r in &self.reports {
                 at = at.min(r.next_due());
             }
         }
         at
+    }
+
+    /// Ask the VTN for every event again at `at` (oadrRequestEvent), once: after the caller
+    /// left an event unanswered because it could not take it then
+    /// ([`PendingDistribute::withhold`]), so that the VTN sends it again. The earliest of
+    /// several requests stands.
+    pub fn request_events_at(&mut self, at: DateTime<Utc>) {
+        self.resync_at = Some(self.resync_at.map_or(at, |r| r.min(at)));
     }
 
     /// The registration in force, if any.
