@@ -51,6 +51,21 @@ fn config(data: &Path, name: &str, vtn: &Vtn, etcd: &Cluster) -> Config {
     config
 }
 
+/// Replicas `gw-a` and `gw-b` of one site, each with its data under `dir`.
+async fn start_replicas(dir: &Path, vtn: &Vtn, etcd: &Cluster) -> Vec<Option<Server>> {
+    let mut servers = Vec::new();
+    for name in ["gw-a", "gw-b"] {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let config = config(&dir.join(name), name, vtn, etcd);
+        servers.push(Some(
+            Server::start(config, Clock::real(), None, listener)
+                .await
+                .unwrap_or_else(|e| panic!("{name} did not start: {e}")),
+        ));
+    }
+    servers
+}
+
 fn leader_of(servers: &[Option<Server>]) -> Result<usize, String> {
     let leaders: Vec<usize> = servers
         .iter()
@@ -130,16 +145,7 @@ async fn the_next_leader_is_the_same_ven_one_registration_one_answer_per_event_v
     let etcd = Cluster::start();
     let vtn = Vtn::start().await;
     let dir = tempfile::tempdir().expect("dir");
-    let mut servers = Vec::new();
-    for name in ["gw-a", "gw-b"] {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let config = config(&dir.path().join(name), name, &vtn, &etcd);
-        servers.push(Some(
-            Server::start(config, Clock::real(), None, listener)
-                .await
-                .unwrap_or_else(|e| panic!("{name} did not start: {e}")),
-        ));
-    }
+    let mut servers = start_replicas(dir.path(), &vtn, &etcd).await;
     let first = wait_for("a leader", Duration::from_secs(20), || async { leader_of(&servers) }).await;
     let next = 1 - first;
     let ven_id = wait_for("the registration at the VTN", Duration::from_secs(30), || async {
@@ -243,16 +249,7 @@ async fn an_event_sent_while_etcd_has_no_quorum_is_taken_once_the_quorum_returns
     let mut etcd = Cluster::start();
     let vtn = Vtn::start().await;
     let dir = tempfile::tempdir().expect("dir");
-    let mut servers = Vec::new();
-    for name in ["gw-a", "gw-b"] {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let config = config(&dir.path().join(name), name, &vtn, &etcd);
-        servers.push(Some(
-            Server::start(config, Clock::real(), None, listener)
-                .await
-                .unwrap_or_else(|e| panic!("{name} did not start: {e}")),
-        ));
-    }
+    let servers = start_replicas(dir.path(), &vtn, &etcd).await;
     wait_for("a leader", Duration::from_secs(20), || async { leader_of(&servers) }).await;
     let ven_id = wait_for("the registration at the VTN", Duration::from_secs(30), || async {
         vtn.registered_ven_id(VEN_NAME)
