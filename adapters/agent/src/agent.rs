@@ -350,17 +350,25 @@ impl Agent {
     /// `GET /v1/gpus`.
     #[must_use]
     pub fn gpu_status(&self) -> Vec<GpuStatus> {
-        let held: Vec<(Vec<String>, Option<u32>)> = self.with_core(|book, _, gpus| {
+        let now = self.inner.clock.now();
+        let held: Vec<(Vec<String>, Option<u32>, u64, bool)> = self.with_core(|book, _, gpus| {
             gpus.gpus()
                 .iter()
-                .map(|g| (book.held_by(&g.uuid), book.baseline_mw(&g.uuid)))
+                .map(|g| {
+                    (
+                        book.held_by(&g.uuid),
+                        book.baseline_mw(&g.uuid),
+                        book.drift_corrections().get(&g.uuid).copied().unwrap_or(0),
+                        book.cap_unreliable(&g.uuid, now),
+                    )
+                })
                 .collect()
         });
         let gpus = self.gpus();
         gpus.gpus()
             .iter()
             .zip(held)
-            .map(|(g, (held_by, baseline))| {
+            .map(|(g, (held_by, baseline, drift_corrections, cap_unreliable))| {
                 let limits = gpus.limits(g.index);
                 let readings = gpus.readings(g.index);
                 let error = match (&limits, &readings) {
@@ -385,6 +393,8 @@ impl Agent {
                     held_by,
                     pre_event_w: baseline.map(mw_to_w),
                     error,
+                    drift_corrections,
+                    cap_unreliable,
                 }
             })
             .collect()

@@ -121,6 +121,16 @@ pub struct GpuStatus {
     /// Why some reading is missing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Times the agent re-applied a held cap on this GPU because its limit had moved (driver
+    /// reload or reset, another tool's set), since the agent started. The gateway records each
+    /// increase in its ledger.
+    #[serde(default)]
+    pub drift_corrections: u64,
+    /// True when the cap had to be re-applied 3 times within 15 minutes: the agent keeps
+    /// re-applying it, but between re-applications the GPU may draw uncapped, so the gateway
+    /// counts the cap as unconfirmed (`cap_unreliable`) and plans around it.
+    #[serde(default)]
+    pub cap_unreliable: bool,
 }
 
 /// What to restore when a lease ends. Only `pre_event` exists: the limit a GPU had before any

@@ -378,7 +378,18 @@ pub struct LeaseBook {
     /// Caps re-applied on a held GPU whose limit had moved (a driver reload or reset, someone
     /// else's set), per GPU UUID, since the agent started (`GET /metrics`, `GET /v1/gpus`).
     drift_corrections: BTreeMap<String, u64>,
+    /// When each held GPU's cap was last re-applied, within [`DRIFT_WINDOW`]: repeated drift
+    /// marks the cap unreliable ([`LeaseBook::cap_unreliable`]).
+    drift_times: BTreeMap<String, std::collections::VecDeque<DateTime<Utc>>>,
 }
+
+/// How many re-applications within [`DRIFT_WINDOW`] make a GPU's cap unreliable: the same
+/// threshold as the `FlexgateAgentCapDrift` alert (deploy/prometheus/flexgate-alerts.yml), so the
+/// gateway stops trusting the cap when the operator is paged about it.
+pub const DRIFT_UNRELIABLE_COUNT: usize = 3;
+
+/// The window [`DRIFT_UNRELIABLE_COUNT`] is counted over.
+pub const DRIFT_WINDOW: TimeDelta = TimeDelta::minutes(15);
 
 fn w_to_mw(w: f64) -> u32 {
     // Inputs are validated: finite, 0..=MAX_CAP_W (1e8 mW fits u32).
@@ -416,6 +427,7 @@ impl LeaseBook {
             fence_epoch: 0,
             fenced_total: 0,
             drift_corrections: BTreeMap::new(),
+            drift_times: BTreeMap::new(),
         }
     }
 
@@ -838,6 +850,11 @@ impl LeaseBook {
                         // The cap was in force and its limit moved: say so, every time.
                         let count = self.drift_corrections.entry(uuid.clone()).or_insert(0);
                         *count += 1;
+                        let times = self.drift_times.entry(uuid.clone()).or_default();
+                        times.push_back(now);
+                        while times.front().is_some_and(|t| *t <= now - DRIFT_WINDOW) {
+                            times.pop_front();
+                        }
                         tracing::warn!(gpu = %uuid, from_mw = ?before, corrections = *count,
                             "a held GPU's power limit had moved (driver reload or reset, or another tool's set): cap re-applied");
                     }
@@ -850,6 +867,18 @@ impl LeaseBook {
             self.persist_after(journal);
         }
         report
+    }
+
+    /// True when this GPU's cap had to be re-applied [`DRIFT_UNRELIABLE_COUNT`] times within
+    /// [`DRIFT_WINDOW`] before `now`: something keeps resetting its limit (a driver that unloads
+    /// between jobs without persistence mode, a BMC, another tool), so between re-applications
+    /// the GPU may draw uncapped. The gateway treats such a cap as unconfirmed and plans around
+    /// it; the agent keeps re-applying it.
+    #[must_use]
+    pub fn cap_unreliable(&self, uuid: &str, now: DateTime<Utc>) -> bool {
+        self.drift_times
+            .get(uuid)
+            .is_some_and(|t| t.iter().filter(|t| **t > now - DRIFT_WINDOW).count() >= DRIFT_UNRELIABLE_COUNT)
     }
 
     /// Drift corrections per GPU UUID since the agent started.
