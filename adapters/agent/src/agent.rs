@@ -45,6 +45,11 @@ pub struct AgentConfig {
     /// How often readiness (the power-limit self-test) and the GPUs' persistence mode are
     /// checked again while the agent runs: a permission lost after start must show.
     pub readiness_every: Duration,
+    /// This boot's id (`/proc/sys/kernel/random/boot_id`, read by the binary), recorded with
+    /// the state: a different one at start means the node rebooted and the saved pre-event
+    /// limits are stale ([`crate::lease::LeaseBook::note_boot`]). `None`: unknown, no reboot
+    /// detection.
+    pub boot_id: Option<String>,
 }
 
 impl AgentConfig {
@@ -61,6 +66,7 @@ impl AgentConfig {
             max_leases: crate::lease::DEFAULT_MAX_LEASES,
             throughput_window: crate::throughput::DEFAULT_WINDOW,
             readiness_every: Duration::from_secs(30),
+            boot_id: None,
         }
     }
 }
@@ -92,8 +98,17 @@ struct Inner {
     clock: Arc<dyn Clock>,
     /// The last readiness check: ok, or why not (recomputed every `readiness_every`).
     ready: Mutex<Result<(), String>>,
-    /// What an operator should fix though the agent works (persistence mode off, …).
+    /// What an operator should fix though the agent works (persistence mode off, a changed GPU
+    /// listing, …): recomputed at every readiness check.
     warnings: Mutex<Vec<String>>,
+    /// What an operator should know from the start (a reboot detected): kept while the agent
+    /// runs.
+    notices: Vec<String>,
+    /// The GPU count the driver listed at start (served or not): what a changed listing is
+    /// compared with.
+    count_at_start: u32,
+    /// GPUs served at start that the driver no longer lists (by the last readiness check).
+    vanished: Mutex<Vec<crate::api::UnavailableGpu>>,
     core: Mutex<Core>,
     idle: AtomicBool,
     /// Apart from the lease book: a report never waits for a GPU write.
@@ -159,6 +174,13 @@ impl Agent {
             None => LeaseBook::new(gpus.gpus(), config.max_lease_ttl),
         };
         book.set_max_leases(config.max_leases);
+        let mut notices = Vec::new();
+        if let Some(reboot) = book.note_boot(config.boot_id.as_deref(), clock.now(), &*gpus) {
+            let line = reboot.describe();
+            tracing::warn!(previous_boot_id = %reboot.previous_boot_id, boot_id = %reboot.boot_id,
+                dropped = ?reboot.dropped, recaptured = ?reboot.recaptured, "{line}");
+            notices.push(line);
+        }
         let report = book.reconcile_all(clock.now(), &*gpus, &mut *journal);
         if !report.expired.is_empty() || !report.written.is_empty() || !report.failed.is_empty() {
             tracing::info!(expired = ?report.expired, written = ?report.written, failed = ?report.failed,
@@ -169,12 +191,16 @@ impl Agent {
         for w in &warnings {
             tracing::warn!("{w}");
         }
+        let count_at_start = u32::try_from(gpus.gpus().len() + gpus.unavailable().len()).unwrap_or(u32::MAX);
         Ok(Self {
             inner: Arc::new(Inner {
                 gpus,
                 clock,
                 ready: Mutex::new(ready),
                 warnings: Mutex::new(warnings),
+                notices,
+                count_at_start,
+                vanished: Mutex::new(Vec::new()),
                 throughput: Mutex::new(JobWindows::new(config.throughput_window)),
                 core: Mutex::new(Core { book, journal }),
                 idle,
@@ -201,11 +227,30 @@ impl Agent {
         self.readiness().is_ok()
     }
 
-    /// Check readiness and the GPUs' persistence mode again (the watchdog calls it every
-    /// `readiness_every`): a permission lost after start flips readiness, with the reason.
+    /// Check readiness, the GPUs' persistence mode and the driver's GPU listing again (the
+    /// watchdog calls it every `readiness_every`): a permission lost after start flips
+    /// readiness, with the reason; a GPU the driver no longer lists is reported lost, and one
+    /// it lists anew is never adopted while running (a warning says to restart).
     pub fn recheck(&self) {
         let now = gpu::self_test(self.gpus());
-        let warnings = gpu::warnings(self.gpus());
+        let mut warnings = gpu::warnings(self.gpus());
+        match self.gpus().inventory() {
+            Ok(Some(listing)) => {
+                let check = gpu::check_inventory(self.gpus().gpus(), self.inner.count_at_start, &listing);
+                let mut vanished = self.inner.vanished.lock().unwrap_or_else(PoisonError::into_inner);
+                if *vanished != check.vanished {
+                    for w in &check.warnings {
+                        tracing::error!("{w}");
+                    }
+                }
+                *vanished = check.vanished;
+                drop(vanished);
+                warnings.extend(check.warnings);
+            }
+            Ok(None) => {}
+            // Unknown now: what was seen last stands.
+            Err(e) => tracing::warn!(error = %e, "the driver's GPU listing could not be read"),
+        }
         let mut ready = self.inner.ready.lock().unwrap_or_else(PoisonError::into_inner);
         if *ready != now {
             match &now {
@@ -395,9 +440,29 @@ impl Agent {
                     error,
                     drift_corrections,
                     cap_unreliable,
+                    mig_instances: gpus.mig_instances(g.index).ok().flatten(),
                 }
             })
             .collect()
+    }
+
+    /// GPUs the agent serves without: lost or unreadable at start, hung now, or no longer
+    /// listed by the driver (once each, by index).
+    fn unavailable(&self) -> Vec<crate::api::UnavailableGpu> {
+        let mut out = self.gpus().unavailable();
+        for v in self
+            .inner
+            .vanished
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+        {
+            if out.iter().all(|u| u.index != v.index) {
+                out.push(v.clone());
+            }
+        }
+        out.sort_by_key(|u| u.index);
+        out
     }
 
     /// Whether the last readiness check passed, else why not: what `GET /readyz` says.
@@ -408,7 +473,8 @@ impl Agent {
     /// `GET /v1/health`.
     #[must_use]
     pub fn health(&self) -> Health {
-        let (leases, pending_restore) = self.with_core(|book, _, _| (book.summaries(), book.pending_restore()));
+        let (leases, pending_restore, restore_retries) =
+            self.with_core(|book, _, _| (book.summaries(), book.pending_restore(), book.restore_retries()));
         Health {
             gpu_backend: self.gpus().backend(),
             ready: self.is_ready(),
@@ -417,13 +483,22 @@ impl Agent {
             gpus: self.gpus().gpus().len(),
             leases,
             pending_restore,
-            unavailable_gpus: self.gpus().unavailable(),
+            restore_retries,
+            unavailable_gpus: self.unavailable(),
             warnings: self
                 .inner
-                .warnings
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clone(),
+                .notices
+                .iter()
+                .cloned()
+                .chain(
+                    self.inner
+                        .warnings
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .iter()
+                        .cloned(),
+                )
+                .collect(),
         }
     }
 
@@ -461,7 +536,7 @@ impl Agent {
             (windows.summaries(now), windows.refusals().clone())
         };
         metrics::render_throughput(&mut text, &self.inner.config.hostname, &jobs, &refused);
-        let gpus_unavailable = self.gpus().unavailable().len();
+        let gpus_unavailable = self.unavailable().len();
         let leases = self.with_core(|book, _, _| metrics::LeaseCounts {
             held: book.held(),
             expired_total: book.expired_total(),

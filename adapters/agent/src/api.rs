@@ -131,6 +131,14 @@ pub struct GpuStatus {
     /// counts the cap as unconfirmed (`cap_unreliable`) and plans around it.
     #[serde(default)]
     pub cap_unreliable: bool,
+    /// The number of MIG instances the GPU is split into, when it is in MIG mode; `null` when
+    /// MIG is off or the driver cannot tell. A GPU in MIG mode has **one** power limit for all
+    /// its instances: every job on any of them runs under the same cap, and the agent holds
+    /// the lowest cap any lease asks for on the GPU (restoring the pre-event limit only when no
+    /// lease holds it). The gateway must plan such a GPU as one capped unit shared by the jobs
+    /// on its instances, never cap one instance alone. Absent from older agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig_instances: Option<u32>,
 }
 
 /// What to restore when a lease ends. Only `pre_event` exists: the limit a GPU had before any
@@ -223,6 +231,11 @@ pub enum CapStatus {
     /// cap (a set that did not take effect, or a driver that raised it): the cap is not in
     /// force. `applied_w` is the limit read back.
     NotApplied,
+    /// The driver answered with a value no GPU can have: a power limit outside the GPU's own
+    /// constraints (or constraints that cannot be right: a minimum of 0, or above the maximum).
+    /// Refused: nothing the agent read from it is trusted, so the cap is not confirmed; the
+    /// reason is in `GET /v1/gpus` `error` and the agent's log.
+    ImplausibleReading,
     /// No GPU with that UUID (or index) on this node.
     UnknownGpu,
     /// Any other driver error; the agent log has the details.
@@ -330,6 +343,11 @@ pub struct Health {
     /// every watchdog tick).
     #[serde(default)]
     pub pending_restore: Vec<String>,
+    /// The pending restores that have failed, with their back-off: each is retried after 1 s,
+    /// then 2, 4, … up to 60 s between tries, per GPU, so one GPU that keeps failing neither
+    /// floods the driver nor delays the other GPUs' restores.
+    #[serde(default)]
+    pub restore_retries: Vec<RestoreRetry>,
     /// GPUs the driver lists but the agent could not take charge of (lost at start, unreadable):
     /// left out of `/v1/gpus`, so the gateway plans without them; the others are served.
     #[serde(default)]
@@ -338,6 +356,19 @@ pub struct Health {
     /// reason and the fix); checked at start and every 30 s.
     #[serde(default)]
     pub warnings: Vec<String>,
+}
+
+/// A pending restore that has failed, and when the agent tries it again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestoreRetry {
+    /// GPU UUID.
+    pub uuid: String,
+    /// Tries that failed in a row.
+    pub failures: u32,
+    /// What the last try answered.
+    pub status: CapStatus,
+    /// When the next try is due (the watchdog makes it at its first pass from then on).
+    pub next_attempt_at: DateTime<Utc>,
 }
 
 /// A GPU the agent serves without, and why.

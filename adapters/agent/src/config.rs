@@ -8,6 +8,7 @@
 //! metrics_open = false                             # true: /metrics without a token
 //! max_lease_ttl_s = 86400
 //! readiness_check_s = 30                           # readiness and persistence mode, checked again
+//! boot_id_file = "/proc/sys/kernel/random/boot_id" # a different one at start: the node rebooted
 //!
 //! [tls]                                            # HTTPS; without it the API is plain HTTP
 //! cert_file = "/etc/flexgate/agent.crt"            # chain, leaf first
@@ -33,6 +34,27 @@ use std::path::{Path, PathBuf};
 
 /// Default state directory of the binary.
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/flexgate-agent";
+
+/// Where Linux gives this boot's id: a random UUID made at each boot.
+pub const DEFAULT_BOOT_ID_FILE: &str = "/proc/sys/kernel/random/boot_id";
+
+/// This boot's id from `path`, trimmed; `None` (with a warning) when it cannot be read or is
+/// empty: the agent then cannot tell a reboot from a restart, and keeps the saved pre-event
+/// limits as it always did.
+#[must_use]
+pub fn read_boot_id(path: &Path) -> Option<String> {
+    match std::fs::read_to_string(path) {
+        Ok(text) if !text.trim().is_empty() => Some(text.trim().to_owned()),
+        Ok(_) => {
+            tracing::warn!(file = %path.display(), "the boot id file is empty; a node reboot will not be detected");
+            None
+        }
+        Err(e) => {
+            tracing::warn!(file = %path.display(), error = %e, "cannot read the boot id; a node reboot will not be detected");
+            None
+        }
+    }
+}
 
 /// Why the configuration could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -87,6 +109,10 @@ pub struct ConfigFile {
     pub throughput_window_s: Option<u64>,
     /// How often readiness and persistence mode are checked again, s (default 30, 1 to 3600).
     pub readiness_check_s: Option<u64>,
+    /// The file holding this boot's id (default `/proc/sys/kernel/random/boot_id`): the agent
+    /// records it with its state, and a different one at start means the node rebooted, so the
+    /// saved pre-event limits are stale (the driver came up with its own) and are not restored.
+    pub boot_id_file: Option<PathBuf>,
     /// `[tls]`: serve HTTPS (and, with `client_ca_file`, require client certificates) so that
     /// tokens are not readable on the network. `--tls-cert`/`--tls-key`/`--tls-client-ca`
     /// override it. Relative paths are relative to the agent's working directory.
@@ -275,6 +301,22 @@ mod tests {
         assert!(both.control_token().is_err());
         let bad_key = ConfigFile::parse("[simulate]\noob_limit_w = { \"a\" = 300 }", p).expect("parses");
         assert!(bad_key.simulate.to_options("h", None).is_err());
+    }
+
+    #[test]
+    fn the_boot_id_is_read_trimmed_and_optional() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = dir.path().join("boot_id");
+        std::fs::write(&f, "0f5c1a2e-aaaa-bbbb-cccc-000000000001\n").expect("write");
+        assert_eq!(
+            read_boot_id(&f).as_deref(),
+            Some("0f5c1a2e-aaaa-bbbb-cccc-000000000001")
+        );
+        std::fs::write(&f, " \n").expect("write");
+        assert_eq!(read_boot_id(&f), None);
+        assert_eq!(read_boot_id(&dir.path().join("missing")), None);
+        let cfg = ConfigFile::parse("boot_id_file = \"/run/x\"", Path::new("x.toml")).expect("parses");
+        assert_eq!(cfg.boot_id_file.as_deref(), Some(Path::new("/run/x")));
     }
 
     #[test]

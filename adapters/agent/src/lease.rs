@@ -29,6 +29,21 @@
 //!   journal write fails, the operation is refused and nothing changes.
 //! - [`LeaseBook::reconcile_all`] (called by the watchdog every second) expires leases, retries
 //!   restores that failed, and re-applies caps a GPU reset or driver reload wiped out (drift).
+//! - **Restores retry with back-off, per GPU.** A restore that fails (refused, unresponsive,
+//!   not read back) stays pending and is tried again after [`RESTORE_BACKOFF_FIRST`], doubling
+//!   per failure up to [`RESTORE_BACKOFF_MAX`] ([`restore_backoff`]): a GPU that keeps failing
+//!   costs the driver one call a minute, and since every GPU has its own schedule and its own
+//!   deadline-bound calls, it never delays the others' restores. A `DELETE`, a job end or a
+//!   new lease tries at once whatever the schedule. The schedule lives in memory only: a
+//!   restarted agent tries every pending restore at start.
+//! - **A reboot makes the saved pre-event limits stale** ([`LeaseBook::note_boot`]): the driver
+//!   came up with its defaults (or what the site's boot scripts set), so writing back a limit
+//!   saved before the reboot would impose an old value, not restore one. A pre-event limit of
+//!   a GPU no valid lease holds is dropped; one of a GPU a lease still holds is read again from
+//!   the GPU's limit now.
+//! - **A cap is confirmed only by reading it back** within the GPU's own constraints: a read
+//!   that fails or answers nonsense right after a set leaves the cap unconfirmed (and a restore
+//!   pending), never assumed.
 //! - **A state file is input too** ([`LeaseBook::from_state`]): a lease in it is held to the limits
 //!   the API enforces on a request. One the API would refuse (a deadline further ahead than the
 //!   maximum lease lifetime, such as a hand-edited year 9999, which would defeat the dead-man
@@ -123,6 +138,12 @@ pub struct PersistedState {
     /// the file) until a gateway replica sends one.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub fence_epoch: u64,
+    /// The node's boot id when this state was written (`/proc/sys/kernel/random/boot_id`): a
+    /// different one at start means the node rebooted, and the saved pre-event limits are
+    /// stale ([`LeaseBook::note_boot`]). Absent from files written before it existed, or when
+    /// the boot id could not be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
 }
 
 #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
@@ -359,6 +380,86 @@ pub struct TickReport {
     pub failed: Vec<(String, CapStatus)>,
 }
 
+/// First delay before a failed restore is tried again.
+pub const RESTORE_BACKOFF_FIRST: TimeDelta = TimeDelta::seconds(1);
+
+/// Longest delay between two tries of a failed restore: a GPU whose restore keeps failing is
+/// still tried every minute, so a fixed permission or a GPU back on the bus is restored soon.
+pub const RESTORE_BACKOFF_MAX: TimeDelta = TimeDelta::seconds(60);
+
+/// The delay before the next try of a restore that has failed `failures` times in a row:
+/// [`RESTORE_BACKOFF_FIRST`] after the first failure, doubling with each further one, never
+/// more than [`RESTORE_BACKOFF_MAX`]. Zero failures: no delay. Pure.
+#[must_use]
+pub fn restore_backoff(failures: u32) -> TimeDelta {
+    if failures == 0 {
+        return TimeDelta::zero();
+    }
+    let first = RESTORE_BACKOFF_FIRST.num_milliseconds();
+    let max = RESTORE_BACKOFF_MAX.num_milliseconds();
+    // 2^(failures-1) overflows past 62 doublings; the cap is reached long before.
+    let doublings = (failures - 1).min(32);
+    TimeDelta::milliseconds(first.saturating_mul(1_i64 << doublings).min(max))
+}
+
+/// A pending restore's back-off: kept in memory, not journaled (a restarted agent tries every
+/// pending restore at once).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RetryState {
+    failures: u32,
+    status: CapStatus,
+    next_at: DateTime<Utc>,
+}
+
+/// What [`LeaseBook::note_boot`] did after a reboot: for the log and `/v1/health`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RebootReport {
+    /// The boot id the state was written under.
+    pub previous_boot_id: String,
+    /// This boot's id.
+    pub boot_id: String,
+    /// GPUs no valid lease holds whose saved pre-event limit was dropped (not restored), mW.
+    pub dropped: Vec<(String, u32)>,
+    /// GPUs a valid lease still holds whose pre-event limit was read again: (uuid, saved mW,
+    /// now mW).
+    pub recaptured: Vec<(String, u32, u32)>,
+}
+
+impl RebootReport {
+    /// One line for people: what was dropped and re-read, and why.
+    #[must_use]
+    pub fn describe(&self) -> String {
+        let w = |mw: u32| format!("{} W", mw_to_w(mw));
+        let dropped: Vec<String> = self
+            .dropped
+            .iter()
+            .map(|(u, mw)| format!("{u} (saved {})", w(*mw)))
+            .collect();
+        let recaptured: Vec<String> = self
+            .recaptured
+            .iter()
+            .map(|(u, was, now)| format!("{u} ({} saved, {} now)", w(*was), w(*now)))
+            .collect();
+        format!(
+            "the node rebooted since the agent's state was saved (boot id {} then, {} now): the driver came up with its \
+             own power limits, so the saved pre-event limits are stale and were not restored; dropped for GPUs no valid \
+             lease holds: {}; re-read from the current limit for GPUs a lease still holds: {}",
+            self.previous_boot_id,
+            self.boot_id,
+            if dropped.is_empty() {
+                "none".to_owned()
+            } else {
+                dropped.join(", ")
+            },
+            if recaptured.is_empty() {
+                "none".to_owned()
+            } else {
+                recaptured.join(", ")
+            },
+        )
+    }
+}
+
 /// The lease state machine. See the module docs.
 #[derive(Debug, Clone)]
 pub struct LeaseBook {
@@ -381,6 +482,10 @@ pub struct LeaseBook {
     /// When each held GPU's cap was last re-applied, within [`DRIFT_WINDOW`]: repeated drift
     /// marks the cap unreliable ([`LeaseBook::cap_unreliable`]).
     drift_times: BTreeMap<String, std::collections::VecDeque<DateTime<Utc>>>,
+    /// The back-off of each pending restore that has failed (not persisted).
+    restore_retries: BTreeMap<String, RetryState>,
+    /// The node's boot id the state belongs to (persisted).
+    boot_id: Option<String>,
 }
 
 /// How many re-applications within [`DRIFT_WINDOW`] make a GPU's cap unreliable: the same
@@ -428,6 +533,8 @@ impl LeaseBook {
             fenced_total: 0,
             drift_corrections: BTreeMap::new(),
             drift_times: BTreeMap::new(),
+            restore_retries: BTreeMap::new(),
+            boot_id: None,
         }
     }
 
@@ -485,6 +592,7 @@ impl LeaseBook {
         book.baselines = state.baselines;
         book.deleted = state.deleted;
         book.fence_epoch = state.fence_epoch;
+        book.boot_id = state.boot_id;
         for t in book.deleted.values_mut() {
             if t.deleted_at > now {
                 t.deleted_at = now;
@@ -535,7 +643,131 @@ impl LeaseBook {
             baselines: self.baselines.clone(),
             deleted: self.deleted.clone(),
             fence_epoch: self.fence_epoch,
+            boot_id: self.boot_id.clone(),
         }
+    }
+
+    /// Record the node's boot id `boot_id` (`None`: unknown, nothing changes) and, when the
+    /// state was saved under another one, act on the reboot: the driver came up with its
+    /// defaults or what the site's boot scripts set, so a saved pre-event limit is stale.
+    /// Writing it back would impose an old value, not restore one. For each saved pre-event
+    /// limit: a GPU no lease valid at `now` holds has it dropped (nothing to restore); a GPU a
+    /// valid lease still holds has it read again from its limit now (the limit in force before
+    /// the lease's cap is re-applied), or its default limit if it cannot be read. Call it after
+    /// [`LeaseBook::from_state`] and before [`LeaseBook::reconcile_all`]. The change is
+    /// journaled at the next persist.
+    pub fn note_boot(
+        &mut self,
+        boot_id: Option<&str>,
+        now: DateTime<Utc>,
+        gpus: &dyn GpuControl,
+    ) -> Option<RebootReport> {
+        let boot_id = boot_id?;
+        let previous = match self.boot_id.as_deref() {
+            Some(b) if b == boot_id => return None,
+            Some(b) => b.to_owned(),
+            None => {
+                // A fresh state, or one written before boot ids were recorded: nothing to
+                // compare with.
+                self.boot_id = Some(boot_id.to_owned());
+                self.dirty = true;
+                return None;
+            }
+        };
+        let mut report = RebootReport {
+            previous_boot_id: previous,
+            boot_id: boot_id.to_owned(),
+            dropped: Vec::new(),
+            recaptured: Vec::new(),
+        };
+        let held_validly = |book: &Self, uuid: &str| {
+            book.leases
+                .values()
+                .any(|l| l.expires_at > now && l.holds.contains_key(uuid))
+        };
+        let saved: Vec<(String, u32)> = self.baselines.iter().map(|(u, mw)| (u.clone(), *mw)).collect();
+        for (uuid, was) in saved {
+            if held_validly(self, &uuid) {
+                let Some(info) = self.info(&uuid).cloned() else {
+                    continue;
+                };
+                let now_mw = match gpus.limits(info.index) {
+                    Ok(l) => l.requested_mw,
+                    Err(e) => {
+                        tracing::warn!(gpu = %uuid, error = %e, default_mw = info.default_mw,
+                            "after the reboot this held GPU's limit cannot be read; its default limit becomes the one to restore");
+                        info.default_mw
+                    }
+                };
+                self.baselines.insert(uuid.clone(), now_mw);
+                report.recaptured.push((uuid, was, now_mw));
+            } else {
+                self.baselines.remove(&uuid);
+                self.restore_retries.remove(&uuid);
+                report.dropped.push((uuid, was));
+            }
+        }
+        self.boot_id = Some(boot_id.to_owned());
+        self.dirty = true;
+        Some(report)
+    }
+
+    /// The boot id the state belongs to.
+    #[must_use]
+    pub fn boot_id(&self) -> Option<&str> {
+        self.boot_id.as_deref()
+    }
+
+    /// The pending restores that have failed, with their back-off, for `/v1/health`.
+    #[must_use]
+    pub fn restore_retries(&self) -> Vec<api::RestoreRetry> {
+        self.restore_retries
+            .iter()
+            .map(|(uuid, r)| api::RestoreRetry {
+                uuid: uuid.clone(),
+                failures: r.failures,
+                status: r.status,
+                next_attempt_at: r.next_at,
+            })
+            .collect()
+    }
+
+    /// Keep a GPU's restore back-off in step with what `reconcile_one` just did at `now`: a
+    /// held GPU is no restore; a restore done clears it; a restore still pending counts one
+    /// more failure and is put off by [`restore_backoff`].
+    fn note_restore(&mut self, uuid: &str, outcome: &GpuOutcome, now: DateTime<Utc>) {
+        if self.is_held(uuid) {
+            self.restore_retries.remove(uuid);
+            return;
+        }
+        if !self.baselines.contains_key(uuid) {
+            if let Some(r) = self.restore_retries.remove(uuid) {
+                tracing::info!(gpu = %uuid, failures = r.failures, "pre-event limit restored after failed tries");
+            }
+            return;
+        }
+        let failures = self
+            .restore_retries
+            .get(uuid)
+            .map_or(0, |r| r.failures)
+            .saturating_add(1);
+        let status = if outcome.status.is_applied() {
+            CapStatus::NotApplied
+        } else {
+            outcome.status
+        };
+        let delay = restore_backoff(failures);
+        let next_at = now + delay;
+        tracing::warn!(gpu = %uuid, failures, status = ?status, retry_in_ms = delay.num_milliseconds(),
+            "restore of the pre-event limit failed; retrying with back-off (the other GPUs are not held up)");
+        self.restore_retries.insert(
+            uuid.to_owned(),
+            RetryState {
+                failures,
+                status,
+                next_at,
+            },
+        );
     }
 
     /// Fencing: admit a command sent under gateway epoch `epoch` (0 when the gateway sends
@@ -703,13 +935,20 @@ impl LeaseBook {
                     status: e.status(),
                 };
             }
-            // If the read-back fails right after a successful write, report the best estimate:
-            // the new limit, under any out-of-band limit seen before the write.
-            let oob = (current.enforced_mw < current.requested_mw).then_some(current.enforced_mw);
-            limits = gpus.limits(info.index).unwrap_or(Limits {
-                requested_mw: desired,
-                enforced_mw: oob.map_or(desired, |o| o.min(desired)),
-            });
+            // A read-back that fails (or answers a limit the GPU cannot hold) right after a
+            // successful write confirms nothing: the cap is not reported in force, and a
+            // restore stays pending.
+            limits = match gpus.limits(info.index) {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::warn!(gpu = %uuid, desired_mw = desired, error = %e, held,
+                        "the power limit was set but cannot be read back: not confirmed");
+                    return GpuOutcome {
+                        limits: None,
+                        status: e.status(),
+                    };
+                }
+            };
             // Confirmed only by reading back: a driver can answer success and leave the limit
             // where it was (or move it to a value of its own). A cap not in force is reported,
             // and a restore not in force stays pending (its pre-event limit is kept and retried).
@@ -761,18 +1000,42 @@ impl LeaseBook {
         self.reconcile_one(uuid, gpus)
     }
 
-    fn reconcile_set(&mut self, uuids: &BTreeSet<String>, gpus: &dyn GpuControl) -> BTreeMap<String, GpuOutcome> {
-        uuids.iter().map(|u| (u.clone(), self.reconcile_one(u, gpus))).collect()
+    /// Bring each GPU to its desired limit now (a request: no back-off waits), keeping the
+    /// restore back-off in step.
+    fn reconcile_set(
+        &mut self,
+        uuids: &BTreeSet<String>,
+        gpus: &dyn GpuControl,
+        now: DateTime<Utc>,
+    ) -> BTreeMap<String, GpuOutcome> {
+        uuids
+            .iter()
+            .map(|u| {
+                let outcome = self.reconcile_one(u, gpus);
+                self.note_restore(u, &outcome, now);
+                (u.clone(), outcome)
+            })
+            .collect()
     }
 
-    /// Remove a failed hold; if that leaves the GPU unheld and its baseline was captured by this
-    /// operation (so the limit never changed), forget the baseline too.
-    fn drop_failed_hold(&mut self, lease_id: &str, uuid: &str, captured: &BTreeSet<String>) {
+    /// Remove a failed hold. If that leaves the GPU unheld and its pre-event limit was captured
+    /// by this operation, put that limit back at once: a failed cap may still have moved the
+    /// limit (a driver that clamps, a set that landed after its deadline), so the pre-event
+    /// limit is forgotten only once the GPU reads it back, and otherwise stays a pending restore.
+    fn drop_failed_hold(
+        &mut self,
+        lease_id: &str,
+        uuid: &str,
+        captured: &BTreeSet<String>,
+        gpus: &dyn GpuControl,
+        now: DateTime<Utc>,
+    ) {
         if let Some(l) = self.leases.get_mut(lease_id) {
             l.holds.remove(uuid);
         }
         if captured.contains(uuid) && !self.is_held(uuid) {
-            self.baselines.remove(uuid);
+            let outcome = self.reconcile_one(uuid, gpus);
+            self.note_restore(uuid, &outcome, now);
         }
         self.dirty = true;
     }
@@ -837,12 +1100,17 @@ impl LeaseBook {
             ..TickReport::default()
         };
         for uuid in &uuids {
+            let held = self.is_held(uuid);
+            // A failed restore waits out its back-off; the others go on.
+            if !held && self.restore_retries.get(uuid).is_some_and(|r| now < r.next_at) {
+                continue;
+            }
             let before = self
                 .info(uuid)
                 .and_then(|i| gpus.limits(i.index).ok())
                 .map(|l| l.requested_mw);
-            let held = self.is_held(uuid);
             let outcome = self.reconcile_one(uuid, gpus);
+            self.note_restore(uuid, &outcome, now);
             if outcome.status.is_applied() {
                 if outcome.limits.map(|l| l.requested_mw) != before {
                     report.written.push(uuid.clone());
@@ -1023,7 +1291,7 @@ impl LeaseBook {
         }
 
         // Apply.
-        let mut outcomes = self.reconcile_set(&affected, gpus);
+        let mut outcomes = self.reconcile_set(&affected, gpus, now);
         for entry in &entries {
             if let Entry::Planned(uuid) = entry
                 && let Some(o) = outcomes.get(uuid).copied()
@@ -1059,7 +1327,7 @@ impl LeaseBook {
                         .and_then(|l| l.holds.get(&uuid))
                         .is_some_and(|h| h.clamped);
                     let status = if !o.status.is_applied() {
-                        self.drop_failed_hold(id, &uuid, &captured);
+                        self.drop_failed_hold(id, &uuid, &captured, gpus, now);
                         o.status
                     } else if clamped {
                         CapStatus::Clamped
@@ -1160,7 +1428,7 @@ impl LeaseBook {
             return Err(e.into());
         }
         let affected: BTreeSet<String> = lease.holds.keys().cloned().collect();
-        let outcomes = self.reconcile_set(&affected, gpus);
+        let outcomes = self.reconcile_set(&affected, gpus, now);
         self.persist_after(journal);
         tracing::info!(lease = %id, generation = lease.generation, gpus = affected.len(), "lease deleted");
         Ok(ReleaseResponse {
@@ -1246,7 +1514,7 @@ impl LeaseBook {
             }
         }
         let affected: BTreeSet<String> = new_holds.iter().map(|(_, u)| u.clone()).collect();
-        let mut outcomes = self.reconcile_set(&affected, gpus);
+        let mut outcomes = self.reconcile_set(&affected, gpus, now);
         for (lease_id, uuid) in &new_holds {
             if let Some(o) = outcomes.get(uuid).copied() {
                 outcomes.insert(uuid.clone(), self.settle_oob(lease_id, uuid, o, gpus));
@@ -1255,7 +1523,7 @@ impl LeaseBook {
         let mut failed = BTreeSet::new();
         for (lease_id, uuid) in &new_holds {
             if outcomes.get(uuid).is_some_and(|o| !o.status.is_applied()) {
-                self.drop_failed_hold(lease_id, uuid, &captured);
+                self.drop_failed_hold(lease_id, uuid, &captured, gpus, now);
                 failed.insert(uuid.clone());
             }
         }
@@ -1361,7 +1629,7 @@ impl LeaseBook {
                 return Err(e.into());
             }
         }
-        let outcomes = self.reconcile_set(&affected, gpus);
+        let outcomes = self.reconcile_set(&affected, gpus, now);
         if self.dirty {
             self.persist_after(journal);
         }
@@ -1415,5 +1683,437 @@ impl LeaseBook {
         if self.leases.values().any(|l| l.expires_at <= now) {
             self.reconcile_all(now, gpus, journal);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{GpuBackend, RestorePolicy};
+    use crate::gpu::{GpuError, Readings};
+    use std::sync::Mutex;
+
+    /// One GPU of [`Fake`]: its limit and the faults a test scripts.
+    #[derive(Debug, Clone, Default)]
+    struct FakeGpu {
+        requested_mw: u32,
+        /// Every set answers this error.
+        set_error: Option<GpuError>,
+        /// Every read answers this error.
+        read_error: Option<GpuError>,
+        /// The driver raises any limit set to at least this (0: none).
+        clamp_mw: u32,
+        /// Sets made (including failed ones).
+        sets: u32,
+    }
+
+    /// A scripted driver: limits held in memory, faults per GPU.
+    struct Fake {
+        gpus: Vec<GpuInfo>,
+        state: Mutex<Vec<FakeGpu>>,
+    }
+
+    impl Fake {
+        fn new(n: u32) -> Self {
+            Self {
+                gpus: (0..n)
+                    .map(|index| GpuInfo {
+                        uuid: uuid(index),
+                        index,
+                        minor: index,
+                        pci: String::new(),
+                        name: "fake".into(),
+                        min_mw: 200_000,
+                        default_mw: 700_000,
+                        max_mw: 700_000,
+                    })
+                    .collect(),
+                state: Mutex::new(
+                    (0..n)
+                        .map(|_| FakeGpu {
+                            requested_mw: 700_000,
+                            ..FakeGpu::default()
+                        })
+                        .collect(),
+                ),
+            }
+        }
+
+        fn with<T>(&self, i: u32, f: impl FnOnce(&mut FakeGpu) -> T) -> T {
+            let mut state = self.state.lock().expect("lock");
+            f(&mut state[i as usize])
+        }
+
+        fn limit(&self, i: u32) -> u32 {
+            self.with(i, |g| g.requested_mw)
+        }
+
+        fn sets(&self, i: u32) -> u32 {
+            self.with(i, |g| g.sets)
+        }
+    }
+
+    impl GpuControl for Fake {
+        fn backend(&self) -> GpuBackend {
+            GpuBackend::Simulated
+        }
+        fn gpus(&self) -> &[GpuInfo] {
+            &self.gpus
+        }
+        fn limits(&self, index: u32) -> Result<Limits, GpuError> {
+            self.with(index, |g| match &g.read_error {
+                Some(e) => Err(e.clone()),
+                None => Ok(Limits {
+                    requested_mw: g.requested_mw,
+                    enforced_mw: g.requested_mw,
+                }),
+            })
+        }
+        fn set_limit(&self, index: u32, limit_mw: u32) -> Result<(), GpuError> {
+            self.with(index, |g| {
+                g.sets += 1;
+                if let Some(e) = &g.set_error {
+                    return Err(e.clone());
+                }
+                g.requested_mw = limit_mw.max(g.clamp_mw);
+                Ok(())
+            })
+        }
+        fn readings(&self, _: u32) -> Result<Readings, GpuError> {
+            Err(GpuError::NotSupported)
+        }
+    }
+
+    fn uuid(i: u32) -> String {
+        format!("GPU-fake-{i}")
+    }
+
+    fn t0() -> DateTime<Utc> {
+        DateTime::from_timestamp(1_782_907_200, 0).unwrap_or_default()
+    }
+
+    fn at(ms: i64) -> DateTime<Utc> {
+        t0() + TimeDelta::milliseconds(ms)
+    }
+
+    fn lease(gpus: &[(u32, f64)], expires_at: DateTime<Utc>) -> LeaseRequest {
+        LeaseRequest {
+            generation: 1,
+            expires_at,
+            gpus: gpus.iter().map(|&(i, cap_w)| GpuCap { uuid: uuid(i), cap_w }).collect(),
+            restore: RestorePolicy::PreEvent,
+            new_job_cap_w: None,
+        }
+    }
+
+    #[test]
+    fn the_restore_back_off_doubles_from_one_second_to_a_minute() {
+        let s = |n| restore_backoff(n).num_seconds();
+        assert_eq!(restore_backoff(0), TimeDelta::zero());
+        assert_eq!((s(1), s(2), s(3), s(4), s(5), s(6)), (1, 2, 4, 8, 16, 32));
+        assert_eq!((s(7), s(8), s(100), s(u32::MAX)), (60, 60, 60, 60));
+        // Property: never decreasing, never above the cap, never below the first delay.
+        for n in 1..1_000 {
+            assert!(restore_backoff(n + 1) >= restore_backoff(n), "{n}");
+            assert!(restore_backoff(n) <= RESTORE_BACKOFF_MAX, "{n}");
+            assert!(restore_backoff(n) >= RESTORE_BACKOFF_FIRST, "{n}");
+        }
+    }
+
+    /// A restore refused on GPU 1 is retried after 1, 2, 4 s, never blocking GPU 0's restore,
+    /// which happens at once; once the driver takes it, GPU 1 is restored at its next try.
+    #[test]
+    fn a_failed_restore_backs_off_per_gpu_and_never_holds_the_others_up() {
+        let fake = Fake::new(2);
+        let mut book = LeaseBook::new(fake.gpus(), TimeDelta::hours(24));
+        let j = &mut MemoryJournal;
+        book.put("evt", &lease(&[(0, 300.0), (1, 300.0)], at(600_000)), at(0), &fake, j)
+            .expect("put");
+        fake.with(1, |g| g.set_error = Some(GpuError::NoPermission));
+        let d = book.delete("evt", at(1_000), &fake, j).expect("deleted");
+        assert_eq!(d.restored[0].status, CapStatus::Ok);
+        assert_eq!(d.restored[1].status, CapStatus::NoPermission);
+        assert_eq!((fake.limit(0), fake.limit(1)), (700_000, 300_000));
+        assert_eq!(book.pending_restore(), vec![uuid(1)]);
+        let retries = book.restore_retries();
+        assert_eq!(
+            (retries[0].failures, retries[0].status, retries[0].next_attempt_at),
+            (1, CapStatus::NoPermission, at(2_000))
+        );
+        // Not due: no call at all on GPU 1.
+        let sets = fake.sets(1);
+        assert_eq!(book.reconcile_all(at(1_900), &fake, j), TickReport::default());
+        assert_eq!(fake.sets(1), sets);
+        // Due at 2 s: tried, failed, next at 2 + 2 s; then at 4 + 4 s.
+        let r = book.reconcile_all(at(2_000), &fake, j);
+        assert_eq!(r.failed, vec![(uuid(1), CapStatus::NoPermission)]);
+        assert_eq!(book.restore_retries()[0].next_attempt_at, at(4_000));
+        book.reconcile_all(at(3_000), &fake, j);
+        assert_eq!(fake.sets(1), sets + 1, "not before 4 s");
+        book.reconcile_all(at(4_000), &fake, j);
+        assert_eq!(book.restore_retries()[0].next_attempt_at, at(8_000));
+        // Meanwhile another lease on GPU 0 comes and goes: its restore is at once.
+        book.put("evt2", &lease(&[(0, 250.0)], at(600_000)), at(5_000), &fake, j)
+            .expect("put");
+        assert_eq!(fake.limit(0), 250_000);
+        book.delete("evt2", at(5_000), &fake, j).expect("deleted");
+        assert_eq!(fake.limit(0), 700_000);
+        // The permission comes back; GPU 1 is restored at its next try, 8 s.
+        fake.with(1, |g| g.set_error = None);
+        book.reconcile_all(at(7_999), &fake, j);
+        assert_eq!(fake.limit(1), 300_000);
+        let r = book.reconcile_all(at(8_000), &fake, j);
+        assert_eq!(r.written, vec![uuid(1)]);
+        assert_eq!(fake.limit(1), 700_000);
+        assert!(book.is_idle());
+        assert!(book.restore_retries().is_empty());
+    }
+
+    /// A request (a lease that takes the GPU again and is deleted) tries at once, whatever the
+    /// back-off says; a held GPU has no back-off.
+    #[test]
+    fn a_request_restores_at_once_whatever_the_back_off() {
+        let fake = Fake::new(1);
+        let mut book = LeaseBook::new(fake.gpus(), TimeDelta::hours(24));
+        let j = &mut MemoryJournal;
+        book.put("a", &lease(&[(0, 300.0)], at(600_000)), at(0), &fake, j)
+            .expect("put");
+        fake.with(0, |g| g.set_error = Some(GpuError::GpuLost));
+        for s in [0, 1, 3, 7, 15] {
+            book.reconcile_all(at(s * 1_000), &fake, j);
+        }
+        book.delete("a", at(20_000), &fake, j).expect("deleted");
+        for s in [21, 23, 27, 35] {
+            book.reconcile_all(at(s * 1_000), &fake, j);
+        }
+        assert!(book.restore_retries()[0].failures >= 4);
+        fake.with(0, |g| g.set_error = None);
+        book.put("b", &lease(&[(0, 400.0)], at(600_000)), at(36_000), &fake, j)
+            .expect("put");
+        assert!(book.restore_retries().is_empty(), "a held GPU is no restore");
+        book.delete("b", at(36_000), &fake, j).expect("deleted");
+        assert_eq!(fake.limit(0), 700_000, "the pre-event limit, at once");
+        assert!(book.is_idle());
+    }
+
+    /// Property: under any pattern of failures, every pending restore is tried exactly when its
+    /// back-off is due (a model of the schedule, written from the rule, says when), each GPU on
+    /// its own schedule, and one that is tried while the driver takes it ends restored.
+    #[test]
+    fn property_restores_are_tried_exactly_when_due_each_gpu_on_its_own_schedule() {
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _case in 0..200 {
+            let n = 3;
+            let fake = Fake::new(n);
+            let mut book = LeaseBook::new(fake.gpus(), TimeDelta::hours(24));
+            let j = &mut MemoryJournal;
+            let all: Vec<(u32, f64)> = (0..n).map(|i| (i, 300.0)).collect();
+            book.put("evt", &lease(&all, at(600_000)), at(0), &fake, j)
+                .expect("put");
+            // Each GPU fails with its own probability (0 %, some, most).
+            let fail_pct: Vec<u64> = (0..n).map(|_| next() % 100).collect();
+            let mut model: Vec<Option<(u32, DateTime<Utc>)>> = vec![None; n as usize];
+            let mut pending: Vec<bool> = vec![true; n as usize];
+            let mut now = at(0);
+            let mut first = true;
+            for _step in 0..60 {
+                for i in 0..n {
+                    let fails = next() % 100 < fail_pct[i as usize];
+                    fake.with(i, |g| g.set_error = fails.then_some(GpuError::NoPermission));
+                }
+                let before: Vec<u32> = (0..n).map(|i| fake.sets(i)).collect();
+                if first {
+                    book.delete("evt", now, &fake, j).expect("deleted");
+                    first = false;
+                } else {
+                    book.reconcile_all(now, &fake, j);
+                }
+                for i in 0..n {
+                    let k = i as usize;
+                    let tried = fake.sets(i) > before[k];
+                    let due = pending[k] && model[k].is_none_or(|(_, next_at)| now >= next_at);
+                    assert_eq!(
+                        tried, due,
+                        "GPU {i} at {now}: tried {tried}, due {due}, model {:?}",
+                        model[k]
+                    );
+                    if tried {
+                        if fake.limit(i) == 700_000 {
+                            pending[k] = false;
+                            model[k] = None;
+                        } else {
+                            let failures = model[k].map_or(0, |(f, _)| f) + 1;
+                            model[k] = Some((failures, now + restore_backoff(failures)));
+                        }
+                    }
+                    assert_eq!(book.pending_restore().contains(&uuid(i)), pending[k]);
+                }
+                // The watchdog's ticks: about a second apart, sometimes late.
+                now += TimeDelta::milliseconds(500 + i64::try_from(next() % 2_500).unwrap_or(0));
+            }
+        }
+    }
+
+    /// A set the driver answers with success but whose read-back fails confirms nothing: the
+    /// cap is not reported in force, and a restore stays pending.
+    #[test]
+    fn a_read_back_that_fails_confirms_nothing() {
+        let fake = Fake::new(1);
+        let mut book = LeaseBook::new(fake.gpus(), TimeDelta::hours(24));
+        let j = &mut MemoryJournal;
+        let before = book.snapshot();
+        struct ReadFailsAfterSet<'a>(&'a Fake);
+        impl GpuControl for ReadFailsAfterSet<'_> {
+            fn backend(&self) -> GpuBackend {
+                GpuBackend::Simulated
+            }
+            fn gpus(&self) -> &[GpuInfo] {
+                self.0.gpus()
+            }
+            fn limits(&self, index: u32) -> Result<Limits, GpuError> {
+                if self.0.sets(index) > 0 {
+                    return Err(GpuError::Implausible("5000000 mW read back".into()));
+                }
+                self.0.limits(index)
+            }
+            fn set_limit(&self, index: u32, limit_mw: u32) -> Result<(), GpuError> {
+                self.0.set_limit(index, limit_mw)
+            }
+            fn readings(&self, index: u32) -> Result<Readings, GpuError> {
+                self.0.readings(index)
+            }
+        }
+        let gpus = ReadFailsAfterSet(&fake);
+        let r = book
+            .put("evt", &lease(&[(0, 300.0)], at(600_000)), at(0), &gpus, j)
+            .expect("put");
+        assert_eq!(r.applied[0].status, CapStatus::ImplausibleReading);
+        assert_eq!(r.applied[0].applied_w, None);
+        // The set may have landed (it did): its pre-event limit stays, to be restored.
+        assert!(book.lease("evt").is_some_and(|l| l.holds.is_empty()));
+        assert_eq!(book.pending_restore(), vec![uuid(0)]);
+        assert_ne!(book.snapshot(), before);
+        // Once the GPU reads sanely again, the restore goes through.
+        book.reconcile_all(at(1_000), &fake, j);
+        assert_eq!(fake.limit(0), 700_000);
+        assert!(book.pending_restore().is_empty());
+    }
+
+    /// A cap the driver raises (clamps) moved the limit though it failed: the pre-event limit
+    /// is put back at once, not forgotten.
+    #[test]
+    fn a_failed_cap_that_moved_the_limit_is_restored_not_forgotten() {
+        let fake = Fake::new(1);
+        fake.with(0, |g| g.clamp_mw = 500_000);
+        let mut book = LeaseBook::new(fake.gpus(), TimeDelta::hours(24));
+        let j = &mut MemoryJournal;
+        let r = book
+            .put("evt", &lease(&[(0, 300.0)], at(600_000)), at(0), &fake, j)
+            .expect("put");
+        assert_eq!(r.applied[0].status, CapStatus::NotApplied);
+        assert_eq!(r.applied[0].applied_w, Some(500.0));
+        assert_eq!(fake.limit(0), 700_000, "the pre-event limit is back");
+        assert!(book.pending_restore().is_empty());
+    }
+
+    fn book_with_saved(fake: &Fake, boot: &str) -> LeaseBook {
+        // GPU 0 held by a valid lease, GPU 1 by one that expired while the agent was down,
+        // GPU 2 pending a restore; every pre-event limit saved is a non-default 550 W.
+        for i in 0..3 {
+            fake.with(i, |g| g.requested_mw = 550_000);
+        }
+        let mut book = LeaseBook::new(fake.gpus(), TimeDelta::hours(24));
+        let j = &mut MemoryJournal;
+        book.note_boot(Some(boot), at(0), fake);
+        book.put("long", &lease(&[(0, 300.0)], at(3_600_000)), at(0), fake, j)
+            .expect("put");
+        book.put("short", &lease(&[(1, 300.0)], at(10_000)), at(0), fake, j)
+            .expect("put");
+        book.put("gone", &lease(&[(2, 300.0)], at(3_600_000)), at(0), fake, j)
+            .expect("put");
+        fake.with(2, |g| g.set_error = Some(GpuError::NoPermission));
+        book.delete("gone", at(1_000), fake, j).expect("deleted");
+        fake.with(2, |g| g.set_error = None);
+        let (book, refused) =
+            LeaseBook::from_state(book.snapshot(), fake.gpus(), TimeDelta::hours(24), at(60_000)).expect("loads");
+        assert!(refused.is_empty());
+        book
+    }
+
+    #[test]
+    fn the_same_boot_keeps_the_saved_pre_event_limits() {
+        let fake = Fake::new(3);
+        let mut book = book_with_saved(&fake, "boot-a");
+        assert_eq!(book.note_boot(Some("boot-a"), at(60_000), &fake), None);
+        assert_eq!(
+            book.note_boot(None, at(60_000), &fake),
+            None,
+            "unknown: nothing changes"
+        );
+        assert_eq!(book.boot_id(), Some("boot-a"));
+        book.reconcile_all(at(60_000), &fake, &mut MemoryJournal);
+        assert_eq!(
+            (fake.limit(0), fake.limit(1), fake.limit(2)),
+            (300_000, 550_000, 550_000),
+            "an agent restart restores the saved limits"
+        );
+    }
+
+    /// After a reboot the driver holds its defaults (700 W; a boot script set GPU 0 to 600 W):
+    /// no saved 550 W is written anywhere; GPU 0's lease still holds, and its restore is to the
+    /// limit it had after the reboot.
+    #[test]
+    fn after_a_reboot_no_stale_pre_event_limit_is_restored() {
+        let fake = Fake::new(3);
+        let mut book = book_with_saved(&fake, "boot-a");
+        for i in 0..3 {
+            fake.with(i, |g| g.requested_mw = 700_000);
+        }
+        fake.with(0, |g| g.requested_mw = 600_000);
+        let report = book.note_boot(Some("boot-b"), at(60_000), &fake).expect("a reboot");
+        assert_eq!(report.previous_boot_id, "boot-a");
+        assert_eq!(report.dropped, vec![(uuid(1), 550_000), (uuid(2), 550_000)]);
+        assert_eq!(report.recaptured, vec![(uuid(0), 550_000, 600_000)]);
+        assert!(report.describe().contains("rebooted"), "{}", report.describe());
+        assert_eq!(book.snapshot().boot_id.as_deref(), Some("boot-b"));
+        let j = &mut MemoryJournal;
+        book.reconcile_all(at(60_000), &fake, j);
+        assert_eq!(
+            (fake.limit(0), fake.limit(1), fake.limit(2)),
+            (300_000, 700_000, 700_000)
+        );
+        assert_eq!(
+            (fake.sets(1), fake.sets(2)),
+            (1, 2),
+            "nothing written on GPUs 1 and 2 since the reboot"
+        );
+        book.delete("long", at(61_000), &fake, j).expect("deleted");
+        assert_eq!(
+            fake.limit(0),
+            600_000,
+            "the limit after the reboot, not the saved 550 W"
+        );
+        assert!(book.is_idle());
+        assert_eq!(book.note_boot(Some("boot-b"), at(62_000), &fake), None);
+    }
+
+    #[test]
+    fn a_state_without_a_boot_id_records_this_one() {
+        let fake = Fake::new(1);
+        let mut book = LeaseBook::new(fake.gpus(), TimeDelta::hours(24));
+        assert_eq!(book.note_boot(Some("boot-a"), at(0), &fake), None);
+        assert_eq!(book.snapshot().boot_id.as_deref(), Some("boot-a"));
+        let json = serde_json::to_string(&book.snapshot()).expect("json");
+        assert!(json.contains("\"boot_id\":\"boot-a\""), "{json}");
+        let mut old = LeaseBook::new(fake.gpus(), TimeDelta::hours(24)).snapshot();
+        old.boot_id = None;
+        let json = serde_json::to_string(&old).expect("json");
+        assert!(!json.contains("boot_id"), "absent when unknown: {json}");
     }
 }

@@ -36,7 +36,10 @@ the lowest cap and is restored only when no lease holds it.
 
 RESTARTS: leases and pre-event limits are saved in --state-dir on every change (atomically). On
 start the agent re-applies leases still valid and restores GPUs whose leases expired while it was
-down. SIGTERM/Ctrl-C stop the agent WITHOUT restoring caps: a restart must keep them, and only
+down; a failed restore is retried per GPU with back-off (1 s doubling to 60 s). After a NODE
+REBOOT (another boot id, boot_id_file) the saved pre-event limits are stale: the driver came up
+with its own, so they are dropped (or re-read for GPUs a valid lease holds), never written
+back. SIGTERM/Ctrl-C stop the agent WITHOUT restoring caps: a restart must keep them, and only
 expiry or DELETE ends a cap. A corrupt state file stops the agent instead of forgetting limits;
 a lease in it that the API would refuse (e.g. a deadline more than the maximum lease lifetime
 ahead) is logged, dropped and its GPUs restored, as if it had expired.
@@ -384,6 +387,11 @@ async fn run() -> Result<()> {
         bail!("readiness_check_s must be 1 to 3600 s");
     }
     config.readiness_every = std::time::Duration::from_secs(readiness_s);
+    let boot_id_file = file
+        .boot_id_file
+        .clone()
+        .unwrap_or_else(|| config::DEFAULT_BOOT_ID_FILE.into());
+    config.boot_id = config::read_boot_id(&boot_id_file);
     let agent = Agent::with_clock(config, gpus, clock)?;
 
     let listener = tokio::net::TcpListener::bind(listen)
@@ -449,7 +457,7 @@ fn device_check(json: bool) -> Result<()> {
         match &g.gpu {
             Some(info) => writeln!(
                 out,
-                "  {} {} {} ({}): limit {} (enforced {}), range {}–{} W, default {} W, drawing {}, persistence {}, MIG {}",
+                "  {} {} {} ({}): limit {} (enforced {}), range {}–{} W, default {} W, drawing {}, persistence {}, MIG {}{}",
                 g.index,
                 info.name,
                 info.uuid,
@@ -462,6 +470,8 @@ fn device_check(json: bool) -> Result<()> {
                 watts(g.power_w),
                 mode(g.persistence),
                 mode(g.mig),
+                g.mig_instances
+                    .map_or_else(String::new, |n| format!(" ({n} instances, one power limit for all)")),
             ),
             None => writeln!(out, "  {}: {}", g.index, g.error.as_deref().unwrap_or("unreadable")),
         }

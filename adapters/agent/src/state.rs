@@ -133,6 +133,7 @@ mod tests {
             baselines: BTreeMap::from([("GPU-a".to_owned(), 650_000)]),
             deleted: BTreeMap::new(),
             fence_epoch: 0,
+            boot_id: Some("0f5c1a2e-aaaa-bbbb-cccc-000000000001".to_owned()),
         };
         j.save(&s).expect("saves");
         s.baselines.insert("GPU-b".to_owned(), 700_000);

@@ -7,7 +7,7 @@ use common::{sim, t0};
 use flexgate_agent::api::{CapStatus, GpuCap, JobRequest, LeaseRequest, RenewRequest, RestorePolicy};
 use flexgate_agent::gpu::sim::SimGpus;
 use flexgate_agent::gpu::{GpuControl, GpuError};
-use flexgate_agent::lease::{Journal, JournalError, LeaseBook, LeaseError, MemoryJournal, PersistedState};
+use flexgate_agent::lease::{Journal, JournalError, LeaseBook, LeaseError, MemoryJournal, PersistedState, TickReport};
 use flexgate_agent::state::FileJournal;
 use std::sync::{Arc, Mutex};
 
@@ -568,12 +568,17 @@ fn failed_restores_are_retried_and_drift_is_corrected() {
     assert_eq!(status0, CapStatus::GpuLost);
     assert_eq!(b.pending_restore(), vec![uuid(0)]);
     assert!(!b.is_idle());
+    // Retried with back-off: 1 s after the first failure, then 2 s after the second.
     let r = b.reconcile_all(t0() + TimeDelta::seconds(3), &sim, &mut MemoryJournal);
     assert_eq!(r.failed, vec![(uuid(0), CapStatus::GpuLost)]);
     sim.set_fault(0, None).expect("gpu");
-    b.reconcile_all(t0() + TimeDelta::seconds(4), &sim, &mut MemoryJournal);
+    let r = b.reconcile_all(t0() + TimeDelta::seconds(4), &sim, &mut MemoryJournal);
+    assert_eq!(r, TickReport::default(), "still backing off");
+    assert_eq!(limit_w(&sim, 0), 300.0);
+    b.reconcile_all(t0() + TimeDelta::seconds(5), &sim, &mut MemoryJournal);
     assert_eq!(limit_w(&sim, 0), 700.0);
     assert!(b.is_idle());
+    assert!(b.restore_retries().is_empty());
 }
 
 /// Records each saved state together with GPU 0's limit at the moment of saving.

@@ -45,6 +45,26 @@ impl Double {
         writeln!(f, "{line}").expect("append");
     }
 
+    /// Every set the "driver" took, in order: (GPU, mW asked).
+    fn sets(&self) -> Vec<(usize, u32)> {
+        let text = std::fs::read_to_string(self.dir.path().join("sets")).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| {
+                let mut f = l.split_whitespace();
+                Some((f.next()?.parse().ok()?, f.next()?.parse().ok()?))
+            })
+            .collect()
+    }
+
+    /// Add a GPU line to the gpus file (a `reload` makes the driver list it).
+    fn add_gpu(&self, line: &str) {
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.dir.path().join("gpus"))
+            .expect("gpus");
+        writeln!(f, "{line}").expect("append");
+    }
+
     /// What the "driver" holds: (requested mW, enforced mW) per GPU.
     fn limits(&self) -> Vec<(u32, u32)> {
         let text = std::fs::read_to_string(self.dir.path().join("state")).unwrap_or_default();
@@ -61,6 +81,10 @@ impl Double {
 struct OnDouble {
     agent: Running,
     addr: SocketAddr,
+    /// The command line, to start the agent again on the same state directory.
+    args: Vec<String>,
+    double_dir: PathBuf,
+    /// Holds the token, configuration and state directory.
     _dir: tempfile::TempDir,
 }
 
@@ -77,11 +101,9 @@ impl OnDouble {
         let config_file = dir.path().join("agent.toml");
         std::fs::write(&config_file, config).expect("config");
         let path = |p: &Path| p.to_str().expect("utf-8 path").to_string();
-        let (config_file, state) = (path(&config_file), path(&state));
-        let lib = double_lib_dir();
-        let args = [
+        let args: Vec<String> = [
             "--config",
-            &config_file,
+            &path(&config_file),
             "--hostname",
             "gpu-node",
             "--listen",
@@ -89,17 +111,49 @@ impl OnDouble {
             "--token-file",
             &token,
             "--state-dir",
-            &state,
-        ];
-        let agent = Running::start_env(
+            &path(&state),
+        ]
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+        let double_dir = double.dir.path().to_owned();
+        let agent = Self::spawn(&args, &double_dir);
+        let addr = agent.addr;
+        Self {
+            agent,
+            addr,
+            args,
+            double_dir,
+            _dir: dir,
+        }
+    }
+
+    fn spawn(args: &[String], double_dir: &Path) -> Running {
+        let lib = double_lib_dir();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Running::start_env(
             &args,
             &[
                 ("LD_LIBRARY_PATH", lib.as_os_str()),
-                ("FLEXGATE_NVML_DOUBLE", double.dir.path().as_os_str()),
+                ("FLEXGATE_NVML_DOUBLE", double_dir.as_os_str()),
             ],
-        );
-        let addr = agent.addr;
-        Self { agent, addr, _dir: dir }
+        )
+    }
+
+    /// SIGKILL: no shutdown path runs; the caps stay where the agent left them.
+    fn kill(&mut self) {
+        self.agent.child.kill().expect("kill");
+        self.agent.child.wait().expect("wait");
+    }
+
+    /// Start the agent again on the same state directory and configuration.
+    fn start_again(&mut self) {
+        self.agent = Self::spawn(&self.args, &self.double_dir);
+        self.addr = self.agent.addr;
+    }
+
+    fn stderr(&self) -> String {
+        self.agent.stderr.lock().expect("lock").clone()
     }
 
     fn get(&self, path: &str) -> Value {
@@ -109,13 +163,22 @@ impl OnDouble {
     }
 
     fn lease(&self, id: &str, caps: &[(usize, f64)]) -> Value {
+        self.lease_for(id, caps, 60)
+    }
+
+    /// A lease of generation 1 that expires `ttl_s` from now.
+    fn lease_for(&self, id: &str, caps: &[(usize, f64)], ttl_s: i64) -> Value {
+        self.lease_gen(id, 1, caps, ttl_s)
+    }
+
+    fn lease_gen(&self, id: &str, generation: u64, caps: &[(usize, f64)], ttl_s: i64) -> Value {
         let gpus: Vec<Value> = caps
             .iter()
-            .map(|(i, w)| json!({"uuid": format!("GPU-d0ub1e00-0000-0000-0000-{i:012}"), "cap_w": w}))
+            .map(|(i, w)| json!({"uuid": uuid(*i), "cap_w": w}))
             .collect();
         let body = json!({
-            "generation": 1,
-            "expires_at": (Utc::now() + TimeDelta::seconds(60)).to_rfc3339(),
+            "generation": generation,
+            "expires_at": (Utc::now() + TimeDelta::seconds(ttl_s)).to_rfc3339(),
             "gpus": gpus,
             "restore": "pre_event",
         })
@@ -130,6 +193,17 @@ impl OnDouble {
         assert_eq!(r.status, 200, "{}", r.body);
         r.json()
     }
+
+    fn delete(&self, id: &str) -> Value {
+        let r = request(self.addr, "DELETE", &format!("/v1/leases/{id}"), Some(CONTROL), None);
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.json()
+    }
+}
+
+/// The UUID the double gives the GPU of its gpus file's line `i`.
+fn uuid(i: usize) -> String {
+    format!("GPU-d0ub1e00-0000-0000-0000-{i:012}")
 }
 
 fn eventually(what: &str, within: Duration, mut ok: impl FnMut() -> bool) {
@@ -446,10 +520,366 @@ fn the_device_check_reports_every_field_and_changes_nothing() {
     );
     assert_eq!(gpus[1]["persistence"], false);
     assert_eq!(gpus[2]["mig"], true);
+    assert_eq!(gpus[2]["mig_instances"], 2);
+    assert!(gpus[0]["mig_instances"].is_null());
     assert_eq!(gpus[2]["gpu"]["max_mw"], 1_000_000);
     assert_eq!(
         double.limits(),
         vec![(700_000, 500_000), (700_000, 700_000), (1_000_000, 1_000_000)],
         "nothing was set"
     );
+}
+
+/// A failed restore as `/v1/health` reports it: (failures, status, next try).
+type Retry = (u64, String, chrono::DateTime<Utc>);
+
+/// The health fields the restore tests read: pending restores, and the failed ones' retries.
+fn pending(agent: &OnDouble) -> (Vec<String>, Vec<Retry>) {
+    let health = agent.get("/v1/health");
+    let pending = health["pending_restore"]
+        .as_array()
+        .map(|p| p.iter().filter_map(|u| u.as_str().map(str::to_owned)).collect())
+        .unwrap_or_default();
+    let retries = health["restore_retries"]
+        .as_array()
+        .map(|r| {
+            r.iter()
+                .filter_map(|r| {
+                    Some((
+                        r["failures"].as_u64()?,
+                        r["status"].as_str()?.to_owned(),
+                        r["next_attempt_at"].as_str()?.parse().ok()?,
+                    ))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    (pending, retries)
+}
+
+/// A restore the driver refuses on one GPU does not hold the other back: GPU 0 is restored at
+/// once, GPU 1 stays pending and is retried with back-off (1 s, 2 s, 4 s, …, never every tick),
+/// and once the permission is back it is restored within the back-off it had reached.
+#[test]
+fn a_refused_restore_backs_off_on_its_gpu_and_never_delays_the_other_gpus() {
+    let double = Double::new("h100_sxm\nh100_sxm\n");
+    let agent = OnDouble::start(&double);
+    agent.lease("evt-1", &[(0, 400.0), (1, 400.0)]);
+    double.command("permission 1 0");
+    let (answer, took) = timed(|| agent.delete("evt-1"));
+    assert!(took < Duration::from_secs(2), "DELETE took {took:?}");
+    assert_eq!(answer["restored"][0]["status"], "ok", "{answer}");
+    assert_eq!(answer["restored"][1]["status"], "no_permission", "{answer}");
+    assert_eq!(double.limits()[0], (700_000, 700_000), "GPU 0 restored at once");
+    assert_eq!(double.limits()[1], (400_000, 400_000));
+    let (pending_now, retries) = pending(&agent);
+    assert_eq!(pending_now, vec![uuid(1)]);
+    assert_eq!(retries[0].0, 1);
+    assert_eq!(retries[0].1, "no_permission");
+
+    // 3.5 s of watchdog ticks (one a second): with back-off the tries are at 1 s and 3 s after
+    // the first, not at every tick.
+    std::thread::sleep(Duration::from_millis(3_500));
+    let (_, retries) = pending(&agent);
+    let failures = retries[0].0;
+    assert!((2..=3).contains(&failures), "{failures} failures in 3.5 s: {retries:?}");
+    assert_eq!(double.limits()[0], (700_000, 700_000));
+
+    double.command("permission 1 1");
+    let given_back = Instant::now();
+    let (_, retries) = pending(&agent);
+    let due = retries
+        .first()
+        .map_or(TimeDelta::zero(), |r| r.2 - Utc::now())
+        .to_std()
+        .unwrap_or_default();
+    // Due at its next try, made at the watchdog's first tick from then on (1 s apart), with a
+    // margin for a loaded machine.
+    let bound = due + Duration::from_millis(2_500);
+    eventually("GPU 1 restored at its next try", bound + Duration::from_secs(1), || {
+        double.limits()[1] == (700_000, 700_000)
+    });
+    let took = given_back.elapsed();
+    assert!(
+        took <= bound,
+        "restored {took:?} after the permission came back; the back-off said {due:?}"
+    );
+    eventually("nothing pending", Duration::from_secs(2), || {
+        let (p, r) = pending(&agent);
+        p.is_empty() && r.is_empty()
+    });
+    eprintln!("restore after the permission came back: {took:?} (next try was due in {due:?})");
+}
+
+/// A restore hung in the driver for 30 s on GPU 1 (its set never answers) costs the other
+/// GPUs at most the call deadline: GPU 0 is restored at once, GPU 2 within the deadline, and
+/// GPU 1 is reported pending and unresponsive until the call returns, then restored.
+#[test]
+fn a_restore_hung_on_one_gpu_does_not_hold_up_the_others() {
+    let double = Double::new("h100_sxm\nh100_sxm\nh100_sxm\n");
+    let agent = OnDouble::start(&double);
+    agent.lease("evt-1", &[(0, 400.0), (1, 400.0), (2, 400.0)]);
+    double.command("hang nvmlDeviceSetPowerManagementLimit 30 1");
+    let (answer, took) = timed(|| agent.delete("evt-1"));
+    assert!(took < Duration::from_millis(2_500), "DELETE took {took:?}: {answer}");
+    assert_eq!(answer["restored"][1]["status"], "unresponsive", "{answer}");
+    let limits = double.limits();
+    assert_eq!(
+        (limits[0], limits[2]),
+        ((700_000, 700_000), (700_000, 700_000)),
+        "GPUs 0 and 2 restored"
+    );
+    let (pending_now, _) = pending(&agent);
+    assert_eq!(pending_now, vec![uuid(1)]);
+    let health = agent.get("/v1/health");
+    assert_eq!(health["unavailable_gpus"][0]["index"], 1, "{health}");
+    eprintln!("DELETE with one GPU's restore hung: {took:?}");
+
+    // The hung call returns (the set lands); the agent reads the restore back at its next try.
+    double.command("hang none 0");
+    eventually("GPU 1 restored and nothing pending", Duration::from_secs(10), || {
+        double.limits()[1] == (700_000, 700_000) && pending(&agent).0.is_empty()
+    });
+}
+
+/// The pre-event limit is the agent's to keep across its own death: killed (SIGKILL) while two
+/// leases cap GPUs whose limits were not the default (550 W, 600 W), it finds one lease expired
+/// when it starts again and restores that GPU's 550 W at start; the other lease is re-applied
+/// and its GPU goes back to 600 W when it is deleted.
+#[test]
+fn pre_event_limits_survive_an_agent_kill_and_are_restored_by_the_restarted_agent() {
+    let double = Double::new("h100_sxm\nh100_sxm\n");
+    double.command("set 0 550000");
+    double.command("set 1 600000");
+    let mut agent = OnDouble::start(&double);
+    let gpus = agent.get("/v1/gpus");
+    assert_eq!(
+        (gpus[0]["limit_w"].as_f64(), gpus[1]["limit_w"].as_f64()),
+        (Some(550.0), Some(600.0))
+    );
+    agent.lease_for("short", &[(0, 400.0)], 3);
+    let expired_by = Instant::now() + Duration::from_secs(3);
+    agent.lease_for("long", &[(1, 450.0)], 120);
+    let gpus = agent.get("/v1/gpus");
+    assert_eq!(gpus[0]["pre_event_w"], 550.0, "{gpus}");
+    assert_eq!(gpus[1]["pre_event_w"], 600.0, "{gpus}");
+
+    agent.kill();
+    assert_eq!(
+        double.limits(),
+        vec![(400_000, 400_000), (450_000, 450_000)],
+        "the caps outlive the agent"
+    );
+    std::thread::sleep(expired_by.saturating_duration_since(Instant::now()) + Duration::from_millis(500));
+    let started = Instant::now();
+    agent.start_again();
+    eventually("GPU 0 back at its saved 550 W", Duration::from_secs(3), || {
+        double.limits()[0] == (550_000, 550_000)
+    });
+    eprintln!("restart to restore: {:?}", started.elapsed());
+    assert_eq!(double.limits()[1], (450_000, 450_000), "the valid lease holds");
+    let gpus = agent.get("/v1/gpus");
+    assert_eq!(gpus[1]["pre_event_w"], 600.0, "{gpus}");
+    assert!(gpus[0]["pre_event_w"].is_null(), "{gpus}");
+    agent.delete("long");
+    assert_eq!(double.limits()[1], (600_000, 600_000));
+}
+
+/// After a node reboot the driver came up with its own limits (its default, or what a boot
+/// script set), so a pre-event limit saved before the reboot is stale: the restarted agent
+/// sees another boot id, writes no saved value back, re-reads the pre-event limit of the GPU a
+/// valid lease still holds, and says so in /v1/health.
+#[test]
+fn after_a_node_reboot_no_stale_pre_event_limit_is_written() {
+    let double = Double::new("h100_sxm\nh100_sxm\n");
+    double.command("set 0 550000");
+    double.command("set 1 550000");
+    let boot = tempfile::tempdir().expect("dir");
+    let boot_id = boot.path().join("boot_id");
+    std::fs::write(&boot_id, "11111111-aaaa-4bbb-8ccc-000000000001\n").expect("boot id");
+    let config = format!("boot_id_file = {:?}\n", boot_id.to_str().expect("utf-8"));
+    let mut agent = OnDouble::start_with(&double, &config);
+    agent.lease_for("long", &[(0, 400.0)], 120);
+    agent.lease_for("short", &[(1, 400.0)], 3);
+    let expired_by = Instant::now() + Duration::from_secs(3);
+    assert!(
+        agent.get("/v1/health")["warnings"]
+            .as_array()
+            .is_some_and(Vec::is_empty)
+    );
+    agent.kill();
+
+    // The node reboots: the driver starts at its defaults, a boot script sets GPU 0 to 600 W,
+    // and Linux gives the boot a new id.
+    double.command("reload");
+    double.command("set 0 600000");
+    std::fs::write(&boot_id, "22222222-aaaa-4bbb-8ccc-000000000002\n").expect("boot id");
+    std::thread::sleep(expired_by.saturating_duration_since(Instant::now()) + Duration::from_millis(500));
+    let sets_before = double.sets().len();
+    agent.start_again();
+    eventually("the held GPU capped again", Duration::from_secs(3), || {
+        double.limits()[0] == (400_000, 400_000)
+    });
+    std::thread::sleep(Duration::from_millis(1_500));
+    let health = agent.get("/v1/health");
+    let warnings = health["warnings"].to_string();
+    assert!(warnings.contains("rebooted") && warnings.contains("stale"), "{health}");
+    assert!(
+        health["pending_restore"].as_array().is_some_and(Vec::is_empty),
+        "{health}"
+    );
+    assert_eq!(double.limits()[1], (700_000, 700_000), "GPU 1 keeps the driver's limit");
+    let written: Vec<(usize, u32)> = double.sets()[sets_before..].to_vec();
+    assert!(
+        written.iter().all(|(_, mw)| *mw != 550_000),
+        "a stale pre-event limit was written: {written:?}"
+    );
+    let gpus = agent.get("/v1/gpus");
+    assert_eq!(gpus[0]["pre_event_w"], 600.0, "re-read after the reboot: {gpus}");
+    assert!(gpus[1]["pre_event_w"].is_null(), "{gpus}");
+    assert!(agent.stderr().contains("rebooted"), "logged");
+    agent.delete("long");
+    assert_eq!(
+        double.limits()[0],
+        (600_000, 600_000),
+        "the limit after the reboot, not 550 W"
+    );
+    assert!(double.sets().iter().skip(sets_before).all(|(_, mw)| *mw != 550_000));
+}
+
+/// A limit the driver reads back outside the GPU's own constraints (5 kW on a 700 W GPU, or
+/// 100 W under a 200 W minimum) is refused with a reason and never confirmed or saved as a
+/// pre-event limit; a GPU whose constraints cannot be right (a minimum of 0) is left out at
+/// start, with the reason.
+#[test]
+fn a_limit_outside_the_gpus_constraints_is_refused_and_never_confirmed() {
+    let double = Double::new("h100_sxm\nh100_sxm\nh100_sxm\n");
+    double.command("constraints 2 0 700000");
+    let agent = OnDouble::start(&double);
+    let health = agent.get("/v1/health");
+    assert_eq!(health["gpus"], 2, "{health}");
+    assert_eq!(health["unavailable_gpus"][0]["index"], 2, "{health}");
+    let reason = health["unavailable_gpus"][0]["reason"].as_str().unwrap_or("");
+    assert!(reason.contains("cannot be right"), "{reason}");
+
+    let answer = agent.lease("evt-1", &[(0, 400.0)]);
+    assert_eq!(answer["applied"][0]["status"], "ok", "{answer}");
+    double.command("set 0 5000000");
+    eventually("the 5 kW limit refused in /v1/gpus", Duration::from_secs(5), || {
+        let gpus = agent.get("/v1/gpus");
+        gpus[0]["limit_w"].is_null()
+            && gpus[0]["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("outside the GPU's constraints"))
+    });
+    // Re-sent under a new generation: not confirmed.
+    let answer = agent.lease_gen("evt-1", 2, &[(0, 400.0)], 60);
+    assert_eq!(answer["applied"][0]["status"], "implausible_reading", "{answer}");
+    assert!(answer["applied"][0]["applied_w"].is_null(), "{answer}");
+
+    // A GPU reading under its minimum: a lease on it is refused, no pre-event limit saved.
+    double.command("set 1 100000");
+    let sets_before = double.sets().len();
+    let answer = agent.lease("evt-2", &[(1, 400.0)]);
+    assert_eq!(answer["applied"][0]["status"], "implausible_reading", "{answer}");
+    let gpus = agent.get("/v1/gpus");
+    assert!(gpus[1]["pre_event_w"].is_null(), "{gpus}");
+    assert!(gpus[1]["held_by"].as_array().is_some_and(Vec::is_empty), "{gpus}");
+    assert!(
+        !double.sets()[sets_before..].iter().any(|(gpu, _)| *gpu == 1),
+        "nothing written on GPU 1"
+    );
+}
+
+/// The driver's GPU count changes under a lease: GPU 1 falls off (the count drops and GPU 2
+/// becomes NVML index 1). The agent addresses GPUs by UUID, so GPU 2 keeps its own cap and
+/// never takes GPU 1's; at its readiness check it reports GPU 1 lost (unavailable, warned), a
+/// lease on it answers gpu_lost; a GPU that appears later is reported, never adopted.
+#[test]
+fn a_gpu_count_that_changes_under_a_lease_is_noticed_and_never_confirmed() {
+    let double = Double::new("h100_sxm\nh100_sxm\nh100_sxm\n");
+    let agent = OnDouble::start_with(&double, "readiness_check_s = 1\n");
+    agent.lease("evt-1", &[(0, 300.0), (1, 350.0), (2, 450.0)]);
+    double.command("vanish 1");
+    eventually("GPU 1 reported gone", Duration::from_secs(5), || {
+        let health = agent.get("/v1/health");
+        health["unavailable_gpus"][0]["index"] == 1
+            && health["unavailable_gpus"][0]["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("no longer listed"))
+            && health["warnings"].to_string().contains("no longer listed")
+    });
+    let gpus = agent.get("/v1/gpus");
+    assert!(gpus[1]["limit_w"].is_null(), "{gpus}");
+    assert!(
+        gpus[1]["error"].as_str().is_some_and(|e| e.contains("no longer lists")),
+        "{gpus}"
+    );
+    let answer = agent.lease("evt-2", &[(1, 300.0)]);
+    assert_eq!(answer["applied"][0]["status"], "gpu_lost", "{answer}");
+
+    // A driver reload resets every limit and lists a fourth GPU: the caps go back on GPUs 0
+    // and 2, each its own (an agent addressing NVML indices would write GPU 1's 350 W on
+    // GPU 2); the new GPU is reported and left alone.
+    double.add_gpu("b200");
+    double.command("reload");
+    eventually("the caps re-applied by UUID", Duration::from_secs(5), || {
+        let l = double.limits();
+        l[0] == (300_000, 300_000) && l[2] == (450_000, 450_000)
+    });
+    assert!(
+        !double.sets().iter().any(|(gpu, mw)| *gpu == 2 && *mw == 350_000),
+        "GPU 1's cap written on GPU 2: {:?}",
+        double.sets()
+    );
+    eventually("the new GPU reported, not adopted", Duration::from_secs(5), || {
+        agent.get("/v1/health")["warnings"]
+            .to_string()
+            .contains(&format!("{} that the agent did not take charge of", uuid(3)))
+    });
+    let health = agent.get("/v1/health");
+    assert_eq!(health["gpus"], 3, "{health}");
+    assert_eq!(agent.get("/v1/gpus").as_array().map(Vec::len), Some(3));
+    assert_eq!(double.limits()[3], (1_000_000, 1_000_000), "the new GPU untouched");
+}
+
+/// A GPU in MIG mode has one power limit for all its instances: two jobs on two instances of
+/// the same GPU, each under its own lease (500 W and 400 W), share the lower cap; when one
+/// ends the other's cap holds; when both end the pre-event limit (650 W here) comes back.
+#[test]
+fn mig_jobs_share_one_gpus_cap() {
+    let double = Double::new("h100_sxm mig=2\nh100_sxm\n");
+    double.command("set 0 650000");
+    let agent = OnDouble::start(&double);
+    let gpus = agent.get("/v1/gpus");
+    assert_eq!(gpus[0]["mig_instances"], 2, "{gpus}");
+    assert!(
+        gpus[1].get("mig_instances").is_none_or(Value::is_null),
+        "MIG off: {gpus}"
+    );
+
+    let a = agent.lease("job-a", &[(0, 500.0)]);
+    assert_eq!(a["applied"][0]["status"], "ok", "{a}");
+    assert_eq!(double.limits()[0], (500_000, 500_000));
+    let b = agent.lease("job-b", &[(0, 400.0)]);
+    assert_eq!(b["applied"][0]["status"], "ok", "{b}");
+    assert_eq!(
+        double.limits()[0],
+        (400_000, 400_000),
+        "the lower cap serves both instances"
+    );
+    let gpus = agent.get("/v1/gpus");
+    assert_eq!(gpus[0]["held_by"], json!(["job-a", "job-b"]), "{gpus}");
+    assert_eq!(gpus[0]["pre_event_w"], 650.0, "{gpus}");
+
+    agent.delete("job-b");
+    assert_eq!(double.limits()[0], (500_000, 500_000), "job-a's cap holds");
+    agent.delete("job-a");
+    assert_eq!(double.limits()[0], (650_000, 650_000), "the pre-event limit");
+
+    // Instances made while the agent runs are seen.
+    double.command("mig 0 3");
+    eventually("three instances", Duration::from_secs(3), || {
+        agent.get("/v1/gpus")[0]["mig_instances"] == 3
+    });
 }

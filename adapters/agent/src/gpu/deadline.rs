@@ -8,7 +8,7 @@
 //! that GPU fails at once (never queued behind it), so the other GPUs and the API keep their
 //! usual times. When the hung call returns, the GPU answers again.
 
-use super::{GpuControl, GpuError, GpuInfo, Limits, Readings};
+use super::{DriverInventory, GpuControl, GpuError, GpuInfo, Limits, Readings};
 use crate::api::{GpuBackend, UnavailableGpu};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
@@ -16,6 +16,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 type Job = Box<dyn FnOnce(&dyn GpuControl) + Send>;
+
+/// The worker key of calls about the whole node (the driver's listing), which no GPU's worker
+/// should wait behind, nor they behind it.
+const NODE: u32 = u32::MAX;
 
 /// One GPU's worker: the thread its calls run on, and what is in flight there.
 struct Worker {
@@ -50,18 +54,25 @@ impl Deadlined {
         let gpus = inner.gpus().to_vec();
         let workers = gpus
             .iter()
-            .map(|g| {
+            .map(|g| g.index)
+            .chain(std::iter::once(NODE))
+            .map(|index| {
                 let (tx, rx) = channel::<Job>();
                 let busy = Arc::new(AtomicBool::new(false));
                 let worker_inner = inner.clone();
+                let name = if index == NODE {
+                    "gpu-node".to_owned()
+                } else {
+                    format!("gpu-{index}")
+                };
                 let spawned = std::thread::Builder::new()
-                    .name(format!("gpu-{}", g.index))
+                    .name(name)
                     .spawn(move || run(&*worker_inner, &rx));
                 if let Err(e) = spawned {
-                    tracing::error!(gpu = g.index, "no worker thread for the GPU ({e}); its calls will fail");
+                    tracing::error!(gpu = index, "no worker thread for the GPU ({e}); its calls will fail");
                 }
                 (
-                    g.index,
+                    index,
                     Worker {
                         jobs: Mutex::new(tx),
                         busy,
@@ -134,7 +145,7 @@ impl Deadlined {
     fn unresponsive(&self) -> Vec<UnavailableGpu> {
         self.workers
             .iter()
-            .filter(|(_, w)| w.busy.load(Ordering::SeqCst))
+            .filter(|(index, w)| *index != NODE && w.busy.load(Ordering::SeqCst))
             .map(|(index, w)| UnavailableGpu {
                 index: *index,
                 reason: format!(
@@ -177,6 +188,14 @@ impl GpuControl for Deadlined {
 
     fn persistence(&self, index: u32) -> Result<Option<bool>, GpuError> {
         self.call(index, "persistence", move |g| g.persistence(index))
+    }
+
+    fn mig_instances(&self, index: u32) -> Result<Option<u32>, GpuError> {
+        self.call(index, "mig_instances", move |g| g.mig_instances(index))
+    }
+
+    fn inventory(&self) -> Result<Option<DriverInventory>, GpuError> {
+        self.call(NODE, "inventory", |g| g.inventory())
     }
 
     fn unavailable(&self) -> Vec<UnavailableGpu> {

@@ -82,6 +82,18 @@ pub enum GpuError {
     /// Any other driver error.
     #[error("driver error: {0}")]
     Driver(String),
+    /// The driver answered with a value no GPU can have (a limit outside the GPU's own
+    /// constraints, impossible constraints, an impossible power reading): refused, never
+    /// passed on or confirmed.
+    #[error("implausible answer from the driver, refused: {0}")]
+    Implausible(String),
+    /// The driver no longer lists this GPU (it fell off the bus, or the driver was reloaded
+    /// without it): calls cannot reach it, and the agent never addresses another GPU in its
+    /// place.
+    #[error(
+        "the driver no longer lists this GPU (fallen off the bus, or the driver reloaded without it); restart the agent once it is back"
+    )]
+    NotListed,
     /// The driver did not answer within the deadline (a hung call), or an earlier call on this
     /// GPU is still hung: the GPU is unresponsive until that call returns.
     #[error("the driver did not answer {call} within {deadline_ms} ms: the GPU is unresponsive")]
@@ -100,7 +112,8 @@ impl GpuError {
         match self {
             GpuError::NoPermission => CapStatus::NoPermission,
             GpuError::NotSupported => CapStatus::NotSupported,
-            GpuError::GpuLost => CapStatus::GpuLost,
+            GpuError::GpuLost | GpuError::NotListed => CapStatus::GpuLost,
+            GpuError::Implausible(_) => CapStatus::ImplausibleReading,
             GpuError::NoSuchGpu(_) => CapStatus::UnknownGpu,
             GpuError::InvalidArgument(_) | GpuError::Driver(_) => CapStatus::Failed,
             GpuError::Unresponsive { .. } => CapStatus::Unresponsive,
@@ -139,6 +152,125 @@ pub trait GpuControl: Send + Sync {
     fn unavailable(&self) -> Vec<crate::api::UnavailableGpu> {
         Vec::new()
     }
+
+    /// How many MIG instances GPU `index` is split into: `None` when MIG mode is off or the
+    /// backend cannot tell. One power limit serves them all.
+    fn mig_instances(&self, _index: u32) -> Result<Option<u32>, GpuError> {
+        Ok(None)
+    }
+
+    /// What the driver lists now (count and the UUIDs it can read), so the agent notices a GPU
+    /// count that changes under it; `None` where the backend's GPUs cannot change.
+    fn inventory(&self) -> Result<Option<DriverInventory>, GpuError> {
+        Ok(None)
+    }
+}
+
+/// The driver's listing of GPUs at one moment ([`GpuControl::inventory`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DriverInventory {
+    /// The GPU count the driver answers.
+    pub count: u32,
+    /// The UUIDs of the listed GPUs that could be read (a lost one cannot).
+    pub uuids: Vec<String>,
+}
+
+/// What changed in the driver's listing since the agent started: GPUs it served that are no
+/// longer listed, and warnings for people.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InventoryCheck {
+    /// GPUs the agent took charge of at start that the driver no longer lists (by their index
+    /// at start): reported unavailable, and every call on them fails, so no cap on them is
+    /// ever confirmed.
+    pub vanished: Vec<crate::api::UnavailableGpu>,
+    /// What an operator should know: GPUs that vanished, GPUs that appeared (never adopted
+    /// while running: the lease book and the gateway's plan were made for the GPUs at start,
+    /// and an index or UUID mix-up would cap the wrong GPU), a count that changed.
+    pub warnings: Vec<String>,
+}
+
+/// Compare the driver's listing `now` with the GPUs the agent started with (`served`, and
+/// `count_at_start` GPUs listed then, served or not). Pure.
+#[must_use]
+pub fn check_inventory(served: &[GpuInfo], count_at_start: u32, now: &DriverInventory) -> InventoryCheck {
+    let mut check = InventoryCheck::default();
+    let complete = u32::try_from(now.uuids.len()).is_ok_and(|n| n == now.count);
+    for g in served {
+        if now.uuids.contains(&g.uuid) {
+            continue;
+        }
+        // Only a listing read in full says for certain that a GPU is gone; a listed GPU that
+        // could not be read may be this one, lost (its own calls say so).
+        if !complete {
+            continue;
+        }
+        check.vanished.push(crate::api::UnavailableGpu {
+            index: g.index,
+            reason: format!(
+                "no longer listed by the driver ({count_at_start} GPUs at start, {} now): reported lost; restart the agent once it is back",
+                now.count
+            ),
+        });
+        check.warnings.push(format!(
+            "GPU {} ({}) is no longer listed by the driver ({count_at_start} GPUs at start, {} now): it is reported lost and no cap on it is confirmed; restart the agent once the GPU is back",
+            g.index, g.uuid, now.count
+        ));
+    }
+    let appeared: Vec<&str> = now
+        .uuids
+        .iter()
+        .filter(|u| served.iter().all(|g| &g.uuid != *u))
+        .map(String::as_str)
+        .collect();
+    if !appeared.is_empty() {
+        check.warnings.push(format!(
+            "the driver now lists GPU(s) {} that the agent did not take charge of at start ({count_at_start} GPUs at start, {} now); the agent never adopts GPUs while running: restart it to take charge of them",
+            appeared.join(", "),
+            now.count
+        ));
+    } else if now.count != count_at_start && check.vanished.is_empty() {
+        check.warnings.push(format!(
+            "the driver lists {} GPUs, {count_at_start} at start; the agent serves the GPUs it started with: restart it to take charge of a changed set",
+            now.count
+        ));
+    }
+    check
+}
+
+/// Check a GPU's power-limit constraints as the driver reports them at start: a minimum of 0,
+/// a minimum above the maximum, or a default outside them cannot be right, and a GPU whose
+/// range is wrong would be capped by a wrong clamp, so it is refused (left unavailable).
+pub fn check_constraints(min_mw: u32, default_mw: u32, max_mw: u32) -> Result<(), GpuError> {
+    if min_mw == 0 || min_mw > max_mw {
+        return Err(GpuError::Implausible(format!(
+            "power-limit constraints [{min_mw}, {max_mw}] mW cannot be right"
+        )));
+    }
+    if !(min_mw..=max_mw).contains(&default_mw) {
+        return Err(GpuError::Implausible(format!(
+            "default power limit {default_mw} mW is outside the constraints [{min_mw}, {max_mw}] mW"
+        )));
+    }
+    Ok(())
+}
+
+/// Check limits read from GPU `info` against its own constraints: a requested limit outside
+/// `[min, max]` or an enforced limit of 0 or above the maximum is no limit the GPU can hold, so
+/// it is refused rather than saved as a pre-event limit or taken as a confirmed cap.
+pub fn check_limits(info: &GpuInfo, limits: Limits) -> Result<Limits, GpuError> {
+    if !(info.min_mw..=info.max_mw).contains(&limits.requested_mw) {
+        return Err(GpuError::Implausible(format!(
+            "power limit {} mW read back, outside the GPU's constraints [{}, {}] mW",
+            limits.requested_mw, info.min_mw, info.max_mw
+        )));
+    }
+    if limits.enforced_mw == 0 || limits.enforced_mw > info.max_mw {
+        return Err(GpuError::Implausible(format!(
+            "enforced power limit {} mW read back, outside (0, {}] mW",
+            limits.enforced_mw, info.max_mw
+        )));
+    }
+    Ok(limits)
 }
 
 /// What an operator should fix though caps work: each GPU whose persistence mode is off.
@@ -170,7 +302,8 @@ pub fn self_test(gpus: &dyn GpuControl) -> Result<(), String> {
         match result {
             // One GPU lost or hung is that GPU's state (`unavailable_gpus`), not the node's:
             // the agent stays ready for the others.
-            Err(GpuError::GpuLost | GpuError::Unresponsive { .. }) | Ok(()) => {}
+            Err(GpuError::GpuLost | GpuError::NotListed | GpuError::Unresponsive { .. } | GpuError::Implausible(_))
+            | Ok(()) => {}
             Err(e) => failures.push(format!("GPU {} ({}): {e}", gpu.index, gpu.uuid)),
         }
     }
@@ -195,5 +328,89 @@ mod tests {
         assert_eq!(GpuError::GpuLost.status(), CapStatus::GpuLost);
         assert_eq!(GpuError::NoSuchGpu(3).status(), CapStatus::UnknownGpu);
         assert_eq!(GpuError::Driver("x".into()).status(), CapStatus::Failed);
+        assert_eq!(GpuError::NotListed.status(), CapStatus::GpuLost);
+        assert_eq!(
+            GpuError::Implausible("x".into()).status(),
+            CapStatus::ImplausibleReading
+        );
+    }
+
+    fn info(index: u32) -> GpuInfo {
+        GpuInfo {
+            uuid: format!("GPU-{index}"),
+            index,
+            minor: index,
+            pci: String::new(),
+            name: "test".into(),
+            min_mw: 200_000,
+            default_mw: 700_000,
+            max_mw: 700_000,
+        }
+    }
+
+    #[test]
+    fn limits_outside_the_gpus_own_constraints_are_refused() {
+        let g = info(0);
+        let l = |requested_mw, enforced_mw| Limits {
+            requested_mw,
+            enforced_mw,
+        };
+        assert!(check_limits(&g, l(400_000, 400_000)).is_ok());
+        assert!(
+            check_limits(&g, l(200_000, 150_000)).is_ok(),
+            "an out-of-band limiter may hold it lower"
+        );
+        for bad in [
+            l(0, 0),
+            l(199_999, 199_999),
+            l(700_001, 700_000),
+            l(5_000_000, 5_000_000),
+            l(400_000, 0),
+            l(400_000, 900_000),
+        ] {
+            assert!(
+                matches!(check_limits(&g, bad), Err(GpuError::Implausible(_))),
+                "{bad:?} accepted"
+            );
+        }
+        assert!(check_constraints(200_000, 700_000, 700_000).is_ok());
+        assert!(check_constraints(0, 700_000, 700_000).is_err(), "a minimum of 0");
+        assert!(check_constraints(800_000, 700_000, 700_000).is_err(), "min > max");
+        assert!(
+            check_constraints(200_000, 900_000, 700_000).is_err(),
+            "default above max"
+        );
+    }
+
+    #[test]
+    fn a_changed_listing_reports_vanished_gpus_and_never_adopts_new_ones() {
+        let served = [info(0), info(1), info(2)];
+        let inv = |count, uuids: &[&str]| DriverInventory {
+            count,
+            uuids: uuids.iter().map(|u| (*u).to_owned()).collect(),
+        };
+        assert_eq!(
+            check_inventory(&served, 3, &inv(3, &["GPU-0", "GPU-1", "GPU-2"])),
+            InventoryCheck::default()
+        );
+        // GPU 1 fell off: the count drops and the later GPU's index shifts; by UUID, only GPU 1
+        // is gone.
+        let c = check_inventory(&served, 3, &inv(2, &["GPU-0", "GPU-2"]));
+        assert_eq!(c.vanished.iter().map(|u| u.index).collect::<Vec<_>>(), vec![1]);
+        assert!(c.warnings[0].contains("no longer listed"), "{c:?}");
+        // A listed GPU that cannot be read may be the missing one: nothing is declared gone.
+        let c = check_inventory(&served, 3, &inv(3, &["GPU-0", "GPU-2"]));
+        assert!(c.vanished.is_empty(), "{c:?}");
+        // A new GPU is reported, never adopted.
+        let c = check_inventory(&served, 3, &inv(4, &["GPU-0", "GPU-1", "GPU-2", "GPU-9"]));
+        assert!(c.vanished.is_empty());
+        assert!(
+            c.warnings[0].contains("GPU-9") && c.warnings[0].contains("restart"),
+            "{c:?}"
+        );
+        // A count that changed among GPUs the agent never served (unreadable at start).
+        let c = check_inventory(&served, 4, &inv(3, &["GPU-0", "GPU-1", "GPU-2"]));
+        assert!(c.vanished.is_empty());
+        assert_eq!(c.warnings.len(), 1, "{c:?}");
     }
 }

@@ -6,7 +6,7 @@
 //! range (per GPU, never hard-coded) and the default limit. Writing is left to the lease logic
 //! and to [`super::self_test`].
 
-use super::{GpuControl, GpuError, GpuInfo, Limits, Readings};
+use super::{DriverInventory, GpuControl, GpuError, GpuInfo, Limits, Readings};
 use crate::api::GpuBackend;
 use nvml_wrapper::Nvml;
 use nvml_wrapper::error::NvmlError;
@@ -109,11 +109,23 @@ impl NvmlGpus {
         })
     }
 
+    fn info(&self, index: u32) -> Result<&GpuInfo, GpuError> {
+        self.gpus
+            .iter()
+            .find(|g| g.index == index)
+            .ok_or(GpuError::NoSuchGpu(index))
+    }
+
+    /// The GPU the agent knows as `index`, found by its UUID, never by NVML's index: when a GPU
+    /// falls off the bus or a driver reload lists the GPUs anew, NVML's indices shift, and
+    /// index `i` would then be another GPU, which would take this GPU's cap. A GPU the driver
+    /// no longer lists is [`GpuError::NotListed`].
     fn device(&self, index: u32) -> Result<nvml_wrapper::Device<'_>, GpuError> {
-        if self.gpus.iter().all(|g| g.index != index) {
-            return Err(GpuError::NoSuchGpu(index));
-        }
-        self.nvml.device_by_index(index).map_err(|e| classify(&e))
+        let uuid = self.info(index)?.uuid.as_str();
+        self.nvml.device_by_uuid(uuid).map_err(|e| match e {
+            NvmlError::NotFound => GpuError::NotListed,
+            other => classify(&other),
+        })
     }
 }
 
@@ -129,6 +141,17 @@ fn describe(nvml: &Nvml, index: u32) -> Result<GpuInfo, NvmlOpenError> {
     let constraints = dev
         .power_management_limit_constraints()
         .map_err(err("power_management_limit_constraints"))?;
+    let default_mw = dev
+        .power_management_limit_default()
+        .map_err(err("power_management_limit_default"))?;
+    // A range that cannot be right would clamp every cap wrongly: the GPU is refused.
+    super::check_constraints(constraints.min_limit, default_mw, constraints.max_limit).map_err(|source| {
+        NvmlOpenError::Device {
+            index,
+            call: "power_management_limit_constraints",
+            source,
+        }
+    })?;
     Ok(GpuInfo {
         uuid: dev.uuid().map_err(err("uuid"))?,
         index,
@@ -136,11 +159,38 @@ fn describe(nvml: &Nvml, index: u32) -> Result<GpuInfo, NvmlOpenError> {
         pci: dev.pci_info().map(|p| p.bus_id).unwrap_or_default(),
         name: dev.name().unwrap_or_else(|_| "NVIDIA GPU".to_owned()),
         min_mw: constraints.min_limit,
-        default_mw: dev
-            .power_management_limit_default()
-            .map_err(err("power_management_limit_default"))?,
+        default_mw,
         max_mw: constraints.max_limit,
     })
+}
+
+/// Most MIG devices counted on one GPU: NVML's maximum is 7 today; the bound keeps a driver
+/// answering nonsense from costing thousands of calls.
+const MAX_MIG_DEVICES: u32 = 16;
+
+/// The MIG instances of `dev`: `None` when MIG mode is off or not supported, else the number
+/// of MIG devices that exist (NVML answers a handle for each, and NOT_FOUND for a free slot).
+fn mig_instances(dev: &nvml_wrapper::Device<'_>) -> Result<Option<u32>, GpuError> {
+    match dev.mig_mode() {
+        // NVML_DEVICE_MIG_ENABLE is 1, DISABLE 0.
+        Ok(mode) if mode.current != 0 => {}
+        Ok(_) | Err(NvmlError::NotSupported) => return Ok(None),
+        Err(e) => return Err(classify(&e)),
+    }
+    let slots = match dev.mig_device_count() {
+        Ok(n) => n.min(MAX_MIG_DEVICES),
+        Err(NvmlError::NotSupported) => return Ok(None),
+        Err(e) => return Err(classify(&e)),
+    };
+    let mut instances = 0;
+    for slot in 0..slots {
+        match dev.mig_device_by_index(slot) {
+            Ok(_) => instances += 1,
+            Err(NvmlError::NotFound | NvmlError::InvalidArg) => {}
+            Err(e) => return Err(classify(&e)),
+        }
+    }
+    Ok(Some(instances))
 }
 
 /// What `flexgate-agent device-check` prints: the driver and every GPU as NVML describes them,
@@ -174,6 +224,8 @@ pub struct GpuReport {
     pub persistence: Option<bool>,
     /// MIG mode (current).
     pub mig: Option<bool>,
+    /// MIG instances, when MIG mode is on (one power limit serves them all).
+    pub mig_instances: Option<u32>,
     /// Why the GPU could not be described.
     pub error: Option<String>,
 }
@@ -194,6 +246,7 @@ pub fn device_report() -> Result<DeviceReport, NvmlOpenError> {
                 power_w: dev.as_ref().and_then(|d| d.power_usage().ok()).map(w),
                 persistence: dev.as_ref().and_then(|d| d.is_in_persistent_mode().ok()),
                 mig: dev.as_ref().and_then(|d| d.mig_mode().ok()).map(|m| m.current != 0), // NVML_DEVICE_MIG_ENABLE is 1, DISABLE 0
+                mig_instances: dev.as_ref().and_then(|d| mig_instances(d).ok().flatten()),
                 error: described.as_ref().err().map(ToString::to_string),
                 gpu: described.ok(),
             }
@@ -246,12 +299,28 @@ impl GpuControl for NvmlGpus {
         }
     }
 
+    /// Checked against the GPU's own constraints ([`super::check_limits`]): a limit no GPU of
+    /// this range can hold is refused, so it is never saved as a pre-event limit nor taken as
+    /// a confirmed cap.
     fn limits(&self, index: u32) -> Result<Limits, GpuError> {
         let dev = self.device(index)?;
-        Ok(Limits {
+        let limits = Limits {
             requested_mw: dev.power_management_limit().map_err(|e| classify(&e))?,
             enforced_mw: dev.enforced_power_limit().map_err(|e| classify(&e))?,
-        })
+        };
+        super::check_limits(self.info(index)?, limits)
+    }
+
+    fn mig_instances(&self, index: u32) -> Result<Option<u32>, GpuError> {
+        mig_instances(&self.device(index)?)
+    }
+
+    fn inventory(&self) -> Result<Option<DriverInventory>, GpuError> {
+        let count = self.nvml.device_count().map_err(|e| classify(&e))?;
+        let uuids = (0..count)
+            .filter_map(|i| self.nvml.device_by_index(i).and_then(|d| d.uuid()).ok())
+            .collect();
+        Ok(Some(DriverInventory { count, uuids }))
     }
 
     fn set_limit(&self, index: u32, limit_mw: u32) -> Result<(), GpuError> {
@@ -271,8 +340,8 @@ impl GpuControl for NvmlGpus {
             .find(|g| g.index == index)
             .map_or(u32::MAX, |g| g.max_mw);
         if power_mw == 0 || u64::from(power_mw) > 2 * u64::from(max_mw) {
-            return Err(GpuError::Driver(format!(
-                "implausible power reading {power_mw} mW (maximum limit {max_mw} mW): refused"
+            return Err(GpuError::Implausible(format!(
+                "power reading {power_mw} mW, which no GPU with a maximum limit of {max_mw} mW draws"
             )));
         }
         Ok(Readings {
