@@ -16,6 +16,7 @@ use flexgate_agent::clock::SystemClock;
 use flexgate_agent::gpu::sim::{SimGpus, SimOptions};
 use flexgate_agent::{Agent, AgentConfig};
 use flexgate_policies::alloc::Elasticity;
+use flexgate_policies::control::cluster::Unconfirmed;
 use flexgate_policies::facility::FacilityModel;
 use flexgate_policies::predictor::{PfiPredictor, TelemetrySample};
 use flexgate_policies::units::WattsPerGpu;
@@ -187,8 +188,9 @@ async fn caps_land_on_the_jobs_gpus_and_come_back_off() {
     // generation_conflict) and keeps 400 W; the gateway reports a failure, not a newer plan.
     let r = b.apply(&[command("node:n0", 350.0, 1)]).await;
     match &r[0].outcome {
-        CapOutcome::Failed { reason } => {
+        CapOutcome::Failed { reason, why } => {
             assert!(reason.contains("held with other caps"), "{reason}");
+            assert_eq!(*why, Some(Unconfirmed::Refused));
         }
         other => panic!("expected a failure naming the conflict, got {other:?}"),
     }
@@ -234,7 +236,10 @@ async fn a_leaders_caps_carry_its_epoch_and_a_deposed_leaders_are_refused_by_the
         .await;
     for result in &r {
         match &result.outcome {
-            CapOutcome::Failed { reason } => assert!(reason.contains("deposed leader"), "{reason}"),
+            CapOutcome::Failed { reason, why } => {
+                assert!(reason.contains("deposed leader"), "{reason}");
+                assert_eq!(*why, Some(Unconfirmed::Refused));
+            }
             other => panic!("a deposed leader's cap went through: {other:?}"),
         }
     }
@@ -289,7 +294,7 @@ async fn a_wrong_token_or_a_dead_agent_fails_the_job_and_changes_nothing() {
         .await;
     assert!(matches!(r[0].outcome, CapOutcome::Applied { .. }), "{:?}", r[0].outcome);
     assert!(
-        matches!(&r[1].outcome, CapOutcome::Failed { reason } if reason.contains("n1")),
+        matches!(&r[1].outcome, CapOutcome::Failed { reason, why: Some(Unconfirmed::Unreachable) } if reason.contains("n1")),
         "{:?}",
         r[1].outcome
     );

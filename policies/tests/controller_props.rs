@@ -17,7 +17,7 @@
 use chrono::{DateTime, Duration, Utc};
 use flexgate_policies::alloc::{CapRange, Elasticity, JobSpec};
 use flexgate_policies::control::cluster::{
-    CapCommand, CapOutcome, CapResult, JobState, JobTelemetry, MeasuredThroughput, Telemetry,
+    CapCommand, CapOutcome, CapResult, JobState, JobTelemetry, MeasuredThroughput, Telemetry, Unconfirmed,
 };
 use flexgate_policies::control::config::{ControlConfig, PolicyKind, SiteConfig};
 use flexgate_policies::control::entry::{Entry, ProbeOutcome, Received, SuspendOutcome, SuspendResult, Transport};
@@ -81,6 +81,14 @@ struct ModelCluster {
     /// Telemetry reports each job's uncapped draw, as steady, whatever its cap: readings taken
     /// before a cap took effect, delivered late by a busy node.
     stale_power: bool,
+    /// Jobs whose agent reports their cap undone again and again: the inventory says so, and a
+    /// command answers `unreliable` as the agents backend does.
+    unreliable: Vec<JobId>,
+    /// Jobs whose GPUs do not take a cap: the driver answers success and nothing changes
+    /// (`not_applied`).
+    not_applied: Vec<JobId>,
+    /// Per job, the agents' re-application counter.
+    reapplied: BTreeMap<JobId, u64>,
     next_job: u32,
 }
 
@@ -130,6 +138,8 @@ impl ModelCluster {
                 suspendable: j.suspendable,
                 signature: None,
                 tier: self.probing.then(|| Arc::from("batch")),
+                cap_unreliable: self.unreliable.contains(&j.id),
+                cap_reapplied: self.reapplied.get(&j.id).copied().unwrap_or(0),
             })
             .collect()
     }
@@ -177,7 +187,20 @@ impl ModelCluster {
                     None => CapOutcome::UnknownJob,
                     Some(_) if self.failing || self.silent.contains(&c.job) => CapOutcome::Failed {
                         reason: "model: node does not answer".into(),
+                        why: Some(Unconfirmed::Unreachable),
                     },
+                    Some(_) if self.not_applied.contains(&c.job) => CapOutcome::Failed {
+                        reason: "model: the driver accepted the set and kept its limit".into(),
+                        why: Some(Unconfirmed::NotApplied),
+                    },
+                    Some(j) if self.unreliable.contains(&c.job) && c.generation >= j.generation => {
+                        j.cap = c.cap.value().clamp(200.0, MAX_W);
+                        j.generation = c.generation;
+                        CapOutcome::Failed {
+                            reason: "model: the cap keeps being undone".into(),
+                            why: Some(Unconfirmed::Unreliable),
+                        }
+                    }
                     Some(j) if c.generation < j.generation => CapOutcome::Stale { latest: j.generation },
                     Some(j) => {
                         let applied = c.cap.value().clamp(200.0, MAX_W);
@@ -760,6 +783,108 @@ fn a_failed_restore_is_retried_until_confirmed() {
     h.measure_and_tick();
     assert!(h.controller.caps().is_empty());
     assert!(h.cluster.jobs.iter().all(|j| j.cap == MAX_W));
+}
+
+/// A cap the driver does not apply, one that keeps being undone, and the agents' own
+/// re-applications: each is recorded with its kind, the job is not counted on (an unreliable
+/// one at its uncapped draw), and the rest of the fleet is planned around it.
+#[test]
+fn caps_that_do_not_hold_are_recorded_with_their_kind_and_planned_around() {
+    let mut h = Harness::new();
+    let kw = 0.7 * h.uncapped_meter_kw();
+    h.submit(event(1, 1, kw, h.now, Some(1800), false, false));
+    assert!(h.run_for(20), "the event capped jobs");
+    let planned_before = h
+        .ledger
+        .iter()
+        .rev()
+        .find_map(|e| match e {
+            Entry::Plan(p) => Some(p.unconfirmed_fixed_w),
+            _ => None,
+        })
+        .expect("a plan");
+    let suspended_w: f64 = h.cluster.jobs.iter().filter(|j| j.suspended).map(ModelJob::draw).sum();
+    assert!(
+        (planned_before - suspended_w).abs() < 1e-6,
+        "every cap confirmed at first: {planned_before} W fixed, {suspended_w} W suspended"
+    );
+
+    // Job 1's driver stops applying caps; job 2's cap keeps being undone; the agent of job 3
+    // re-applied its cap twice.
+    let ids: Vec<JobId> = h
+        .cluster
+        .jobs
+        .iter()
+        .filter(|j| !j.suspended)
+        .map(|j| j.id.clone())
+        .collect();
+    assert!(ids.len() >= 2, "{:?}", h.cluster.jobs);
+    let (a, b, c) = (ids[0].clone(), ids[1].clone(), ids[ids.len() - 1].clone());
+    h.cluster.not_applied.push(a.clone());
+    h.cluster.unreliable.push(b.clone());
+    h.cluster.reapplied.insert(c.clone(), 2);
+    // A deeper ceiling makes the next plan send new caps to everyone.
+    h.submit(event(
+        1,
+        2,
+        0.65 * h.uncapped_meter_kw(),
+        h.now,
+        Some(1800),
+        false,
+        false,
+    ));
+    h.run_for(3);
+
+    let caps = h.controller.caps();
+    let cap_a = caps.get(&a).expect("job 1 has a cap");
+    assert!(!cap_a.confirmed);
+    assert_eq!(cap_a.unconfirmed, Some(Unconfirmed::NotApplied));
+    let cap_b = caps.get(&b).expect("job 2 has a cap");
+    assert!(!cap_b.confirmed);
+    assert_eq!(cap_b.unconfirmed, Some(Unconfirmed::Unreliable));
+    // The ledger says which and why.
+    let unreliable_recorded = h.ledger.iter().any(|e| {
+        matches!(e, Entry::CapsDrifted(d) if d.action == "unreliable" && d.drifted.iter().any(|x| x.job == b))
+            || matches!(e, Entry::CapsDispatched(d) if d.unconfirmed.get(&b) == Some(&Unconfirmed::Unreliable))
+    });
+    assert!(unreliable_recorded, "the unreliable cap is in the ledger");
+    assert!(
+        h.ledger
+            .iter()
+            .any(|e| matches!(e, Entry::CapsDispatched(d) if d.unconfirmed.get(&a) == Some(&Unconfirmed::NotApplied)))
+    );
+    let reapplied: u64 = h
+        .ledger
+        .iter()
+        .filter_map(|e| match e {
+            Entry::CapsReapplied(r) => r.reapplied.get(&c).copied(),
+            _ => None,
+        })
+        .sum();
+    assert_eq!(reapplied, 2, "each re-application recorded once");
+    // The last plan counts job 2 at its uncapped draw and job 1 at what it draws, as fixed
+    // load, and plans the budget on the others.
+    let last = h
+        .ledger
+        .iter()
+        .rev()
+        .find_map(|e| match e {
+            Entry::Plan(p) => Some(p.clone()),
+            _ => None,
+        })
+        .expect("a plan");
+    let job = |id: &JobId| h.cluster.jobs.iter().find(|j| &j.id == id).expect("job");
+    let suspended_w: f64 = h.cluster.jobs.iter().filter(|j| j.suspended).map(ModelJob::draw).sum();
+    let expected_fixed = job(&b).uncapped_per_gpu * f64::from(GPUS) + job(&a).draw() + suspended_w;
+    assert!(
+        (last.unconfirmed_fixed_w - expected_fixed).abs() < 1.0,
+        "fixed load {} W, expected {expected_fixed} W",
+        last.unconfirmed_fixed_w
+    );
+    assert!(
+        last.plan.rows.iter().all(|r| r.job() != &a && r.job() != &b),
+        "planned around them"
+    );
 }
 
 /// The closed loop trims on the meter's own reading only: with the same site and event, a

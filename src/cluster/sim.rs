@@ -22,7 +22,7 @@ use flexgate_lab::experiment::PAPER_PREDICTOR_RMSE;
 use flexgate_lab::rng::SplitMix64;
 use flexgate_lab::{JobTemplate, TruthFamily, published_groups, synthetic_templates};
 use flexgate_policies::alloc::{Elasticity, JobSpec};
-use flexgate_policies::control::cluster::MeasuredThroughput;
+use flexgate_policies::control::cluster::{MeasuredThroughput, Unconfirmed};
 use flexgate_policies::curve::PowerCurve;
 use flexgate_policies::facility::{FacilityParams, FacilityPoint};
 use flexgate_policies::ids::{JobId, NodeId};
@@ -721,16 +721,19 @@ impl SimCluster {
         if !cmd.cap.is_finite() {
             return CapOutcome::Failed {
                 reason: format!("cap {} is not a finite number", cmd.cap.value()),
+                why: Some(Unconfirmed::Refused),
             };
         }
         if let Some(node) = state.unreachable_node(job) {
             return CapOutcome::Failed {
                 reason: format!("node {node} unreachable (simulated): cap not applied"),
+                why: Some(Unconfirmed::Unreachable),
             };
         }
         if fail_share > 0.0 && state.fault_rng.next_f64() < fail_share {
             return CapOutcome::Failed {
                 reason: "simulated GPU error: cap write refused".into(),
+                why: Some(Unconfirmed::DriverError),
             };
         }
         let job = &mut state.jobs[index];
@@ -790,6 +793,8 @@ impl ClusterBackend for SimCluster {
                     suspendable: j.suspendable,
                     signature: j.signature.clone(),
                     tier: j.tier.clone(),
+                    cap_unreliable: false,
+                    cap_reapplied: 0,
                 }
             })
             .collect())
@@ -1384,7 +1389,7 @@ mod tests {
         let commands: Vec<CapCommand> = jobs.iter().map(|j| cmd(&j.spec.id, 300.0, 1)).collect();
         for r in sim.apply(&commands).await {
             if r.job == victim.spec.id {
-                let CapOutcome::Failed { reason } = &r.outcome else {
+                let CapOutcome::Failed { reason, .. } = &r.outcome else {
                     panic!("expected a failure, got {r:?}");
                 };
                 assert!(reason.contains(victim.nodes[0].as_str()), "{reason}");

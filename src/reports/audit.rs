@@ -29,6 +29,11 @@ pub struct AuditReport {
     pub plans: Vec<PlanSummary>,
     /// Dispatches, confirmations and restores.
     pub dispatches: Vec<DispatchSummary>,
+    /// Caps that did not hold while the event was binding, in ledger order: a cap found raised
+    /// (`raised_out_of_band`), re-applied by a node agent (`reapplied`), reported as undone
+    /// again and again (`unreliable`), no longer measured (`not_measured`), or not confirmed
+    /// by a dispatch (its kind, e.g. `not_applied`).
+    pub cap_faults: Vec<CapFault>,
     /// Closed-loop trims with their reasons.
     pub trims: Vec<Trimmed>,
     /// Baseline evidence.
@@ -93,6 +98,23 @@ pub struct DispatchSummary {
     pub confirmed: usize,
     /// Not confirmed (failed, unknown job).
     pub failed: usize,
+}
+
+/// One cap that did not hold, as the ledger recorded it (see [`AuditReport::cap_faults`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct CapFault {
+    /// Ledger sequence.
+    pub seq: u64,
+    /// When it was recorded.
+    pub at: DateTime<Utc>,
+    /// The job.
+    pub job: String,
+    /// What happened: `raised_out_of_band`, `reapplied`, `unreliable`, `not_measured`, or a
+    /// dispatch's unconfirmed kind.
+    pub kind: String,
+    /// The figures: the cap and the limit found, the re-applications counted, the dispatch's
+    /// reason.
+    pub detail: String,
 }
 
 /// Baseline evidence: the program's customer baseline (PJM's Economic CBL, when the ledger
@@ -242,6 +264,7 @@ pub fn build(
     let mut opt_outs: Vec<OperatorOptOut> = Vec::new();
     let mut plans = Vec::new();
     let mut dispatches = Vec::new();
+    let mut cap_faults: Vec<CapFault> = Vec::new();
     let mut trims = Vec::new();
     let mut fallbacks: Vec<String> = Vec::new();
     let mut meter: Vec<(DateTime<Utc>, f64, Option<f64>)> = Vec::new();
@@ -324,16 +347,74 @@ pub fn build(
                     expected: p.plan.expected.as_deref().copied(),
                 });
             }
-            Entry::CapsDispatched(d) => dispatches.push(DispatchSummary {
-                seq: record.seq,
-                purpose: serde_json::to_value(d.purpose)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_default(),
-                commands: d.rows.len(),
-                confirmed: d.confirmed,
-                failed: d.failed,
-            }),
+            Entry::CapsDrifted(d) => {
+                let kind = if d.action == flexgate_policies::control::entry::UNRELIABLE_ACTION {
+                    "unreliable"
+                } else {
+                    "raised_out_of_band"
+                };
+                for x in &d.drifted {
+                    cap_faults.push(CapFault {
+                        seq: record.seq,
+                        at: d.at,
+                        job: x.job.to_string(),
+                        kind: kind.to_string(),
+                        detail: format!(
+                            "cap {:.0} W/GPU (generation {}), limit found {:.0} W/GPU",
+                            x.wanted_w_per_gpu, x.generation, x.applied_w_per_gpu
+                        ),
+                    });
+                }
+            }
+            Entry::CapsReapplied(r) => {
+                for (job, n) in &r.reapplied {
+                    cap_faults.push(CapFault {
+                        seq: record.seq,
+                        at: r.at,
+                        job: job.to_string(),
+                        kind: "reapplied".to_string(),
+                        detail: format!("the node agent re-applied the cap {n} time(s) after its limit moved"),
+                    });
+                }
+            }
+            Entry::CapsLost(l) => {
+                for job in &l.unmeasured_capped_jobs {
+                    cap_faults.push(CapFault {
+                        seq: record.seq,
+                        at: l.at,
+                        job: job.to_string(),
+                        kind: "not_measured".to_string(),
+                        detail: "capped job no longer measured (node not answering)".to_string(),
+                    });
+                }
+            }
+            Entry::CapsDispatched(d) => {
+                for row in d.rows.iter().filter(|r| !r.confirmed()) {
+                    let kind = d.unconfirmed.get(row.job()).map_or("failed", |u| u.as_str());
+                    cap_faults.push(CapFault {
+                        seq: record.seq,
+                        at: d.at,
+                        job: row.job().to_string(),
+                        kind: kind.to_string(),
+                        detail: format!(
+                            "{:.0} W/GPU (generation {}) not confirmed: {}",
+                            row.cap_w(),
+                            row.generation(),
+                            row.5.as_deref().unwrap_or("no detail")
+                        ),
+                    });
+                }
+                dispatches.push(DispatchSummary {
+                    seq: record.seq,
+                    purpose: serde_json::to_value(d.purpose)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_default(),
+                    commands: d.rows.len(),
+                    confirmed: d.confirmed,
+                    failed: d.failed,
+                });
+            }
             Entry::Trimmed(t) => trims.push(t),
             _ => {}
         }
@@ -498,6 +579,7 @@ pub fn build(
         opt_outs,
         plans,
         dispatches,
+        cap_faults,
         trims,
         baseline,
         intervals,
@@ -747,6 +829,23 @@ impl AuditReport {
                 "| {} | {} | {} | {} | {} |",
                 d.seq, d.purpose, d.commands, d.confirmed, d.failed
             );
+        }
+        if !self.cap_faults.is_empty() {
+            let _ = writeln!(
+                out,
+                "\n## Caps that did not hold\n\n| seq | time | job | what | detail |\n|---|---|---|---|---|"
+            );
+            for f in &self.cap_faults {
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {} | {} | {} |",
+                    f.seq,
+                    f.at.to_rfc3339(),
+                    printable(&f.job),
+                    f.kind,
+                    printable(&f.detail)
+                );
+            }
         }
         if !self.trims.is_empty() {
             let _ = writeln!(out, "\n## Closed-loop trims\n");

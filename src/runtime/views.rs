@@ -10,6 +10,7 @@
 
 use crate::cluster::JobState;
 use chrono::{DateTime, Utc};
+use flexgate_policies::control::cluster::Unconfirmed;
 use flexgate_policies::control::{AppliedCap, PlanInForce, Snapshot};
 use flexgate_policies::event::BookEntry;
 use flexgate_policies::units::TokensPerSec;
@@ -315,6 +316,20 @@ pub struct JobView {
     pub cap_w_per_gpu: f64,
     /// Whether the backend confirmed the last cap sent.
     pub confirmed: bool,
+    /// Why the cap is not confirmed, when it is not and the cause is known: `unreachable`,
+    /// `refused`, `not_applied` (the driver accepted the set, the limit read back is another),
+    /// `raised_out_of_band` (found raised after it was set), `unreliable` (the agent keeps
+    /// re-applying it), `no_permission`, `gpu_lost`, `unresponsive`, `not_supported`,
+    /// `driver_error`, `not_measured`. The job then counts at its measured draw (`unreliable`:
+    /// at its uncapped draw) and the shortfall is planned on the other jobs.
+    #[schema(value_type = Option<String>, example = "not_applied")]
+    pub unconfirmed: Option<&'static str>,
+    /// The node agents have reported the cap on this job's GPUs as undone again and again
+    /// (re-applied 3 times within 15 minutes).
+    pub cap_unreliable: bool,
+    /// Times the node agents re-applied a cap on this job's GPUs after its limit moved, since
+    /// they started.
+    pub cap_reapplied: u64,
     /// Generation of the last cap sent.
     pub generation: u64,
     /// Measured power.
@@ -355,6 +370,12 @@ impl JobView {
             nodes: job.nodes.iter().map(ToString::to_string).collect(),
             cap_w_per_gpu: applied.map_or(job.applied_cap.value(), |a| a.cap.value()),
             confirmed: applied.is_none_or(|a| a.confirmed),
+            unconfirmed: applied
+                .filter(|a| !a.confirmed)
+                .and_then(|a| a.unconfirmed)
+                .map(Unconfirmed::as_str),
+            cap_unreliable: job.cap_unreliable,
+            cap_reapplied: job.cap_reapplied,
             generation: applied.map_or(job.generation, |a| a.generation),
             measured_power_w: job.measured_power.value(),
             measured_tokens_per_s: job.measured_tokens.map(TokensPerSec::value),

@@ -43,6 +43,21 @@ pub struct JobState {
     /// per-tier choices (probing). `None`: untagged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tier: Option<Arc<str>>,
+    /// True when the cap on some GPU of the job keeps being undone (the node agent re-applied
+    /// it 3 times within 15 minutes): it may be in force now, but the gateway does not count on
+    /// it ([`Unconfirmed::Unreliable`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cap_unreliable: bool,
+    /// How many times the node agents have re-applied a cap on the job's GPUs after its limit
+    /// moved (a counter that only grows while the agents run; it restarts with an agent). The
+    /// gateway records each increase (`caps_reapplied`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cap_reapplied: u64,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl JobState {
@@ -106,7 +121,70 @@ pub enum CapOutcome {
     Failed {
         /// What went wrong, for the log and the operator.
         reason: String,
+        /// Why, as a kind the gateway shows per job (`/v1/jobs`, the dashboard, the ledger's
+        /// `caps_dispatched.unconfirmed`). Absent when the backend cannot tell.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        why: Option<Unconfirmed>,
     },
+}
+
+/// Why a cap is not confirmed in force: what `/v1/jobs` shows as `unconfirmed` and the ledger
+/// records per job. Every kind means the same to the planner (the job counts at its measured
+/// draw and the shortfall is re-planned on the other jobs); the kind tells the operator what to
+/// fix.
+///
+/// A cap that is in force but lower than asked (clamped into the GPU's range, or held lower by
+/// an out-of-band limiter such as a BMC) is confirmed, with `clamped`, not listed here: it only
+/// draws less.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Unconfirmed {
+    /// The node (agent) did not answer, or answered with an error of its own.
+    Unreachable,
+    /// The node refused the command (a deposed gateway's epoch, a conflicting generation, an
+    /// invalid request).
+    Refused,
+    /// The driver answered the set with success but the limit read back is not the cap.
+    NotApplied,
+    /// The limit was raised above the confirmed cap after it was set (a driver reload or GPU
+    /// reset, another tool's set): found by the reconcile, re-sent.
+    RaisedOutOfBand,
+    /// The cap keeps being undone on a GPU of the job (re-applied 3 times within 15 minutes by
+    /// the agent): the agent keeps re-applying it, but the GPU may draw uncapped between
+    /// re-applications, so the gateway does not count on it.
+    Unreliable,
+    /// The agent may not set power limits (no root / `CAP_SYS_ADMIN`).
+    NoPermission,
+    /// A GPU of the job fell off the bus or needs a reset.
+    GpuLost,
+    /// A GPU of the job did not answer the driver within the agent's deadline (a hung call).
+    Unresponsive,
+    /// A GPU of the job cannot be power-capped, or is unknown to its node's agent.
+    NotSupported,
+    /// Any other driver error (the agent's log has it).
+    DriverError,
+    /// The job's node stopped reporting measurements, so the cap cannot be seen in force.
+    NotMeasured,
+}
+
+impl Unconfirmed {
+    /// The kind in the words the API and the ledger use (`not_applied`).
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unconfirmed::Unreachable => "unreachable",
+            Unconfirmed::Refused => "refused",
+            Unconfirmed::NotApplied => "not_applied",
+            Unconfirmed::RaisedOutOfBand => "raised_out_of_band",
+            Unconfirmed::Unreliable => "unreliable",
+            Unconfirmed::NoPermission => "no_permission",
+            Unconfirmed::GpuLost => "gpu_lost",
+            Unconfirmed::Unresponsive => "unresponsive",
+            Unconfirmed::NotSupported => "not_supported",
+            Unconfirmed::DriverError => "driver_error",
+            Unconfirmed::NotMeasured => "not_measured",
+        }
+    }
 }
 
 impl CapOutcome {
@@ -123,7 +201,7 @@ impl CapOutcome {
             }
             CapOutcome::Stale { latest } => format!("stale: generation {latest} is newer"),
             CapOutcome::UnknownJob => "the cluster knows no such job".into(),
-            CapOutcome::Failed { reason } => format!("failed: {reason}"),
+            CapOutcome::Failed { reason, .. } => format!("failed: {reason}"),
         }
     }
 

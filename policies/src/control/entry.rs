@@ -10,7 +10,7 @@
 //! Fields that recovery or the audit compute from are typed. Explanations that are only ever
 //! shown (the facility model's computation chain) are kept as the JSON they were written as.
 
-use super::cluster::{CapCommand, CapOutcome, CapResult};
+use super::cluster::{CapCommand, CapOutcome, CapResult, Unconfirmed};
 use super::config::PolicyKind;
 use super::trim::TrimDirection;
 use crate::alloc::{FloorKind, Objective, Reason};
@@ -19,7 +19,7 @@ use crate::ids::EventId;
 use crate::ids::JobId;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The coarse kind of a ledger record (what was asked, interpreted, decided, done and measured), for filters and the
 /// export's `kind` column. Every [`Entry`] has exactly one.
@@ -509,7 +509,7 @@ impl DispatchRow {
             ),
             CapOutcome::Stale { latest } => (DispatchStatus::Stale, None, Some(format!("latest generation {latest}"))),
             CapOutcome::UnknownJob => (DispatchStatus::UnknownJob, None, None),
-            CapOutcome::Failed { reason } => (DispatchStatus::Failed, None, Some(reason.clone())),
+            CapOutcome::Failed { reason, .. } => (DispatchStatus::Failed, None, Some(reason.clone())),
         };
         DispatchRow(
             command.job.clone(),
@@ -579,6 +579,10 @@ pub struct CapsDispatched {
     pub confirmed: usize,
     /// Commands not confirmed.
     pub failed: usize,
+    /// Why each job whose command failed is not confirmed, where the backend could tell
+    /// (absent in records written before it existed).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub unconfirmed: BTreeMap<JobId, Unconfirmed>,
 }
 
 /// A confirmed cap found not in force (a GPU reset, a driver reload, a limit raised by hand).
@@ -599,11 +603,30 @@ pub struct Drifted {
 pub struct CapsDrifted {
     /// When.
     pub at: DateTime<Utc>,
-    /// Always `drift` (kept for readers of earlier exports).
+    /// `drift` (the cap was found raised: [`Unconfirmed::RaisedOutOfBand`]) or
+    /// [`UNRELIABLE_ACTION`] (the node agent reports that it keeps re-applying the cap:
+    /// [`Unconfirmed::Unreliable`]).
     pub action: String,
     /// Each drifted job.
     pub drifted: Vec<Drifted>,
 }
+
+/// Caps the node agents re-applied by themselves because the GPUs' limits had moved under the
+/// lease (a driver reload or GPU reset, another tool's set): the agents' own correction, which
+/// the gateway reports so that an auditor sees each time a cap had to be put back.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CapsReapplied {
+    /// When the gateway learned of them (the agents re-applied within their watchdog period
+    /// before).
+    pub at: DateTime<Utc>,
+    /// Per job: re-applications on its GPUs since the previous record (or since the gateway
+    /// first saw the job).
+    pub reapplied: BTreeMap<JobId, u64>,
+}
+
+/// The [`CapsDrifted::action`] of caps the node agents report as unreliable (re-applied again
+/// and again): they are no longer counted on, though they may be in force now.
+pub const UNRELIABLE_ACTION: &str = "unreliable";
 
 /// Capped jobs the backend stopped measuring (their node does not answer).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -1063,6 +1086,8 @@ pub enum Entry {
     CapsDrifted(CapsDrifted),
     /// Capped jobs no longer measured.
     CapsLost(CapsLost),
+    /// Caps the node agents re-applied after their limits moved.
+    CapsReapplied(CapsReapplied),
     /// Jobs suspended.
     JobsSuspended(JobsSuspended),
     /// Jobs resumed.
@@ -1114,7 +1139,7 @@ impl Entry {
             Entry::Plan(_) => EntryKind::Plan,
             Entry::CapsDispatched(d) if d.purpose == DispatchPurpose::Restore => EntryKind::Restore,
             Entry::CapsDispatched(_) | Entry::JobsSuspended(_) => EntryKind::Dispatch,
-            Entry::CapsDrifted(_) | Entry::CapsLost(_) => EntryKind::Confirmation,
+            Entry::CapsDrifted(_) | Entry::CapsLost(_) | Entry::CapsReapplied(_) => EntryKind::Confirmation,
             Entry::JobsResumed(_) | Entry::CurtailmentEnded(_) => EntryKind::Restore,
             Entry::JobsChanged(_)
             | Entry::ElasticityKnown(_)

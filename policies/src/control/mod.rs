@@ -52,7 +52,7 @@ use crate::ids::JobId;
 use crate::units::{Watts, WattsPerGpu};
 use budget::OperatingPoint;
 use chrono::{DateTime, Utc};
-use cluster::{CapCommand, CapResult, JobState, Telemetry};
+use cluster::{CapCommand, CapOutcome, CapResult, JobState, Telemetry, Unconfirmed};
 use config::{ControlConfig, PolicyKind, SiteConfig};
 use entry::{
     CapsDispatched, CurtailmentEnded, DISPATCH_COLUMNS, DispatchPurpose, DispatchRow, Entry, ExpectedOutcome,
@@ -116,6 +116,9 @@ pub struct AppliedCap {
     pub generation: u64,
     /// Whether the cluster confirmed it.
     pub confirmed: bool,
+    /// Why not, when it is not confirmed and the cause is known (`/v1/jobs` shows it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unconfirmed: Option<Unconfirmed>,
 }
 
 /// The plan in force, with what it was derived from.
@@ -344,6 +347,9 @@ pub struct Controller {
     // The planner's curve `flexibility` was converted from: the same `Arc` means the same curve.
     flexibility_source: Option<Arc<FlexibilityCurve>>,
     counters: Counters,
+    /// Observed: each running job's agent re-application counter as last seen, so that only
+    /// increases are recorded (`caps_reapplied`).
+    reapplied_seen: HashMap<JobId, u64>,
 }
 
 impl Controller {
@@ -375,6 +381,7 @@ impl Controller {
             knowledge_notes: Arc::default(),
             learned_cache: HashMap::new(),
             meter_history: imbl::Vector::new(),
+            reapplied_seen: HashMap::new(),
             next_generation: 1,
             jobs: Arc::default(),
             telemetry: None,
@@ -519,6 +526,8 @@ impl Controller {
             | Entry::AdapterOptedOut(_)
             | Entry::AdapterRegistration(_)
             | Entry::LedgerMigrated(_) => {}
+            // The agents' own corrections: reported, not decided on (the caps stay as they were).
+            Entry::CapsReapplied(_) => {}
             Entry::EventInterpreted(e) => {
                 let _ = Arc::make_mut(&mut self.book).upsert(
                     e.event.clone(),
@@ -558,10 +567,16 @@ impl Controller {
             }
             Entry::CapsDispatched(d) => self.apply_dispatch(d),
             Entry::CapsDrifted(d) => {
+                let why = if d.action == entry::UNRELIABLE_ACTION {
+                    Unconfirmed::Unreliable
+                } else {
+                    Unconfirmed::RaisedOutOfBand
+                };
                 let caps = Arc::make_mut(&mut self.caps);
                 for drift in &d.drifted {
                     if let Some(cap) = caps.get_mut(&drift.job) {
                         cap.confirmed = false;
+                        cap.unconfirmed = Some(why);
                     }
                 }
             }
@@ -570,6 +585,7 @@ impl Controller {
                 for job in &l.unmeasured_capped_jobs {
                     if let Some(cap) = caps.get_mut(job) {
                         cap.confirmed = false;
+                        cap.unconfirmed = Some(Unconfirmed::NotMeasured);
                     }
                 }
             }
@@ -658,6 +674,7 @@ impl Controller {
                             cap: WattsPerGpu(row.cap_w()),
                             generation: row.generation(),
                             confirmed: false,
+                            unconfirmed: d.unconfirmed.get(row.job()).copied(),
                         },
                     );
                 }
@@ -669,6 +686,11 @@ impl Controller {
                     cap: WattsPerGpu(row.applied_w().filter(|_| confirmed).unwrap_or(row.cap_w())),
                     generation: row.generation(),
                     confirmed,
+                    unconfirmed: if confirmed {
+                        None
+                    } else {
+                        d.unconfirmed.get(row.job()).copied()
+                    },
                 },
             );
         }
@@ -932,6 +954,10 @@ impl Controller {
         for job in self.jobs.iter() {
             let counts =
                 !self.suspended.contains(&job.spec.id) && self.caps.get(&job.spec.id).is_none_or(|c| c.confirmed);
+            let unreliable = self
+                .caps
+                .get(&job.spec.id)
+                .is_some_and(|c| !c.confirmed && c.unconfirmed == Some(Unconfirmed::Unreliable));
             if counts {
                 let mut spec = job.spec.clone();
                 // A job measured slower than its tier allows is held at the floor found for it.
@@ -940,6 +966,10 @@ impl Controller {
                     range.min = WattsPerGpu(floor.clamp(range.min.value(), range.max.value()));
                 }
                 plannable.push(spec);
+            } else if unreliable {
+                // Its cap holds now but keeps being undone: between re-applications the job may
+                // draw uncapped, so it counts at what it draws uncapped, not at what it draws now.
+                fixed_w += job.measured_power.value().max(job.spec.uncapped_power.value());
             } else {
                 fixed_w += job.measured_power.value();
             }
@@ -1076,6 +1106,14 @@ impl Controller {
                 .collect();
             let confirmed = rows.iter().filter(|r| r.confirmed()).count();
             let failed = rows.len() - confirmed;
+            let unconfirmed = commands
+                .iter()
+                .zip(results)
+                .filter_map(|(c, r)| match &r.outcome {
+                    CapOutcome::Failed { why: Some(why), .. } => Some((c.job.clone(), *why)),
+                    _ => None,
+                })
+                .collect();
             if purpose != DispatchPurpose::Restore {
                 self.counters.dispatch_failures += failed as u64;
             }
@@ -1090,6 +1128,7 @@ impl Controller {
                         rows,
                         confirmed,
                         failed,
+                        unconfirmed,
                     }),
                     event,
                 ),

@@ -14,7 +14,7 @@
 
 use super::cluster::{CapCommand, JobState, Telemetry};
 use super::entry::{
-    CapsDrifted, CapsLost, Drifted, ElasticityKnown, Entry, JobsChanged, PlanReason, Recorded, ThroughputKnown,
+    self, CapsDrifted, CapsLost, Drifted, ElasticityKnown, Entry, JobsChanged, PlanReason, Recorded, ThroughputKnown,
 };
 use super::{Controller, DRIFT_TOLERANCE_W, Effect};
 use crate::alloc::Elasticity;
@@ -112,48 +112,106 @@ impl Controller {
             self.pending = Some(PlanReason::JobsChanged);
         }
         self.detect_drift(&jobs, now, effects);
+        self.record_reapplied(&jobs, now, effects);
         self.record_elasticity(&jobs, now, effects);
         self.jobs = Arc::new(jobs);
         self.flex_available_kw = self.flex_available_kw();
     }
 
     fn detect_drift(&mut self, jobs: &[JobState], now: DateTime<Utc>, effects: &mut Vec<Effect>) {
-        let drifted: Vec<Drifted> = jobs
-            .iter()
-            .filter(|job| !self.suspended.contains(&job.spec.id))
-            .filter_map(|job| {
-                let cap = self.caps.get(&job.spec.id)?;
-                (cap.confirmed && job.applied_cap.value() > cap.cap.value() + DRIFT_TOLERANCE_W).then(|| Drifted {
-                    job: job.spec.id.clone(),
-                    wanted_w_per_gpu: cap.cap.value(),
-                    applied_w_per_gpu: job.applied_cap.value(),
-                    generation: cap.generation,
+        let found = |unreliable: bool| -> Vec<Drifted> {
+            jobs.iter()
+                .filter(|job| !self.suspended.contains(&job.spec.id))
+                .filter_map(|job| {
+                    let cap = self.caps.get(&job.spec.id)?;
+                    let raised = job.applied_cap.value() > cap.cap.value() + DRIFT_TOLERANCE_W;
+                    // A raised cap is drift whatever the agent says; an unreliable one that holds
+                    // now is recorded as such.
+                    let this_kind = if unreliable {
+                        job.cap_unreliable && !raised
+                    } else {
+                        raised
+                    };
+                    (cap.confirmed && this_kind).then(|| Drifted {
+                        job: job.spec.id.clone(),
+                        wanted_w_per_gpu: cap.cap.value(),
+                        applied_w_per_gpu: job.applied_cap.value(),
+                        generation: cap.generation,
+                    })
                 })
-            })
-            .collect();
-        if drifted.is_empty() {
-            return;
-        }
-        for d in &drifted {
+                .collect()
+        };
+        let raised = found(false);
+        let unreliable = found(true);
+        for d in &raised {
             effects.push(Effect::Warn(format!(
                 "cap drift: job {}'s GPUs are at {:.0} W, above the {:.0} W the gateway set; counting it at its measured draw and re-sending the cap",
                 d.job, d.applied_w_per_gpu, d.wanted_w_per_gpu
             )));
         }
-        self.counters.drifts += drifted.len() as u64;
+        for d in &unreliable {
+            effects.push(Effect::Warn(format!(
+                "unreliable cap: the node agent keeps re-applying job {}'s {:.0} W cap (its limit is undone again and again); counting the job at its uncapped draw until it holds",
+                d.job, d.wanted_w_per_gpu
+            )));
+        }
+        let event = self.binding_event();
+        for (action, drifted) in [("drift", raised), (entry::UNRELIABLE_ACTION, unreliable)] {
+            if drifted.is_empty() {
+                continue;
+            }
+            self.counters.drifts += drifted.len() as u64;
+            self.record(
+                effects,
+                Recorded::new(
+                    Entry::CapsDrifted(CapsDrifted {
+                        at: now,
+                        action: action.to_string(),
+                        drifted,
+                    }),
+                    event.clone(),
+                ),
+            );
+            self.pending = Some(PlanReason::Unconfirmed);
+        }
+    }
+
+    /// Record the caps the node agents re-applied by themselves since the last inventory (each
+    /// increase of a job's counter). The first sight of a job only sets where its counter
+    /// stands: what happened before this gateway saw it is in the agent's log and metrics. A
+    /// counter that went down belongs to a restarted agent and counts from zero.
+    fn record_reapplied(&mut self, jobs: &[JobState], now: DateTime<Utc>, effects: &mut Vec<Effect>) {
+        let mut reapplied = BTreeMap::new();
+        for job in jobs {
+            let now_count = job.cap_reapplied;
+            match self.reapplied_seen.insert(job.spec.id.clone(), now_count) {
+                Some(seen) if now_count > seen => {
+                    reapplied.insert(job.spec.id.clone(), now_count - seen);
+                }
+                Some(seen) if now_count < seen && now_count > 0 => {
+                    reapplied.insert(job.spec.id.clone(), now_count);
+                }
+                _ => {}
+            }
+        }
+        let running: HashSet<&JobId> = jobs.iter().map(|j| &j.spec.id).collect();
+        self.reapplied_seen.retain(|id, _| running.contains(id));
+        if reapplied.is_empty() {
+            return;
+        }
+        effects.push(Effect::Warn(format!(
+            "node agents re-applied caps whose limits had moved (driver reload or reset, another tool): {}",
+            reapplied
+                .iter()
+                .map(|(job, n)| format!("{job} ×{n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
         let event = self.binding_event();
         self.record(
             effects,
-            Recorded::new(
-                Entry::CapsDrifted(CapsDrifted {
-                    at: now,
-                    action: "drift".to_string(),
-                    drifted,
-                }),
-                event,
-            ),
+            Recorded::new(Entry::CapsReapplied(entry::CapsReapplied { at: now, reapplied }), event),
         );
-        self.pending = Some(PlanReason::Unconfirmed);
     }
 
     /// Record what the planner knows of each job's elasticity whenever it changes (a job

@@ -4,7 +4,8 @@
 //! Every call is bounded twice: by the per-request timeout, and by the caller's deadline, so a
 //! retry never runs past the moment the answer stops being useful.
 
-use flexgate_agent::api::ErrorBody;
+use flexgate_agent::api::{CapStatus, ErrorBody};
+use flexgate_policies::control::cluster::Unconfirmed;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::time::Duration;
@@ -43,6 +44,49 @@ pub enum CallError {
         /// What could not be read.
         detail: String,
     },
+    /// The agent answered, but a GPU's cap is not in force: its read-back says why, or the
+    /// agent reports that the cap keeps being undone on it.
+    #[error("{node}: GPU {gpu}: cap not in force ({})", why.as_str())]
+    NotInForce {
+        /// The node.
+        node: String,
+        /// The GPU's UUID.
+        gpu: String,
+        /// Why.
+        why: Unconfirmed,
+    },
+}
+
+impl CallError {
+    /// The kind of [`Unconfirmed`] this failure leaves a cap in.
+    #[must_use]
+    pub fn unconfirmed(&self) -> Unconfirmed {
+        match self {
+            CallError::Unreachable { .. } => Unconfirmed::Unreachable,
+            // An agent that cannot persist (503) or errs (5xx) has not applied the cap either;
+            // to the operator it is a node problem, like no answer.
+            CallError::Refused { status, .. } if *status >= 500 => Unconfirmed::Unreachable,
+            CallError::Refused { .. } | CallError::Protocol { .. } => Unconfirmed::Refused,
+            CallError::NotInForce { why, .. } => *why,
+        }
+    }
+}
+
+/// What a GPU's [`CapStatus`] (other than `ok`/`clamped`) means for the job's cap.
+#[must_use]
+pub fn unconfirmed_of(status: CapStatus) -> Unconfirmed {
+    match status {
+        CapStatus::NoPermission => Unconfirmed::NoPermission,
+        CapStatus::NotSupported | CapStatus::UnknownGpu => Unconfirmed::NotSupported,
+        CapStatus::GpuLost => Unconfirmed::GpuLost,
+        CapStatus::Unresponsive => Unconfirmed::Unresponsive,
+        CapStatus::NotApplied => Unconfirmed::NotApplied,
+        // A limit outside the GPU's own constraints is the driver's error too: nothing it said
+        // of the GPU is trusted.
+        CapStatus::ImplausibleReading | CapStatus::Ok | CapStatus::Clamped | CapStatus::Failed => {
+            Unconfirmed::DriverError
+        }
+    }
 }
 
 /// One agent: where it listens and how to authenticate.
@@ -195,7 +239,7 @@ async fn call<B: Serialize + ?Sized, T: DeserializeOwned>(
             Ok(_) => false,
             Err(CallError::Unreachable { .. }) => true,
             Err(CallError::Refused { status, .. }) => *status >= 500,
-            Err(CallError::Protocol { .. }) => false,
+            Err(CallError::Protocol { .. } | CallError::NotInForce { .. }) => false,
         };
         let backoff = policy.backoff.saturating_mul(2u32.saturating_pow(attempt));
         if !retryable || attempt >= policy.retries || Instant::now() + backoff >= deadline {

@@ -5,7 +5,7 @@
 //! Separate because this is the only code that changes GPU limits; every cap it sets is a lease
 //! that expires by itself, so a gateway that dies leaves nothing capped for long.
 
-use super::client::{CallError, Verb};
+use super::client::{CallError, Verb, unconfirmed_of};
 use super::{AgentsBackend, WantedLease};
 use crate::cluster::{CapCommand, CapOutcome};
 use chrono::{DateTime, Utc};
@@ -13,6 +13,7 @@ use flexgate_agent::api::{
     CapStatus, GpuCap, LeaseRequest, LeaseResponse, ReleaseResponse, RenewRequest, RestorePolicy, lease_path,
     renew_path,
 };
+use flexgate_policies::control::cluster::Unconfirmed;
 use flexgate_policies::ids::JobId;
 use flexgate_policies::units::WattsPerGpu;
 use std::collections::HashMap;
@@ -106,6 +107,15 @@ impl AgentsBackend {
             .await
     }
 
+    /// The GPUs of `node` whose agent reports their cap unreliable (re-applied again and again),
+    /// as of the last poll.
+    fn unreliable_gpus(&self, node: usize) -> std::collections::HashSet<String> {
+        self.known().gpus[node]
+            .as_ref()
+            .map(|l| l.iter().filter(|s| s.cap_unreliable).map(|s| s.uuid.clone()).collect())
+            .unwrap_or_default()
+    }
+
     /// Applies one job's command on every node holding its GPUs.
     pub(super) async fn apply_one(&self, command: &CapCommand, deadline: Instant) -> CapOutcome {
         let (job, latest) = {
@@ -160,14 +170,20 @@ impl AgentsBackend {
                     self.put_lease(node, &job.id, &lease, deadline).await.and_then(|r| {
                         let mut worst = 0.0f64;
                         let mut clamped = false;
+                        let unreliable = self.unreliable_gpus(node);
                         for a in &r.applied {
-                            if !a.status.is_applied() {
-                                return Err(CallError::Refused {
+                            // Confirmed only as the agent read it back; and a cap the agent
+                            // keeps re-applying is not counted on even while it holds.
+                            let why = if a.status.is_applied() {
+                                unreliable.contains(&a.uuid).then_some(Unconfirmed::Unreliable)
+                            } else {
+                                Some(unconfirmed_of(a.status))
+                            };
+                            if let Some(why) = why {
+                                return Err(CallError::NotInForce {
                                     node: self.agents[node].node.clone(),
-                                    status: 200,
-                                    detail: format!("GPU {}: {:?}", a.uuid, a.status),
-                                    held_generation: None,
-                                    kind: None,
+                                    gpu: a.uuid.clone(),
+                                    why,
                                 });
                             }
                             clamped |= a.status == CapStatus::Clamped;
@@ -185,7 +201,11 @@ impl AgentsBackend {
         let mut applied = 0.0f64;
         let mut clamped = false;
         let mut failures = Vec::new();
+        let mut why = None;
         for (node, lease, result) in results {
+            if let Err(e) = &result {
+                why = why.or(Some(e.unconfirmed()));
+            }
             match result {
                 Ok((w, c)) => {
                     applied = applied.max(w);
@@ -247,6 +267,7 @@ impl AgentsBackend {
         } else {
             CapOutcome::Failed {
                 reason: failures.join("; "),
+                why,
             }
         }
     }

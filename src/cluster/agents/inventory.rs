@@ -274,6 +274,8 @@ impl AgentsBackend {
             suspendable: job.suspendable,
             signature: job.signature.clone(),
             tier: job.tier.clone(),
+            cap_unreliable: statuses.iter().flatten().any(|s| s.cap_unreliable),
+            cap_reapplied: statuses.iter().flatten().map(|s| s.drift_corrections).sum(),
         }
     }
 }

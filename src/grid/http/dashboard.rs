@@ -119,7 +119,8 @@ pub struct StreamState {
     pub events: Vec<EventView>,
     /// The plan in force, or an empty plan.
     pub plan: PlanView,
-    /// The jobs capped deepest (lowest cap per GPU first), at most 40; `status.jobs` counts all.
+    /// The jobs whose cap is not confirmed (or unreliable), then those capped deepest (lowest
+    /// cap per GPU first), at most 40; `status.jobs` counts all.
     pub jobs: Vec<JobView>,
 }
 
@@ -175,11 +176,15 @@ pub(super) async fn stream(State(api): State<Api>, Query(query): Query<StreamQue
 
 async fn state_message(api: &Api, seq: u64) -> StreamState {
     let mut jobs = api.gateway.read().jobs().await;
-    // The deepest 40 without sorting every job (a site may run 100 k, and each open dashboard
-    // gets up to four messages a second).
+    // Caps that are not confirmed first (what the operator must act on: a driver that did not
+    // apply a cap, a GPU lost, a cap that keeps being undone), then the deepest; 40 without
+    // sorting every job (a site may run 100 k, and each open dashboard gets up to four messages
+    // a second).
     let deepest = |a: &JobView, b: &JobView| {
-        a.cap_w_per_gpu
-            .total_cmp(&b.cap_w_per_gpu)
+        a.confirmed
+            .cmp(&b.confirmed)
+            .then_with(|| b.cap_unreliable.cmp(&a.cap_unreliable))
+            .then_with(|| a.cap_w_per_gpu.total_cmp(&b.cap_w_per_gpu))
             .then_with(|| a.id.cmp(&b.id))
     };
     if jobs.len() > STREAM_JOBS {

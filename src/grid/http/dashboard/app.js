@@ -171,15 +171,37 @@ function guaranteeText(p) {
     + `Worst case: ${g.worst_case}.`;
 }
 
+// Why a cap is not counted on, in the operator's words (the kinds of JobView.unconfirmed).
+const UNCONFIRMED = {
+  unreachable: "node did not answer",
+  refused: "refused by the node",
+  not_applied: "driver did not apply it",
+  raised_out_of_band: "limit raised after it was set",
+  unreliable: "keeps being undone",
+  no_permission: "agent may not set limits",
+  gpu_lost: "GPU lost",
+  unresponsive: "driver hung",
+  not_supported: "GPU cannot be capped",
+  driver_error: "driver error",
+  not_measured: "node not measured",
+};
+
+function confirmationText(j) {
+  const reapplied = j.cap_reapplied > 0 ? ` (re-applied ×${j.cap_reapplied})` : "";
+  if (j.confirmed && !j.cap_unreliable) return `yes${reapplied}`;
+  const why = j.unconfirmed || (j.cap_unreliable ? "unreliable" : null);
+  return `NOT confirmed${why ? ": " + (UNCONFIRMED[why] || why) : ""}${reapplied}`;
+}
+
 function showJobs(jobs, total, plan) {
-  set("jobs-count", `(${total} running; the ${jobs.length} capped deepest shown)`);
+  set("jobs-count", `(${total} running; caps not confirmed first, then the deepest: ${jobs.length} shown)`);
   const shares = new Map((plan.entries || []).map((e) => [e.job, e]));
   const rows = jobs.map((j) => {
     const tr = document.createElement("tr");
     cell(tr, j.id);
     cell(tr, String(j.gpus), "num");
     cell(tr, j.cap_w_per_gpu.toFixed(0), "num");
-    cell(tr, j.confirmed ? "yes" : "NOT confirmed", j.confirmed ? "" : "state-bad");
+    cell(tr, confirmationText(j), j.confirmed && !j.cap_unreliable ? "" : "state-bad");
     cell(tr, kw(j.measured_power_w), "num");
     cell(tr, j.measured_tokens_per_s === null ? "unknown (not reported)" : `${j.measured_tokens_per_s.toFixed(0)} measured`, "num");
     cell(tr, j.knowledge_evidence ? `${j.elasticity}: ${j.knowledge_evidence}` : j.elasticity);

@@ -62,6 +62,10 @@ function show(a) {
   set("plans", String(a.plans.length));
   set("dispatches", String(a.dispatches.length));
   set("trims", String(a.trims.length));
+  // Each kind counted, e.g. "reapplied 2, raised_out_of_band 1"; the JSON has every record.
+  const faults = new Map();
+  for (const f of a.cap_faults || []) faults.set(f.kind, (faults.get(f.kind) || 0) + 1);
+  set("cap-faults", faults.size ? [...faults].map(([k, n]) => `${k.replaceAll("_", " ")} ${n}`).join(", ") : "none");
   set("fallbacks", a.fallbacks.length ? a.fallbacks.join(", ") : "none");
   set("opt-outs", a.opt_outs.length ? a.opt_outs.map((o) => `${o.operator}: ${o.reason}`).join("; ") : "none");
   set("promised", a.promised ? num(a.promised.progress_lost * 100, 1) : "—");
