@@ -19,6 +19,23 @@
 //! A device's minor is the number at the end of its file name (`/dev/nvidia3` → 3), which is
 //! what the NVIDIA driver uses. Devices are sorted by minor, and `IDX` *i* is the *i*-th one.
 //!
+//! **MIG.** A GPU split into MIG instances is declared one instance per line with
+//! `MultipleFiles=`, the files of one GRES device: the parent GPU's `/dev/nvidiaN` and the
+//! instance's capability files (`/dev/nvidia-caps/nvidia-capM`):
+//!
+//! ```text
+//! Name=gpu Type=1g.18gb MultipleFiles=/dev/nvidia0,/dev/nvidia-caps/nvidia-cap21,/dev/nvidia-caps/nvidia-cap22
+//! Name=gpu Type=1g.18gb MultipleFiles=/dev/nvidia0,/dev/nvidia-caps/nvidia-cap30,/dev/nvidia-caps/nvidia-cap31
+//! ```
+//!
+//! Each such line is one device whose minor is its parent GPU's (`0` above): what a power limit
+//! acts on, since NVML has one limit per physical GPU for all its instances. Devices are
+//! ordered by parent minor, then by the instance's first capability number; two jobs on two
+//! instances of one GPU therefore map to the same GPU, and the gateway plans them as one unit
+//! (see `src/cluster/agents/inventory.rs`). Check the order against `scontrol show job -d` and
+//! `nvidia-smi -L` on a MIG node before relying on it: Slurm documents the files of a device,
+//! not the order of devices.
+//!
 //! **Default when there is no mapping:** for a node with no `File=` lines (no gres.conf, or
 //! `AutoDetect=nvml`, where slurmd enumerates the driver's devices, which are named by minor
 //! number), [`GresConf::minor_for`] returns `IDX` itself as the minor. This is right on nodes
@@ -29,14 +46,24 @@ use std::collections::BTreeMap;
 
 use crate::hostlist::expand_hostlist;
 
+/// One GRES GPU device: a whole GPU, or a MIG instance of one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct GresDevice {
+    /// The (parent) GPU's device minor (`/dev/nvidia<minor>`).
+    pub minor: u32,
+    /// For a MIG instance (`MultipleFiles=`), its first capability number
+    /// (`/dev/nvidia-caps/nvidia-cap<n>`); `None` for a whole GPU.
+    pub mig: Option<u32>,
+}
+
 /// The GPU devices gres.conf declares, per node.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GresConf {
-    /// Device minors per node named by `NodeName=` lines, sorted.
-    pub nodes: BTreeMap<String, Vec<u32>>,
-    /// Device minors from lines without `NodeName=`, which apply to every node not listed in
-    /// [`GresConf::nodes`] (a node's own gres.conf usually has no `NodeName=`), sorted.
-    pub any_node: Vec<u32>,
+    /// Devices per node named by `NodeName=` lines, in IDX order.
+    pub nodes: BTreeMap<String, Vec<GresDevice>>,
+    /// Devices from lines without `NodeName=`, which apply to every node not listed in
+    /// [`GresConf::nodes`] (a node's own gres.conf usually has no `NodeName=`), in IDX order.
+    pub any_node: Vec<GresDevice>,
     /// The last global `AutoDetect=` value (`off`, `nvml`, ...), if any.
     pub autodetect: Option<String>,
 }
@@ -96,6 +123,7 @@ pub fn parse_gres_conf(text: &str) -> Result<GresConf, GresConfError> {
         let mut node_names: Option<&str> = None;
         let mut name: Option<&str> = None;
         let mut files: Vec<&str> = Vec::new();
+        let mut multiple: Vec<&str> = Vec::new();
         let mut autodetect: Option<&str> = None;
         for word in line.split_whitespace() {
             let (key, value) = word
@@ -104,7 +132,8 @@ pub fn parse_gres_conf(text: &str) -> Result<GresConf, GresConfError> {
             match key.to_ascii_lowercase().as_str() {
                 "nodename" => node_names = Some(value),
                 "name" => name = Some(value),
-                "file" | "multiplefiles" => files.push(value),
+                "file" => files.push(value),
+                "multiplefiles" => multiple.push(value),
                 "autodetect" => autodetect = Some(value),
                 _ => {} // Type, Count, Cores, Links, Flags: not needed for the mapping
             }
@@ -115,14 +144,40 @@ pub fn parse_gres_conf(text: &str) -> Result<GresConf, GresConfError> {
             }
             continue;
         }
-        if name != Some("gpu") || files.is_empty() {
+        if name != Some("gpu") || (files.is_empty() && multiple.is_empty()) {
             continue;
         }
         let mut minors = Vec::new();
         for value in files {
             for path in expand_hostlist(value).map_err(|e| bad(e.reason))? {
-                minors.push(minor_of(&path).ok_or_else(|| bad(format!("no device number at the end of {path:?}")))?);
+                minors.push(GresDevice {
+                    minor: minor_of(&path).ok_or_else(|| bad(format!("no device number at the end of {path:?}")))?,
+                    mig: None,
+                });
             }
+        }
+        if !multiple.is_empty() {
+            // One device made of several files: a MIG instance of the GPU whose /dev/nvidiaN
+            // is among them.
+            let mut paths = Vec::new();
+            for value in multiple {
+                for v in value.split(',') {
+                    paths.extend(expand_hostlist(v).map_err(|e| bad(e.reason))?);
+                }
+            }
+            let gpu: Vec<u32> = paths.iter().filter_map(|p| gpu_minor_of(p)).collect();
+            let [minor] = gpu[..] else {
+                return Err(bad(format!(
+                    "MultipleFiles must name exactly one GPU device /dev/nvidiaN (found {})",
+                    gpu.len()
+                )));
+            };
+            let mig = paths
+                .iter()
+                .filter(|p| gpu_minor_of(p).is_none())
+                .filter_map(|p| minor_of(p))
+                .min();
+            minors.push(GresDevice { minor, mig });
         }
         match node_names {
             Some(expr) => {
@@ -140,6 +195,15 @@ pub fn parse_gres_conf(text: &str) -> Result<GresConf, GresConfError> {
     Ok(conf)
 }
 
+/// The minor of a whole-GPU device file, `/dev/nvidia12` → 12; `None` for anything else
+/// (`/dev/nvidiactl`, `/dev/nvidia-caps/nvidia-cap21`).
+fn gpu_minor_of(path: &str) -> Option<u32> {
+    let n = path.strip_prefix("/dev/nvidia")?;
+    (!n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| n.parse().ok())
+        .flatten()
+}
+
 /// The number at the end of a device path: `/dev/nvidia12` → 12.
 fn minor_of(path: &str) -> Option<u32> {
     let digits = path.len() - path.trim_end_matches(|c: char| c.is_ascii_digit()).len();
@@ -150,8 +214,8 @@ fn minor_of(path: &str) -> Option<u32> {
 }
 
 impl GresConf {
-    /// The device minors gres.conf lists for `node`, in IDX order; `None` when it lists none.
-    pub fn node_minors(&self, node: &str) -> Option<&[u32]> {
+    /// The devices gres.conf lists for `node`, in IDX order; `None` when it lists none.
+    pub fn node_devices(&self, node: &str) -> Option<&[GresDevice]> {
         match self.nodes.get(node) {
             Some(v) => Some(v),
             None if !self.any_node.is_empty() => Some(&self.any_node),
@@ -159,13 +223,19 @@ impl GresConf {
         }
     }
 
+    /// The device minors gres.conf lists for `node`, in IDX order (a GPU split into MIG
+    /// instances once per instance); `None` when it lists none.
+    pub fn node_minors(&self, node: &str) -> Option<Vec<u32>> {
+        self.node_devices(node).map(|d| d.iter().map(|d| d.minor).collect())
+    }
+
     /// The device minor of GRES index `idx` on `node`. Without a `File=` list for the node,
     /// the minor is `idx` ([`MinorSource::IdxDefault`]; see the module docs).
     pub fn minor_for(&self, node: &str, idx: u32) -> Result<(u32, MinorSource), GresConfError> {
-        match self.node_minors(node) {
+        match self.node_devices(node) {
             Some(minors) => minors
                 .get(idx as usize)
-                .map(|&m| (m, MinorSource::GresConf))
+                .map(|d| (d.minor, MinorSource::GresConf))
                 .ok_or_else(|| GresConfError::IndexOutOfRange {
                     node: node.to_string(),
                     idx,
@@ -223,8 +293,8 @@ mod tests {
         )
         .expect("parses");
         assert_eq!(conf.autodetect.as_deref(), Some("off"));
-        assert_eq!(conf.node_minors("gpu02"), Some(&[0, 1, 2, 3, 4, 5, 6, 7][..]));
-        assert_eq!(conf.node_minors("odd01"), Some(&[0, 2, 5][..]));
+        assert_eq!(conf.node_minors("gpu02"), Some(vec![0, 1, 2, 3, 4, 5, 6, 7]));
+        assert_eq!(conf.node_minors("odd01"), Some(vec![0, 2, 5]));
         assert_eq!(conf.minor_for("odd01", 1), Ok((2, MinorSource::GresConf)));
         assert_eq!(conf.minor_for("odd01", 2), Ok((5, MinorSource::GresConf)));
         assert!(matches!(
@@ -237,8 +307,47 @@ mod tests {
     #[test]
     fn minor_order_not_file_order() {
         let conf = parse_gres_conf("Name=gpu File=/dev/nvidia3\nName=gpu File=/dev/nvidia1\n").expect("ok");
-        assert_eq!(conf.any_node, vec![1, 3]);
+        assert_eq!(conf.node_minors("any"), Some(vec![1, 3]));
         assert_eq!(conf.minor_for("any", 0), Ok((1, MinorSource::GresConf)));
+    }
+
+    #[test]
+    fn mig_instances_map_to_their_gpu() {
+        // Two instances of GPU 1 written before one of GPU 0, and a whole GPU 2: IDX follows
+        // (parent minor, first capability number), and each instance maps to its parent.
+        let conf = parse_gres_conf(
+            "Name=gpu Type=1g.18gb MultipleFiles=/dev/nvidia1,/dev/nvidia-caps/nvidia-cap39,/dev/nvidia-caps/nvidia-cap40\n\
+             Name=gpu Type=1g.18gb MultipleFiles=/dev/nvidia1,/dev/nvidia-caps/nvidia-cap30,/dev/nvidia-caps/nvidia-cap31\n\
+             Name=gpu Type=3g.71gb MultipleFiles=/dev/nvidia0,/dev/nvidia-caps/nvidia-cap21\n\
+             Name=gpu Type=h200 File=/dev/nvidia2\n",
+        )
+        .expect("parses");
+        assert_eq!(conf.node_minors("n"), Some(vec![0, 1, 1, 2]));
+        let devices = conf.node_devices("n").expect("devices");
+        assert_eq!(
+            devices[1],
+            GresDevice {
+                minor: 1,
+                mig: Some(30)
+            }
+        );
+        assert_eq!(
+            devices[2],
+            GresDevice {
+                minor: 1,
+                mig: Some(39)
+            }
+        );
+        assert_eq!(devices[3], GresDevice { minor: 2, mig: None });
+        assert_eq!(conf.minor_for("n", 2), Ok((1, MinorSource::GresConf)));
+        // A device naming no GPU, or two, is refused with its line.
+        for bad in [
+            "Name=gpu MultipleFiles=/dev/nvidia-caps/nvidia-cap21",
+            "Name=gpu MultipleFiles=/dev/nvidia0,/dev/nvidia1",
+        ] {
+            let e = parse_gres_conf(bad).expect_err(bad);
+            assert!(e.to_string().contains("exactly one GPU device"), "{e}");
+        }
     }
 
     #[test]

@@ -166,7 +166,8 @@ impl AgentsBackend {
                 tier: job.flex.tier.as_deref().map(Arc::from),
             });
         }
-        Ok(jobs)
+        // MIG: jobs on instances of one GPU share its one power limit; plan them as one unit.
+        Ok(super::shared::merge_shared_gpus(jobs))
     }
 
     fn job_state(

@@ -33,6 +33,7 @@ pub mod client;
 mod config;
 mod dispatch;
 mod inventory;
+mod shared;
 mod telemetry;
 
 pub use config::{AgentNode, AgentTls, AgentsConfig, AgentsError, PredictorSource, SlurmMapping};
