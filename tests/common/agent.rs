@@ -83,6 +83,21 @@ pub struct AgentOptions {
     pub memory_activity: Option<(f64, f64)>,
     /// The window of the jobs' throughput aggregate, s (the agent's default: 30).
     pub throughput_window_s: Option<u32>,
+    /// Run on the NVML test double scripted in this directory (`tests/nvml_double/README.md`)
+    /// instead of simulated GPUs: the agent's real NVML code path, through the dynamic loader.
+    pub nvml_double: Option<PathBuf>,
+}
+
+/// Where `tests/peers/setup.sh --only nvml-double` builds the NVML test double; fails loudly
+/// when it is missing.
+pub fn nvml_double_lib_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/peers/nvml-double");
+    assert!(
+        dir.join("libnvidia-ml.so.1").exists(),
+        "{} is missing: run `bash tests/peers/setup.sh --only nvml-double` (the README test command does)",
+        dir.join("libnvidia-ml.so.1").display()
+    );
+    dir
 }
 
 impl AgentProcess {
@@ -102,8 +117,9 @@ impl AgentProcess {
                 .join(", ")
         };
         let config = dir.join("agent.toml");
-        std::fs::write(
-            &config,
+        let simulate = if options.nvml_double.is_some() {
+            String::new()
+        } else {
             format!(
                 "{}[simulate]\ninitial_limit_w = {{ {} }}\noob_limit_w = {{ {} }}\n{}",
                 options
@@ -114,20 +130,23 @@ impl AgentProcess {
                 options.memory_activity.map_or_else(String::new, |(dram, copy)| format!(
                     "dram_active = {dram:.3}\nmem_copy_util_pct = {copy:.1}\n"
                 ))
-            ),
-        )
-        .expect("agent config");
+            )
+        };
+        std::fs::write(&config, simulate).expect("agent config");
         let path = |p: &Path| p.to_str().expect("utf-8 path").to_string();
-        let mut child = Command::new(binary())
-            .args([
-                "--config",
-                &path(&config),
-                "--simulate",
-                "--gpus",
-                "8",
-                "--hostname",
-                name,
-            ])
+        let mut command = Command::new(binary());
+        command.args(["--config", &path(&config), "--hostname", name]);
+        match &options.nvml_double {
+            Some(double) => {
+                command
+                    .env("LD_LIBRARY_PATH", nvml_double_lib_dir())
+                    .env("FLEXGATE_NVML_DOUBLE", double);
+            }
+            None => {
+                command.args(["--simulate", "--gpus", "8"]);
+            }
+        }
+        let mut child = command
             .args(["--listen", "127.0.0.1:0", "--token-file", &path(&token)])
             .args(["--read-token-file", &path(&read_token)])
             .args(["--state-dir", &path(&dir.join("state"))])
