@@ -581,6 +581,41 @@ fn failed_restores_are_retried_and_drift_is_corrected() {
     assert!(b.restore_retries().is_empty());
 }
 
+/// A cap undone three times within 15 minutes is unreliable (the `FlexgateAgentCapDrift`
+/// threshold); it is still re-applied every time, and it is trusted again once 15 minutes pass
+/// without the third.
+#[test]
+fn repeated_drift_marks_the_cap_unreliable_for_the_window() {
+    let (sim, _) = sim("node-t", 2, |_| {});
+    let mut b = book(&sim);
+    b.put(
+        "evt",
+        &req(1, t0() + TimeDelta::hours(2), &[(0, 300.0)]),
+        t0(),
+        &sim,
+        &mut MemoryJournal,
+    )
+    .expect("ok");
+    let undo_at = |b: &mut LeaseBook, minutes: i64| {
+        sim.reset_to_default(0).expect("gpu");
+        let now = t0() + TimeDelta::minutes(minutes);
+        let r = b.reconcile_all(now, &sim, &mut MemoryJournal);
+        assert_eq!(r.written, vec![uuid(0)], "re-applied at minute {minutes}");
+        assert_eq!(limit_w(&sim, 0), 300.0);
+        now
+    };
+    undo_at(&mut b, 1);
+    let now = undo_at(&mut b, 5);
+    assert!(!b.cap_unreliable(&uuid(0), now), "twice is not yet a pattern");
+    let now = undo_at(&mut b, 14);
+    assert!(b.cap_unreliable(&uuid(0), now), "three times within 15 minutes");
+    assert!(!b.cap_unreliable(&uuid(1), now), "another GPU is not affected");
+    assert!(b.cap_unreliable(&uuid(0), t0() + TimeDelta::minutes(15)));
+    // 15 minutes after the first correction only two remain in the window.
+    assert!(!b.cap_unreliable(&uuid(0), t0() + TimeDelta::minutes(16)));
+    assert_eq!(b.drift_corrections().get(&uuid(0)), Some(&3));
+}
+
 /// Records each saved state together with GPU 0's limit at the moment of saving.
 struct Recorder {
     sim: SimGpus,

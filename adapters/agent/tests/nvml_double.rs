@@ -282,6 +282,22 @@ fn a_driver_reload_is_reapplied_an_out_of_band_limit_shows_and_a_refused_set_say
         drift("0") == Some(2.0)
     });
     assert_eq!(double.limits()[0], (400_000, 400_000), "the cap holds again");
+    assert_eq!(
+        agent.get("/v1/gpus")[0]["cap_unreliable"],
+        false,
+        "two corrections: still trusted"
+    );
+    // A third within 15 minutes: the cap is unreliable (the alert's threshold). The agent keeps
+    // re-applying it, and says so, so the gateway stops counting on it.
+    double.command("reload");
+    eventually("a third correction counted", Duration::from_secs(5), || {
+        drift("0") == Some(3.0)
+    });
+    let gpus = agent.get("/v1/gpus");
+    assert_eq!(gpus[0]["cap_unreliable"], true, "{gpus}");
+    assert_eq!(gpus[0]["drift_corrections"], 3, "{gpus}");
+    assert_eq!(gpus[0]["limit_w"], 400.0, "re-applied all the same: {gpus}");
+    assert_eq!(gpus[1]["cap_unreliable"], false, "{gpus}");
     assert_eq!(drift("1"), Some(0.0), "no lease holds GPU 1: nothing to correct");
     // A limiter outside the agent holds GPU 1 at 500 W: the agent reports what is enforced.
     double.command("oob 1 500000");
