@@ -47,6 +47,15 @@ async fn the_dashboard_shows_the_site_live_in_a_real_browser() {
     config.gateway.telemetry_interval_s = 1;
     config.gateway.site = "dc-east".into();
     config.site.time_zone = "America/New_York".into();
+    // One node's agent does not answer: its job's cap cannot be confirmed, and the page must say
+    // so, and why, at the top of the jobs table.
+    config.backend = flexgate::config::BackendConfig::Sim(flexgate::cluster::SimConfig {
+        faults: flexgate::cluster::SimFaults {
+            unreachable_nodes: vec!["node-000".into()],
+            ..flexgate::cluster::SimFaults::default()
+        },
+        ..flexgate::cluster::SimConfig::default()
+    });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let server = Server::start(config, Clock::real(), None, listener)
         .await
@@ -171,6 +180,13 @@ async fn the_dashboard_shows_the_site_live_in_a_real_browser() {
         "{guarantee}"
     );
     assert_ne!(text_of(&during.dom, "meter"), "", "a meter figure");
+    // The job whose node does not answer is listed first, not confirmed, with the reason.
+    assert!(
+        during.dom.contains("NOT confirmed: node did not answer")
+            || during.dom.contains("NOT confirmed: node not measured"),
+        "the unconfirmed cap and its reason are shown: {}",
+        text_of(&during.dom, "jobs")
+    );
     assert!(
         during.dom.contains("event in force") || during.dom.contains("ev-dash active"),
         "the window is shaded"

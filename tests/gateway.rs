@@ -465,6 +465,14 @@ async fn unconfirmed_caps_are_counted_at_measured_power_and_state_survives_a_res
         plan.entries.len() < gw.read().jobs().await.len(),
         "unconfirmed jobs are fixed load, not planned"
     );
+    // Each unconfirmed job says why: its node did not answer the command, or stopped being
+    // measured.
+    let jobs = gw.read().jobs().await;
+    let unconfirmed: Vec<_> = jobs.iter().filter(|j| !j.confirmed).collect();
+    assert!(!unconfirmed.is_empty());
+    for j in &unconfirmed {
+        assert!(matches!(j.unconfirmed, Some("unreachable" | "not_measured")), "{j:?}");
+    }
 
     // Crash: drop the gateway without closing; a new one on the same ledger resumes.
     let head = gw.ledger().head();
