@@ -20,6 +20,11 @@
 //!
 //! Fails loudly when the double, Prometheus or the agent binary is missing.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the test event and its samples run on the wall clock"
+)]
+
 mod common;
 
 #[path = "../adapters/prometheus/tests/support/mod.rs"]
