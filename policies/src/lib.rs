@@ -16,6 +16,7 @@ pub mod estimate;
 pub mod event;
 pub mod facility;
 pub mod ids;
+pub mod intervals;
 pub mod meter;
 pub mod pfi;
 pub mod physics;
