@@ -199,6 +199,59 @@ async fn the_gateway_acts_on_a_real_modbus_meter_and_falls_back_when_it_hangs() 
     server.shutdown().await;
 }
 
+/// A meter whose register holds NaN (as some do while starting up) answers every read: each
+/// figure is a reading the screen refuses, counted in `flexgate_meter_readings_refused_total`,
+/// not a read error, and the gateway never calls the site measured on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nan_from_a_modbus_meter_is_a_refused_reading_not_a_read_error() {
+    let meter = pymodbus_meter();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let meter_config = MeterConfig {
+        max_age_s: 2.0,
+        sources: vec![MeterSourceConfig::Modbus(ModbusSource {
+            id: "starting".into(),
+            sign: 1.0,
+            poll_s: 0.2,
+            timeout_ms: 300,
+            address: format!("127.0.0.1:{}", meter.port),
+            register: Register {
+                unit_id: 1,
+                table: Table::Holding,
+                address: 300,
+                value_type: ValueType::Float32,
+                word_order: Order::BigEndian,
+                byte_order: Order::BigEndian,
+                scale_to_kw: 1.0,
+            },
+        })],
+    };
+    let server = gateway(dir.path(), meter_config).await;
+    let counter = |metrics: &str, name: &str| {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}{{source=\"starting\"}} ")))
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let metrics = loop {
+        let metrics = server.gateway.read().metrics().await;
+        if counter(&metrics, "flexgate_meter_readings_refused_total").is_some_and(|n| n >= 3) {
+            break metrics;
+        }
+        assert!(Instant::now() < deadline, "no refused reading counted: {metrics}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(
+        counter(&metrics, "flexgate_meter_read_errors_total"),
+        Some(0),
+        "a NaN is the meter's answer, not a failed read: {metrics}"
+    );
+    let s = status(&server).await;
+    assert_ne!(s["meter_quality"], "measured", "{s}");
+    assert!(s["measured_meter_w"].is_null(), "{s}");
+    server.shutdown().await;
+}
+
 /// Two Prometheus sources with signs: the site is the sum of both feeds minus feed b (as if b
 /// were generation behind the meter), read through a real Prometheus; when the exporter stops,
 /// the series are gone and the gateway falls back and says so.

@@ -64,10 +64,29 @@ enum Reader {
 }
 
 impl Reader {
+    /// The source's figure, kW. A value that is not a number (a Modbus float register holding
+    /// NaN while the meter starts, a PromQL answer of `NaN`) is a reading the meter gave, so it
+    /// comes back as one, and the screen refuses it and counts it with the other refused
+    /// readings (`flexgate_meter_readings_refused_total`): a read error is a source that did
+    /// not answer, and the two tell an operator different things.
     async fn read_kw(&mut self) -> Result<f64, String> {
         match self {
-            Reader::Modbus { meter, register } => meter.read_kw(register).await.map_err(|e| e.to_string()),
-            Reader::Prometheus(query) => query.read().await.map(|s| s.value).map_err(|e| e.to_string()),
+            Reader::Modbus { meter, register } => match meter.read_kw(register).await {
+                Ok(kw) => Ok(kw),
+                Err(flexgate_modbus::ReadError::Decode {
+                    source: flexgate_modbus::DecodeError::NotFinite(raw),
+                    ..
+                }) => Ok(raw),
+                Err(e) => Err(e.to_string()),
+            },
+            Reader::Prometheus(query) => match query.read().await {
+                Ok(sample) => Ok(sample.value),
+                Err(flexgate_prometheus::QueryError::Answer {
+                    source: flexgate_prometheus::AnswerError::NotFinite(_),
+                    ..
+                }) => Ok(f64::NAN),
+                Err(e) => Err(e.to_string()),
+            },
         }
     }
 }

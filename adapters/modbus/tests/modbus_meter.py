@@ -7,6 +7,7 @@ the event loop, in four encodings of four register maps:
   input     52  float32, big-endian words          P*1000 W (Eastron SDM630 "Total system power")
   holding  100  int32, little-endian words (swap)  P*10     (0.1 kW steps)
   holding  200  float64, big-endian, byte-swapped  P kW
+  holding  300  float32, big-endian words          NaN, always (a meter that is starting up)
 
 Nothing is mapped at holding 5000 and beyond: a read there gets exception 0x02 (illegal data
 address). SIGUSR1 makes the server stop answering (its event loop blocks, connections stay
@@ -48,6 +49,7 @@ async def update(slave, hang):
         slave.setValues(INPUT, 52, words("f", kw * 1000.0))
         slave.setValues(HOLDING, 100, words("i", int(round(kw * 10)), word_swap=True))
         slave.setValues(HOLDING, 200, words("d", kw, byte_swap=True))
+        slave.setValues(HOLDING, 300, words("f", float("nan")))
         kw += 1.0
         await asyncio.sleep(0.1)
 
