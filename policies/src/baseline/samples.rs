@@ -1,7 +1,7 @@
-//! Customer baseline load (CBL): what the site would have drawn during an event had it not
-//! curtailed, from its own metered history. The delivered reduction an auditor or a utility
-//! settles on is the baseline minus the metered load, so the baseline must be the one the
-//! program names, computed as it says.
+//! PJM's Economic CBL on the gateway's own meter readings, one figure for the event window:
+//! the audit's baseline (`src/reports/audit.rs`) since before interval data existed. The
+//! program baselines on interval data, one figure per interval, are [`super::compute`]'s;
+//! `pjm_economic` there follows the same rules.
 //!
 //! [`pjm_economic_cbl`] follows PJM's Economic Load Response CBL (PJM Manual 11, customer
 //! baseline load):
@@ -30,7 +30,8 @@
 //! Pure: meter samples, the event's window, the zone and the event days in; the CBL with every
 //! day it used or passed over, and why, out.
 
-use chrono::{DateTime, Datelike, Duration, NaiveDate, NaiveDateTime, TimeZone, Utc, Weekday};
+use super::calendar::DayType;
+use chrono::{DateTime, Duration, NaiveDate, NaiveDateTime, TimeZone, Utc};
 use chrono_tz::Tz;
 use serde::Serialize;
 use std::collections::BTreeSet;
@@ -40,37 +41,6 @@ pub const LOOKBACK_DAYS: i64 = 45;
 
 /// Below this share of the selected days' mean a day is a low-usage day, passed over.
 pub const LOW_USAGE_SHARE: f64 = 0.25;
-
-/// Which rule the event's day takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DayType {
-    /// Monday to Friday, not a NERC holiday: high 4 of 5 weekdays.
-    Weekday,
-    /// Saturday, Sunday or a NERC holiday: high 2 of 3 such days.
-    WeekendOrHoliday,
-}
-
-impl DayType {
-    /// `(x, y)`: the mean of the `x` highest of `y` days.
-    #[must_use]
-    pub fn x_of_y(self) -> (usize, usize) {
-        match self {
-            DayType::Weekday => (4, 5),
-            DayType::WeekendOrHoliday => (2, 3),
-        }
-    }
-
-    /// The type of a local calendar day.
-    #[must_use]
-    pub fn of(day: NaiveDate) -> DayType {
-        if matches!(day.weekday(), Weekday::Sat | Weekday::Sun) || is_nerc_holiday(day) {
-            DayType::WeekendOrHoliday
-        } else {
-            DayType::Weekday
-        }
-    }
-}
 
 /// Why a day was not used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -154,37 +124,6 @@ pub enum CblUnavailable {
     /// The window is empty or reversed.
     #[error("the event window is empty")]
     EmptyWindow,
-}
-
-/// Whether `day` is a NERC holiday (observed date).
-#[must_use]
-pub fn is_nerc_holiday(day: NaiveDate) -> bool {
-    let year = day.year();
-    let fixed = |month, d| NaiveDate::from_ymd_opt(year, month, d).map(observed);
-    let nth = |month, weekday, n| NaiveDate::from_weekday_of_month_opt(year, month, weekday, n);
-    let last_monday_of_may = (1..=5)
-        .rev()
-        .find_map(|n| NaiveDate::from_weekday_of_month_opt(year, 5, Weekday::Mon, n));
-    [
-        fixed(1, 1),
-        last_monday_of_may,
-        fixed(7, 4),
-        nth(9, Weekday::Mon, 1),
-        nth(11, Weekday::Thu, 4),
-        fixed(12, 25),
-    ]
-    .into_iter()
-    .flatten()
-    .any(|h| h == day)
-}
-
-/// A holiday on a Sunday is observed on the Monday after; on a Saturday it is not moved.
-fn observed(day: NaiveDate) -> NaiveDate {
-    if day.weekday() == Weekday::Sun {
-        day.succ_opt().unwrap_or(day)
-    } else {
-        day
-    }
 }
 
 /// The UTC instant of a local wall-clock time, the earlier one when DST repeats it; `None`
@@ -350,6 +289,8 @@ fn same_day_adjustment(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::baseline::calendar::is_nerc_holiday;
+    use chrono::Datelike;
     use proptest::prelude::*;
 
     fn ny() -> Tz {
