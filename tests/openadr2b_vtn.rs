@@ -496,8 +496,22 @@ async fn the_registration_recorded_in_the_ledger_is_carried_on_without_its_file(
         vtn,
         ven_id,
     } = site;
+    // The VEN records its registration in the ledger, then writes its file, once the VTN's
+    // answer is in: a moment after the VTN lists it. Wait for the file (hence the record), so
+    // that what is removed is a file that was written (CI once shut down in between, under
+    // load).
+    let file = data_dir.join(flexgate::grid::openadr::ven2b::REGISTRATION_FILE);
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while !file.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the VEN never wrote {}",
+            file.display()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     server.shutdown().await;
-    std::fs::remove_file(data_dir.join(flexgate::grid::openadr::ven2b::REGISTRATION_FILE)).expect("the file was there");
+    std::fs::remove_file(&file).expect("the file was there");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let server = Server::start(site_config(&vtn, &data_dir), Clock::real(), None, listener)
         .await

@@ -228,8 +228,11 @@ impl Ven2b {
                 }
             }
             Action::Persist(registration) => {
-                self.persist(registration.as_ref());
+                // The ledger's copy first (what every replica, and this gateway after losing
+                // its files, carries on from), then the local file: a file on disk means the
+                // registration is in the ledger too.
                 self.record_registration(registration.as_ref()).await;
+                self.persist(registration.as_ref());
                 Vec::new()
             }
             Action::Events(outcome) => self.apply(now, outcome).await,
