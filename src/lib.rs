@@ -15,6 +15,7 @@ pub mod config;
 pub mod grid;
 pub mod ha;
 pub mod http_client;
+pub mod intervals;
 pub mod ledger;
 pub mod meter;
 pub mod reports;

@@ -239,6 +239,130 @@ impl IntervalSeries {
     }
 }
 
+/// Builds the gateway's own intervals from its meter samples, in time order: each sample falls
+/// in the interval of `length_s` (aligned on the epoch, so on the clock: 5-minute intervals end
+/// at :05, :10, ...) that contains it, and an interval is closed by the first sample past its
+/// end (or by [`IntervalBuilder::close_before`]).
+///
+/// An interval is **measured** when it holds at least `min_measured` samples and every one was
+/// the meter's own figure; **estimated** when it holds fewer, or any figure was a model's
+/// (a stale or missing feed, or no meter at all): its figure is then the mean of the measured
+/// samples if there are any, else of the model's; an interval without samples is not emitted
+/// (absent is missing). Sample counts make the rule auditable from the interval alone.
+#[derive(Debug, Clone)]
+pub struct IntervalBuilder {
+    length_s: i64,
+    min_measured: u32,
+    open: Option<Bucket>,
+}
+
+#[derive(Debug, Clone)]
+struct Bucket {
+    start: DateTime<Utc>,
+    end: DateTime<Utc>,
+    measured_sum: f64,
+    measured_n: u32,
+    other_sum: f64,
+    other_n: u32,
+}
+
+impl Bucket {
+    fn close(self) -> Interval {
+        let samples = self.measured_n + self.other_n;
+        let (kw, quality) = if self.measured_n > 0 {
+            (
+                self.measured_sum / f64::from(self.measured_n),
+                IntervalQuality::Measured,
+            )
+        } else {
+            (
+                self.other_sum / f64::from(self.other_n.max(1)),
+                IntervalQuality::Estimated,
+            )
+        };
+        Interval {
+            start: self.start,
+            end: self.end,
+            kw: Some(kw),
+            quality,
+            samples,
+            source: IntervalSource::Gateway,
+        }
+    }
+}
+
+impl IntervalBuilder {
+    /// Intervals of `length_s` (at least 60), called measured from `min_measured` samples.
+    #[must_use]
+    pub fn new(length_s: u32, min_measured: u32) -> Self {
+        Self {
+            length_s: i64::from(length_s.max(60)),
+            min_measured: min_measured.max(1),
+            open: None,
+        }
+    }
+
+    /// The interval `at` falls in: `(start, end]` on the clock, as interval-ending data is
+    /// labelled (a sample exactly at 14:05 belongs to 14:00–14:05).
+    #[must_use]
+    pub fn slot(&self, at: DateTime<Utc>) -> (DateTime<Utc>, DateTime<Utc>) {
+        let t = at.timestamp();
+        let end = (t + self.length_s - 1).div_euclid(self.length_s) * self.length_s;
+        let end = DateTime::from_timestamp(end, 0).unwrap_or(at);
+        (end - chrono::Duration::seconds(self.length_s), end)
+    }
+
+    /// Add one sample (`kw` the figure the gateway acted on, `measured` whether it was the
+    /// meter's own); returns the interval it closed, if any. A sample older than the open
+    /// interval (a clock step back) is ignored.
+    pub fn offer(&mut self, at: DateTime<Utc>, kw: f64, measured: bool) -> Option<Interval> {
+        if !kw.is_finite() || kw < 0.0 {
+            return None;
+        }
+        let (start, end) = self.slot(at);
+        let closed = match &self.open {
+            Some(b) if b.end == end => None,
+            Some(b) if end < b.end => return None,
+            Some(_) => self.open.take().map(|b| self.finish(b)),
+            None => None,
+        };
+        let bucket = self.open.get_or_insert(Bucket {
+            start,
+            end,
+            measured_sum: 0.0,
+            measured_n: 0,
+            other_sum: 0.0,
+            other_n: 0,
+        });
+        if measured {
+            bucket.measured_sum += kw;
+            bucket.measured_n += 1;
+        } else {
+            bucket.other_sum += kw;
+            bucket.other_n += 1;
+        }
+        closed
+    }
+
+    /// Close the open interval if `now` is past its end (no sample will fall in it any more).
+    pub fn close_before(&mut self, now: DateTime<Utc>) -> Option<Interval> {
+        if self.open.as_ref().is_some_and(|b| now >= b.end) {
+            return self.open.take().map(|b| self.finish(b));
+        }
+        None
+    }
+
+    fn finish(&self, bucket: Bucket) -> Interval {
+        let short = bucket.measured_n < self.min_measured;
+        let mixed = bucket.other_n > 0;
+        let mut interval = bucket.close();
+        if short || mixed {
+            interval.quality = IntervalQuality::Estimated;
+        }
+        interval
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -262,6 +386,40 @@ mod tests {
             samples: 0,
             source: IntervalSource::Gateway,
         }
+    }
+
+    #[test]
+    fn the_builder_closes_clock_aligned_intervals_with_their_quality() {
+        let mut b = IntervalBuilder::new(300, 3);
+        let t = |m: u32, s: u32| Utc.with_ymd_and_hms(2026, 7, 1, 10, m, s).single().expect("valid");
+        // 10:00:00 belongs to the interval ending 10:00 (interval-ending), 10:00:01 to 10:05.
+        assert_eq!(b.slot(t(0, 0)).1, t(0, 0));
+        assert_eq!(b.slot(t(0, 1)), (t(0, 0), t(5, 0)));
+        for s in [1, 20, 40] {
+            assert_eq!(b.offer(t(1, s), 100.0 + f64::from(s), true), None);
+        }
+        // A model's figure in the next interval: the first closes measured.
+        let first = b.offer(t(6, 0), 500.0, false).expect("closed");
+        assert_eq!((first.start, first.end), (t(0, 0), t(5, 0)));
+        assert_eq!(first.quality, IntervalQuality::Measured);
+        assert_eq!(first.samples, 3);
+        assert!((first.kw.expect("kw") - (101.0 + 120.0 + 140.0) / 3.0).abs() < 1e-9);
+        b.offer(t(7, 0), 200.0, true);
+        // Mixed: estimated, its figure the measured samples' mean.
+        let second = b.close_before(t(10, 0)).expect("closed by time");
+        assert_eq!(second.quality, IntervalQuality::Estimated);
+        assert_eq!(second.kw, Some(200.0));
+        assert_eq!(second.samples, 2);
+        assert_eq!(b.close_before(t(20, 0)), None, "nothing open");
+        // Too few samples: estimated.
+        b.offer(t(21, 0), 50.0, true);
+        assert_eq!(
+            b.close_before(t(25, 0)).map(|i| i.quality),
+            Some(IntervalQuality::Estimated)
+        );
+        // A sample older than the open interval is ignored.
+        b.offer(t(31, 0), 10.0, true);
+        assert_eq!(b.offer(t(22, 0), 10.0, true), None);
     }
 
     #[test]

@@ -28,6 +28,7 @@ pub mod demo;
 pub mod facility;
 pub mod ha;
 pub mod log;
+pub mod meter;
 pub mod openadr;
 pub mod openapi;
 pub mod pfi;

@@ -624,6 +624,62 @@ pub struct CapsReapplied {
     pub reapplied: BTreeMap<JobId, u64>,
 }
 
+/// One imported interval as the ledger holds it: its end, its mean demand (kW, `None` when
+/// missing) and its quality; its length is the import's `length_s`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ImportedRow(
+    pub DateTime<Utc>,
+    pub Option<f64>,
+    pub crate::intervals::IntervalQuality,
+);
+
+/// The column names of [`ImportedRow`].
+pub const IMPORTED_COLUMNS: [&str; 3] = ["end", "kw", "quality"];
+
+/// Most rows in one `meter_imported` record (a year of 5-minute data is 26 records), so that
+/// no record is large for the ledger or a replica's etcd batch.
+pub const IMPORTED_ROWS_PER_RECORD: usize = 4096;
+
+/// Interval meter data imported (the utility's revenue-meter data, which settlement uses
+/// first): what file, by its digest, what it held, and the intervals themselves, in `parts`
+/// records appended together. The interval store folds them (so every replica holds the same
+/// imported data, and an auditor can rebuild it from the ledger alone). Recorded by the running
+/// gateway (`POST /v1/meter/import`) or by `flexgate meter import` on a stopped gateway's
+/// directory, so that a settlement computed on imported data traces to the exact file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MeterImported {
+    /// This record's place among the import's records, from 1.
+    pub part: u32,
+    /// How many records the import has.
+    pub parts: u32,
+    /// Column names of `rows` ([`IMPORTED_COLUMNS`]).
+    pub columns: Vec<String>,
+    /// This record's intervals, in time order.
+    pub rows: Vec<ImportedRow>,
+    /// When it was imported.
+    pub at: DateTime<Utc>,
+    /// The label its intervals carry (`source` in the store and the reports).
+    pub source: String,
+    /// `green_button` or `csv`.
+    pub format: String,
+    /// SHA-256 of the file's bytes, hex.
+    pub sha256: String,
+    /// Its size, bytes.
+    pub bytes: u64,
+    /// Intervals in the whole import.
+    pub intervals: usize,
+    /// Imported intervals of the same times it replaced (a re-issue of corrected data).
+    pub replaced: usize,
+    /// Their length, s.
+    pub length_s: i64,
+    /// The first interval's start.
+    pub from: Option<DateTime<Utc>>,
+    /// The last interval's end.
+    pub to: Option<DateTime<Utc>>,
+    /// Intervals measured, estimated and missing.
+    pub quality: [usize; 3],
+}
+
 /// The [`CapsDrifted::action`] of caps the node agents report as unreliable (re-applied again
 /// and again): they are no longer counted on, though they may be in force now.
 pub const UNRELIABLE_ACTION: &str = "unreliable";
@@ -1088,6 +1144,8 @@ pub enum Entry {
     CapsLost(CapsLost),
     /// Caps the node agents re-applied after their limits moved.
     CapsReapplied(CapsReapplied),
+    /// Interval meter data imported.
+    MeterImported(MeterImported),
     /// Jobs suspended.
     JobsSuspended(JobsSuspended),
     /// Jobs resumed.
@@ -1145,7 +1203,8 @@ impl Entry {
             | Entry::ElasticityKnown(_)
             | Entry::ThroughputKnown(_)
             | Entry::ThroughputPoint(_)
-            | Entry::MeterSample(_) => EntryKind::Measurement,
+            | Entry::MeterSample(_)
+            | Entry::MeterImported(_) => EntryKind::Measurement,
             Entry::TierBackedOff(_) | Entry::ProbeStep(_) => EntryKind::Plan,
             Entry::ProbeEnded(_) => EntryKind::Measurement,
             Entry::Trimmed(_) => EntryKind::Trim,

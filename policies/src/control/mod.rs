@@ -526,8 +526,9 @@ impl Controller {
             | Entry::AdapterOptedOut(_)
             | Entry::AdapterRegistration(_)
             | Entry::LedgerMigrated(_) => {}
-            // The agents' own corrections: reported, not decided on (the caps stay as they were).
-            Entry::CapsReapplied(_) => {}
+            // The agents' own corrections: reported, not decided on (the caps stay as they were);
+            // imported meter data: for settlement, kept in the interval store.
+            Entry::CapsReapplied(_) | Entry::MeterImported(_) => {}
             Entry::EventInterpreted(e) => {
                 let _ = Arc::make_mut(&mut self.book).upsert(
                     e.event.clone(),

@@ -1,0 +1,474 @@
+//! The interval store: the site meter as interval data, on disk beside the ledger
+//! (`<data_dir>/intervals`, a sled database of its own, owner-only like the ledger).
+//!
+//! Two kinds of intervals are kept apart:
+//!
+//! - **the gateway's own**, 5-minute intervals **derived from the ledger**: every `meter_sample`
+//!   record folded by [`IntervalBuilder`]. They are a cache of what the ledger proves, rebuilt
+//!   from it at will ([`IntervalStore::catch_up`] resumes where it stopped), so a replica that
+//!   follows the ledger holds the same intervals as the one that leads. Older than
+//!   [`KEEP_5MIN_DAYS`] they are compacted to 15 minutes (a year is then about 43 k intervals).
+//! - **imported** intervals: the utility's revenue-meter data (Green Button, CSV), each labelled
+//!   with its source, kept as imported. Settlement uses them first
+//!   ([`IntervalStore::settlement_series`]); a later import of the same times replaces them (a
+//!   utility re-issues corrected data). They too come **from the ledger**: an import is
+//!   checked ([`IntervalStore::check_import`]), recorded with its intervals (`meter_imported`
+//!   records) and folded by [`IntervalStore::catch_up`] like the samples, so the whole store
+//!   can be rebuilt from the ledger, replicas hold the same data, and what settlement used is
+//!   tamper-evident.
+//!
+//! Keys are the interval's end (seconds since the epoch, big-endian, offset so negative times
+//! sort), so ranges are key ranges. Values are JSON.
+
+use crate::ledger::{LedgerError, LedgerReader};
+use chrono::{DateTime, Duration, Utc};
+use flexgate_policies::control::entry::{Entry, ImportedRow, MeterImported};
+use flexgate_policies::intervals::{Interval, IntervalBuilder, IntervalQuality, IntervalSeries, IntervalSource};
+use std::path::{Path, PathBuf};
+
+/// The gateway's own intervals, s.
+pub const GATEWAY_INTERVAL_S: u32 = 300;
+
+/// What its 5-minute intervals compact to after [`KEEP_5MIN_DAYS`], s.
+pub const COMPACT_INTERVAL_S: u32 = 900;
+
+/// Days the gateway's 5-minute intervals are kept before they are compacted.
+pub const KEEP_5MIN_DAYS: i64 = 62;
+
+/// Why the store could not do what was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database could not be opened, read or written.
+    #[error("interval store {dir}: {detail}")]
+    Db {
+        /// Its directory.
+        dir: PathBuf,
+        /// What sled said.
+        detail: String,
+    },
+    /// No store in a directory that must hold one.
+    #[error("no interval store in {0} (no meter data was kept or imported there)")]
+    NotFound(PathBuf),
+    /// The ledger could not be read while catching up.
+    #[error("reading the ledger: {0}")]
+    Ledger(#[from] LedgerError),
+    /// Intervals that cannot be stored (overlapping, mixed lengths, impossible values).
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// What an import changed.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ImportSummary {
+    /// Intervals stored.
+    pub intervals: usize,
+    /// Imported intervals of the same times it replaced.
+    pub replaced: usize,
+    /// Their length, s.
+    pub length_s: i64,
+    /// The first interval's start and the last one's end.
+    pub from: Option<DateTime<Utc>>,
+    /// See `from`.
+    pub to: Option<DateTime<Utc>>,
+    /// Intervals per quality.
+    pub measured: usize,
+    /// See `measured`.
+    pub estimated: usize,
+    /// See `measured`.
+    pub missing: usize,
+}
+
+/// One imported interval the gateway's own disagrees with beyond the tolerance.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Disagreement {
+    /// The interval's end.
+    pub end: DateTime<Utc>,
+    /// The imported figure, kW.
+    pub imported_kw: f64,
+    /// The gateway's figure over the same time, kW.
+    pub gateway_kw: f64,
+    /// `(gateway − imported) / imported`.
+    pub share: f64,
+}
+
+/// The meter-integrity check: imported intervals against the gateway's own measured ones.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Comparison {
+    /// The tolerance, as a share of the imported figure.
+    pub tolerance: f64,
+    /// Imported intervals that had a measured gateway figure over the same time.
+    pub compared: usize,
+    /// Those beyond the tolerance.
+    pub disagreements: Vec<Disagreement>,
+    /// The mean of `share` over the compared intervals (a meter or scale offset shows here).
+    pub mean_share: Option<f64>,
+}
+
+/// The interval store of one data directory.
+pub struct IntervalStore {
+    dir: PathBuf,
+    db: sled::Db,
+    gateway: sled::Tree,
+    compacted: sled::Tree,
+    imported: sled::Tree,
+    meta: sled::Tree,
+}
+
+impl std::fmt::Debug for IntervalStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IntervalStore")
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+const RESUME_KEY: &[u8] = b"ledger_resume_seq";
+
+fn key(end: DateTime<Utc>) -> [u8; 8] {
+    // Offset so that times before 1970 still sort before later ones.
+    (end.timestamp() as u64 ^ (1u64 << 63)).to_be_bytes()
+}
+
+impl IntervalStore {
+    /// The store of `data_dir` (`<data_dir>/intervals`); with `create`, made if absent.
+    pub fn open(data_dir: &Path, create: bool) -> Result<Self, StoreError> {
+        let dir = data_dir.join("intervals");
+        let db_err = |e: &dyn std::fmt::Display| StoreError::Db {
+            dir: dir.clone(),
+            detail: e.to_string(),
+        };
+        if !create && !dir.join("db").is_file() {
+            return Err(StoreError::NotFound(data_dir.to_path_buf()));
+        }
+        crate::ledger::private::create_private_dir(&dir).map_err(|e| db_err(&e))?;
+        crate::ledger::private::restrict_to_owner(&dir).map_err(|e| db_err(&e))?;
+        let db = sled::Config::new()
+            .path(&dir)
+            .cache_capacity(8 << 20)
+            .open()
+            .map_err(|e| db_err(&e))?;
+        let tree = |name: &str| db.open_tree(name).map_err(|e| db_err(&e));
+        Ok(Self {
+            gateway: tree("gateway")?,
+            compacted: tree("gateway_15min")?,
+            imported: tree("imported")?,
+            meta: tree("meta")?,
+            db,
+            dir,
+        })
+    }
+
+    fn err(&self, e: impl std::fmt::Display) -> StoreError {
+        StoreError::Db {
+            dir: self.dir.clone(),
+            detail: e.to_string(),
+        }
+    }
+
+    fn put(&self, tree: &sled::Tree, interval: &Interval) -> Result<Option<sled::IVec>, StoreError> {
+        let value = serde_json::to_vec(interval).map_err(|e| self.err(e))?;
+        tree.insert(key(interval.end), value).map_err(|e| self.err(e))
+    }
+
+    /// Store one of the gateway's own intervals directly (tests: the ledger is how they come).
+    #[cfg(test)]
+    pub(super) fn put_gateway(&self, interval: &Interval) -> Result<(), StoreError> {
+        self.put(&self.gateway, interval).map(|_| ())
+    }
+
+    fn range(&self, tree: &sled::Tree, from: DateTime<Utc>, to: DateTime<Utc>) -> Result<Vec<Interval>, StoreError> {
+        // Keyed by end: an interval overlapping [from, to) ends after `from`; it starts before
+        // `to` when its end is at most `to` plus its length (at most an hour here).
+        let upper = to + Duration::hours(1);
+        let mut out = Vec::new();
+        for item in tree.range(key(from + Duration::seconds(1))..=key(upper)) {
+            let (_, value) = item.map_err(|e| self.err(e))?;
+            let interval: Interval = serde_json::from_slice(&value).map_err(|e| self.err(e))?;
+            if interval.start < to && interval.end > from {
+                out.push(interval);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Fold the ledger's `meter_sample` records written since the last call into the gateway's
+    /// own intervals; returns how many intervals were closed. Resumes from the first record of
+    /// the interval still open, so an interval is written once, whole.
+    pub fn catch_up(&self, ledger: &LedgerReader) -> Result<usize, StoreError> {
+        let resume = self
+            .meta
+            .get(RESUME_KEY)
+            .map_err(|e| self.err(e))?
+            .and_then(|v| <[u8; 8]>::try_from(v.as_ref()).ok())
+            .map_or(1, u64::from_be_bytes);
+        // The gateway's telemetry pass is 1 s by default; an interval needs 80 % of its
+        // readings to be called measured.
+        let mut builder = IntervalBuilder::new(GATEWAY_INTERVAL_S, GATEWAY_INTERVAL_S * 4 / 5);
+        let mut open_from: Option<u64> = None;
+        let mut open_end: Option<DateTime<Utc>> = None;
+        let mut closed = 0;
+        let mut last_seq = resume.saturating_sub(1);
+        for record in ledger.iter_from(resume) {
+            let record = record?;
+            last_seq = record.seq;
+            let m = match record.entry() {
+                Ok(Entry::MeterSample(m)) => m,
+                Ok(Entry::MeterImported(imported)) => {
+                    self.apply_imported(&imported)?;
+                    continue;
+                }
+                _ => continue,
+            };
+            let measured = m.meter_quality.is_none_or(|q| q.is_measured());
+            let (_, end) = builder.slot(m.at);
+            if open_end != Some(end) {
+                open_from = Some(record.seq);
+                open_end = Some(end);
+            }
+            if let Some(interval) = builder.offer(m.at, m.meter_kw, measured) {
+                self.put(&self.gateway, &interval)?;
+                closed += 1;
+            }
+        }
+        // The interval still open is re-read next time; with none open, the next record.
+        let next = open_from.unwrap_or(last_seq + 1).max(resume);
+        self.meta
+            .insert(RESUME_KEY, &next.to_be_bytes())
+            .map_err(|e| self.err(e))?;
+        self.db.flush().map_err(|e| self.err(e))?;
+        Ok(closed)
+    }
+
+    /// Compact the gateway's 5-minute intervals that ended more than [`KEEP_5MIN_DAYS`] before
+    /// `now` into 15-minute ones (mean of the 5-minute figures; measured only when all three
+    /// are; their samples summed); returns how many 5-minute intervals were folded.
+    pub fn compact(&self, now: DateTime<Utc>) -> Result<usize, StoreError> {
+        let horizon = now - Duration::days(KEEP_5MIN_DAYS);
+        let mut old = Vec::new();
+        for item in self.gateway.range(..key(horizon)) {
+            let (k, value) = item.map_err(|e| self.err(e))?;
+            let interval: Interval = serde_json::from_slice(&value).map_err(|e| self.err(e))?;
+            old.push((k, interval));
+        }
+        let mut groups: std::collections::BTreeMap<i64, Vec<&Interval>> = std::collections::BTreeMap::new();
+        let len = i64::from(COMPACT_INTERVAL_S);
+        for (_, i) in &old {
+            let end = (i.end.timestamp() + len - 1).div_euclid(len) * len;
+            groups.entry(end).or_default().push(i);
+        }
+        for (end, members) in groups {
+            let Some(end) = DateTime::from_timestamp(end, 0) else {
+                continue;
+            };
+            let figures: Vec<f64> = members.iter().filter_map(|i| i.kw).collect();
+            let whole = members.len() == 3 && members.iter().all(|i| i.quality == IntervalQuality::Measured);
+            let interval = Interval {
+                start: end - Duration::seconds(len),
+                end,
+                kw: (!figures.is_empty()).then(|| figures.iter().sum::<f64>() / figures.len() as f64),
+                quality: if figures.is_empty() {
+                    IntervalQuality::Missing
+                } else if whole {
+                    IntervalQuality::Measured
+                } else {
+                    IntervalQuality::Estimated
+                },
+                samples: members.iter().map(|i| i.samples).sum(),
+                source: IntervalSource::Gateway,
+            };
+            self.put(&self.compacted, &interval)?;
+        }
+        for (k, _) in &old {
+            self.gateway.remove(k).map_err(|e| self.err(e))?;
+        }
+        self.db.flush().map_err(|e| self.err(e))?;
+        Ok(old.len())
+    }
+
+    /// Check intervals about to be imported, without storing anything: one series (one
+    /// length, ordered, not overlapping, plausible figures), every one labelled imported, and no
+    /// imported data of another length over the same times; returns what the import would do.
+    /// The caller then records the import in the ledger (`meter_imported`), and
+    /// [`IntervalStore::catch_up`] stores it from there.
+    pub fn check_import(&self, intervals: &[Interval]) -> Result<ImportSummary, StoreError> {
+        let series = IntervalSeries::new(intervals.to_vec()).map_err(|e| StoreError::Invalid(e.to_string()))?;
+        let intervals = series.intervals();
+        let mut replaced = 0;
+        for i in intervals {
+            if !matches!(i.source, IntervalSource::Imported(_)) {
+                return Err(StoreError::Invalid(format!(
+                    "interval ending {} is not labelled as imported",
+                    i.end
+                )));
+            }
+            if self.imported.contains_key(key(i.end)).map_err(|e| self.err(e))? {
+                replaced += 1;
+            }
+        }
+        // Imported intervals of another length overlapping these would make two figures for
+        // one time: refused.
+        if let (Some(first), Some(last)) = (intervals.first(), intervals.last()) {
+            let length = first.length_s();
+            if let Some(other) = self
+                .range(&self.imported, first.start, last.end)?
+                .into_iter()
+                .find(|o| o.length_s() != length)
+            {
+                return Err(StoreError::Invalid(format!(
+                    "imported data of another interval length ({} s, ending {}) covers these times; \
+                     a site's settlement data has one length",
+                    other.length_s(),
+                    other.end
+                )));
+            }
+        }
+        let count = |q: IntervalQuality| intervals.iter().filter(|i| i.quality == q).count();
+        Ok(ImportSummary {
+            intervals: intervals.len(),
+            replaced,
+            length_s: intervals.first().map_or(0, Interval::length_s),
+            from: intervals.first().map(|i| i.start),
+            to: intervals.last().map(|i| i.end),
+            measured: count(IntervalQuality::Measured),
+            estimated: count(IntervalQuality::Estimated),
+            missing: count(IntervalQuality::Missing),
+        })
+    }
+
+    /// Store one `meter_imported` record's intervals (replacing imported ones that end at the
+    /// same times).
+    fn apply_imported(&self, record: &MeterImported) -> Result<(), StoreError> {
+        let mut batch = sled::Batch::default();
+        for ImportedRow(end, kw, quality) in &record.rows {
+            let interval = Interval {
+                start: *end - Duration::seconds(record.length_s),
+                end: *end,
+                kw: *kw,
+                quality: *quality,
+                samples: 0,
+                source: IntervalSource::Imported(record.source.clone()),
+            };
+            batch.insert(&key(*end), serde_json::to_vec(&interval).map_err(|e| self.err(e))?);
+        }
+        self.imported.apply_batch(batch).map_err(|e| self.err(e))
+    }
+
+    /// Imported intervals overlapping `[from, to)`.
+    pub fn imported(&self, from: DateTime<Utc>, to: DateTime<Utc>) -> Result<Vec<Interval>, StoreError> {
+        self.range(&self.imported, from, to)
+    }
+
+    /// The gateway's own intervals overlapping `[from, to)` (15-minute where compacted,
+    /// 5-minute after), in time order.
+    pub fn gateway(&self, from: DateTime<Utc>, to: DateTime<Utc>) -> Result<Vec<Interval>, StoreError> {
+        let mut out = self.range(&self.compacted, from, to)?;
+        let recent = self.range(&self.gateway, from, to)?;
+        let cut = recent.first().map(|i| i.start);
+        if let Some(cut) = cut {
+            out.retain(|i| i.end <= cut);
+        }
+        out.extend(recent);
+        Ok(out)
+    }
+
+    /// The series settlement uses over `[from, to)`: the imported intervals where there are
+    /// any, the gateway's own aggregated to the imported length elsewhere (or 5-minute ones
+    /// when nothing is imported), each labelled with its source and quality.
+    pub fn settlement_series(&self, from: DateTime<Utc>, to: DateTime<Utc>) -> Result<IntervalSeries, StoreError> {
+        let imported = self.imported(from, to)?;
+        let gateway = self.gateway(from, to)?;
+        let length = imported
+            .first()
+            .map_or(i64::from(GATEWAY_INTERVAL_S), Interval::length_s)
+            .max(1);
+        let mut slots: std::collections::BTreeMap<i64, Interval> = std::collections::BTreeMap::new();
+        // The gateway's, aggregated into slots of the chosen length.
+        let mut groups: std::collections::BTreeMap<i64, Vec<&Interval>> = std::collections::BTreeMap::new();
+        for i in &gateway {
+            let end = (i.end.timestamp() + length - 1).div_euclid(length) * length;
+            groups.entry(end).or_default().push(i);
+        }
+        for (end, members) in groups {
+            let Some(end_t) = DateTime::from_timestamp(end, 0) else {
+                continue;
+            };
+            let start = end_t - Duration::seconds(length);
+            if start < from || end_t > to {
+                continue;
+            }
+            let covered: i64 = members.iter().map(|i| i.length_s()).sum();
+            let figures: Vec<(f64, i64)> = members.iter().filter_map(|i| Some((i.kw?, i.length_s()))).collect();
+            let weight: i64 = figures.iter().map(|(_, l)| *l).sum();
+            let kw = (weight > 0).then(|| figures.iter().map(|(kw, l)| kw * *l as f64).sum::<f64>() / weight as f64);
+            let all_measured = members.iter().all(|i| i.quality == IntervalQuality::Measured);
+            slots.insert(
+                end,
+                Interval {
+                    start,
+                    end: end_t,
+                    kw,
+                    quality: match kw {
+                        None => IntervalQuality::Missing,
+                        Some(_) if all_measured && covered >= length => IntervalQuality::Measured,
+                        Some(_) => IntervalQuality::Estimated,
+                    },
+                    samples: members.iter().map(|i| i.samples).sum(),
+                    source: IntervalSource::Gateway,
+                },
+            );
+        }
+        for i in imported {
+            if i.length_s() == length && i.start >= from && i.end <= to {
+                slots.insert(i.end.timestamp(), i);
+            }
+        }
+        IntervalSeries::new(slots.into_values().collect()).map_err(|e| StoreError::Invalid(e.to_string()))
+    }
+
+    /// The meter-integrity check over `[from, to)`: each imported interval against the
+    /// gateway's own measured intervals inside it (only where they cover it whole).
+    pub fn compare(&self, from: DateTime<Utc>, to: DateTime<Utc>, tolerance: f64) -> Result<Comparison, StoreError> {
+        let imported = self.imported(from, to)?;
+        let gateway = self.gateway(from, to)?;
+        let mut shares = Vec::new();
+        let mut disagreements = Vec::new();
+        for i in imported {
+            let Some(imported_kw) = i.kw else { continue };
+            let inside: Vec<&Interval> = gateway
+                .iter()
+                .filter(|g| g.start >= i.start && g.end <= i.end)
+                .collect();
+            let covered: i64 = inside.iter().map(|g| g.length_s()).sum();
+            if covered < i.length_s() || inside.iter().any(|g| g.quality != IntervalQuality::Measured) {
+                continue;
+            }
+            let gateway_kw = inside
+                .iter()
+                .filter_map(|g| Some(g.kw? * g.length_s() as f64))
+                .sum::<f64>()
+                / covered as f64;
+            let share = if imported_kw > 0.0 {
+                (gateway_kw - imported_kw) / imported_kw
+            } else if gateway_kw > 0.0 {
+                1.0
+            } else {
+                0.0
+            };
+            shares.push(share);
+            if share.abs() > tolerance {
+                disagreements.push(Disagreement {
+                    end: i.end,
+                    imported_kw,
+                    gateway_kw,
+                    share,
+                });
+            }
+        }
+        Ok(Comparison {
+            tolerance,
+            compared: shares.len(),
+            mean_share: (!shares.is_empty()).then(|| shares.iter().sum::<f64>() / shares.len() as f64),
+            disagreements,
+        })
+    }
+}
