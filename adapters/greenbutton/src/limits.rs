@@ -157,7 +157,8 @@ impl<R: Read> Read for Bounded<R> {
 
 impl<R: Read> BufRead for Bounded<R> {
     fn fill_buf(&mut self) -> io::Result<&[u8]> {
-        if self.consumed - self.mark > self.max_token {
+        let used = self.consumed - self.mark;
+        if used > self.max_token {
             let limit = usize::try_from(self.max_token).unwrap_or(usize::MAX);
             return Err(self.refuse(Reason::TokenTooLong { limit }));
         }
@@ -178,11 +179,15 @@ impl<R: Read> BufRead for Bounded<R> {
                 return Err(self.refuse(Reason::ReadTooMuch { limit }));
             }
         }
-        Ok(&self.buf[self.pos..self.cap])
+        // Never more than one byte past the token limit: the caller's own buffer (quick-xml's
+        // event, the CSV line) stays within the limit plus one byte, and the next call refuses.
+        let allowed = usize::try_from(self.max_token - used + 1).unwrap_or(usize::MAX);
+        let end = self.cap.min(self.pos.saturating_add(allowed));
+        Ok(&self.buf[self.pos..end])
     }
 
     fn consume(&mut self, amt: usize) {
-        let end = (self.pos + amt).min(self.cap);
+        let end = self.pos.saturating_add(amt).min(self.cap);
         let bytes = &self.buf[self.pos..end];
         // Counted with iterator adaptors the compiler vectorizes: this runs over every byte.
         let newlines = bytes.iter().filter(|&&b| b == b'\n').count() as u64;

@@ -91,6 +91,27 @@ impl ReadingTypeFields {
     pub(crate) fn check(&self) -> Result<ReadingTypeInfo, ImportError> {
         let missing =
             |what: &str| ImportError::at("ReadingType", self.place, Reason::Missing { what: what.to_string() });
+        // Commodity first: "natural gas" says more than the gas meter's unit does.
+        if let Some(c) = self.commodity.value
+            && !matches!(c, 0..=2)
+        {
+            let name = match c {
+                4 => " (air)",
+                7 => " (natural gas)",
+                8 => " (propane)",
+                9 => " (potable water)",
+                10 => " (steam)",
+                11 => " (waste water)",
+                12 => " (heating fluid)",
+                13 => " (cooling fluid)",
+                _ => "",
+            };
+            return Err(unusable(
+                "commodity",
+                self.commodity.place,
+                format!("commodity {c}{name} is not electricity (1 or 2)"),
+            ));
+        }
         let uom = self.uom.value.ok_or_else(|| missing("uom"))?;
         let unit = match uom {
             72 => Unit::Wh,
@@ -114,26 +135,6 @@ impl ReadingTypeFields {
                 ));
             }
         };
-        if let Some(c) = self.commodity.value
-            && !matches!(c, 0..=2)
-        {
-            let name = match c {
-                4 => " (air)",
-                7 => " (natural gas)",
-                8 => " (propane)",
-                9 => " (potable water)",
-                10 => " (steam)",
-                11 => " (waste water)",
-                12 => " (heating fluid)",
-                13 => " (cooling fluid)",
-                _ => "",
-            };
-            return Err(unusable(
-                "commodity",
-                self.commodity.place,
-                format!("commodity {c}{name} is not electricity (1 or 2)"),
-            ));
-        }
         match self.flow_direction.value {
             None | Some(0 | 1 | 4) => {}
             Some(19) => {
