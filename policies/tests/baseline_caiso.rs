@@ -44,11 +44,12 @@ fn july(
             .position(|&(m, day)| l.month() == m && l.day() == day)
             .map(|p| p as f64 + 1.0);
         let h = local_hour(t, tz);
-        Some(match (rank, h) {
-            (Some(r), h) if h == 15.0 => 100.0 + 10.0 * r,
-            (Some(_), h) if h == 16.0 => 200.0,
-            (_, h) if (11.0..14.0).contains(&h) && local_date(t, tz) == d(2026, 7, 14) => morning_kw,
-            (_, h) if (11.0..14.0).contains(&h) => 100.0,
+        let morning = (11.0..14.0).contains(&h);
+        Some(match (rank, h as u32) {
+            (Some(r), 15) => 100.0 + 10.0 * r,
+            (Some(_), 16) => 200.0,
+            _ if morning && local_date(t, tz) == d(2026, 7, 14) => morning_kw,
+            _ if morning => 100.0,
             _ => 50.0,
         })
     });

@@ -4,7 +4,9 @@
 //! The window ends before the event (an hour or more, so a site's ramp-down or pre-cooling
 //! does not count) and is read on the other days at the same local clock times. The event day
 //! must have every interval of the window: an adjustment from part of it would be another
-//! rule, so without them none is applied and the report says why.
+//! rule, so without them none is applied and the report says why. The window's intervals are
+//! the data's lying wholly inside it: for an event starting off the data's grid (14:15 on
+//! hourly data) the window is shortened, never widened toward the event.
 
 use super::event::Event;
 use super::local::{Slot, mean, read_slots};

@@ -6,9 +6,10 @@
 //! Options*, 2016); for a flat load such as an AI cluster's it is the natural check of a
 //! like-day baseline. As implemented (the audit's rule, `src/reports/audit.rs`):
 //!
-//! - the mean metered load over `before_s` seconds before the event's start (the data's
-//!   intervals lying wholly inside that window) and, when `after_s` is not zero, over
-//!   `after_s` seconds after its end;
+//! - the mean metered load over `before_s` seconds before the event's start and, when
+//!   `after_s` is not zero, over `after_s` seconds after its end: the data's intervals each
+//!   window touches that lie wholly outside the event (so hourly data and an event starting at
+//!   14:15 take 13:00–14:00 as "the hour before");
 //! - the baseline is the mean of the two means, or the one there is when the other window has
 //!   no data (an event still in force has no "after"); neither → refused;
 //! - the same figure for every interval: there are no days and no adjustment.
@@ -16,7 +17,7 @@
 //! Worked example: none is needed beyond the audit's own; the tests compute it by hand.
 
 use super::event::Event;
-use super::local::{mean, read_slots};
+use super::local::{Slot, mean, read_slots};
 use super::method::MethodId;
 use super::report::{BaselineError, BaselineReport, Detail};
 use chrono::Duration;
@@ -33,19 +34,21 @@ pub(crate) fn compute(event: &Event<'_>, before_s: u32, after_s: u32) -> Result<
     let (tz, data) = (event.tz(), input.data);
     let (before_start, before_end) = (input.start - Duration::seconds(i64::from(before_s)), input.start);
     let (after_start, after_end) = (input.end, input.end + Duration::seconds(i64::from(after_s)));
-    // The intervals inside each window that have a figure: an event in force has no "after".
-    let window_mean = |from, to| {
+    // The intervals each window touches that lie wholly outside the event, with a figure (an
+    // event in force has no "after").
+    let window_mean = |from, to, outside: &dyn Fn(&Slot) -> bool| {
         let present: Vec<f64> = event
             .grid
-            .inside(from, to, tz)
+            .overlapping(from, to, tz)
             .iter()
+            .filter(|s| from < to && outside(s))
             .filter_map(|s| read_slots(data, std::slice::from_ref(s)))
             .flatten()
             .collect();
         (mean(&present), present.len())
     };
-    let (before_kw, before_intervals) = window_mean(before_start, before_end);
-    let (after_kw, after_intervals) = window_mean(after_start, after_end);
+    let (before_kw, before_intervals) = window_mean(before_start, before_end, &|s| s.end <= input.start);
+    let (after_kw, after_intervals) = window_mean(after_start, after_end, &|s| s.start >= input.end);
     let kw = match (before_kw, after_kw) {
         (Some(b), Some(a)) => (a + b) / 2.0,
         (Some(x), None) | (None, Some(x)) => x,
