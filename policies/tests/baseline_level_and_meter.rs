@@ -161,6 +161,7 @@ fn the_report_serializes_with_the_documented_fields() {
     assert_eq!(json["version"], 1);
     assert_eq!(json["time_zone"], "America/New_York");
     assert_eq!(json["interval_s"], 1800);
+    assert_eq!(json["holidays"]["sets"][0], "nerc");
     assert_eq!(json["days_used"][0]["date"], "2026-06-10");
     assert_eq!(json["days_used"][0]["counted"], true);
     assert_eq!(json["days_excluded"][0]["reason"], "weekend");

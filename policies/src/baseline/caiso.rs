@@ -3,7 +3,8 @@
 //! Source: CAISO *Business Practice Manual for Demand Response*, the customer load baseline
 //! methodology for Proxy Demand Resources and Reliability Demand Response Resources (CAISO
 //! tariff section 4.13.4), and the CAISO baseline accuracy work that compared it with its
-//! alternatives (Nexant, *California ISO Baseline Accuracy Assessment*, 2017). As read here:
+//! alternatives (Nexant, J. Bode and A. Ciccone, *California ISO Baseline Accuracy
+//! Assessment*). As read here:
 //!
 //! - **Weekday event**: the **10 most recent** non-event weekdays that are not holidays,
 //!   within the **45** calendar days before the event; each interval's baseline is the plain

@@ -94,6 +94,7 @@ impl<'a> Event<'a> {
             version: method.version(),
             rule,
             time_zone: self.tz().name().to_string(),
+            holidays: self.input.holidays.clone(),
             start: self.input.start,
             end: self.input.end,
             interval_s: self.grid.length_s(),

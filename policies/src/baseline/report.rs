@@ -6,7 +6,7 @@
 //! the adjustment with its window and cap, and a baseline for every interval of the data's own
 //! length over the event window. It serializes to the JSON `flexgate baseline --json` prints.
 
-use super::calendar::DayType;
+use super::calendar::{DayType, HolidayCalendar};
 use super::method::MethodId;
 use chrono::{DateTime, NaiveDate, Utc};
 use serde::Serialize;
@@ -23,6 +23,8 @@ pub struct BaselineReport {
     pub rule: String,
     /// The IANA zone days and clock times were matched in.
     pub time_zone: String,
+    /// The holiday calendar days were classed by.
+    pub holidays: HolidayCalendar,
     /// The event window, UTC.
     pub start: DateTime<Utc>,
     /// Its end, UTC.
