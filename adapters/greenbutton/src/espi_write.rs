@@ -67,8 +67,9 @@ const INT48_MAX: f64 = ((1u64 << 48) - 1) as f64;
 const UP: &str = "RetailCustomer/1/UsagePoint";
 const MR: &str = "RetailCustomer/1/UsagePoint/1/MeterReading";
 
-/// Writes `readings` (one series: see [`crate::series`]'s rules, which are checked first, so
-/// nothing is written for a refused series) as a Green Button feed.
+/// Writes `readings` as a Green Button feed. They must be one series (one unit and length, in
+/// order, none overlapping, a value exactly when not missing), which is checked first, so nothing
+/// is written for a refused one.
 pub fn write_espi<W: Write>(out: W, readings: &[Reading], meta: &EspiMeta) -> Result<(), ExportError> {
     let unit = check_for_export(readings)?.unwrap_or(Unit::Wh);
     if !matches!(meta.flow_direction, 1 | 4) {

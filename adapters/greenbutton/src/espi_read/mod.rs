@@ -6,10 +6,10 @@
 //! entries are tied together by Atom links (a MeterReading's `related` link names its
 //! ReadingType; an IntervalBlock's `up` link names its MeterReading's collection of blocks), and
 //! they may come in any order, so the readings are collected as read and checked once the whole
-//! file is known ([`assemble`]). A bare ESPI document (the resources in any other wrapper, or
+//! file is known (`assemble.rs`). A bare ESPI document (the resources in any other wrapper, or
 //! one resource as the root) reads the same way, without links.
 //!
-//! What is refused while reading (the rest is in [`assemble`]): a DOCTYPE (no DTD, so no entity
+//! What is refused while reading (the rest is in `assemble.rs`): a DOCTYPE (no DTD, so no entity
 //! can be declared), any entity reference but XML's five, a declared encoding other than UTF-8
 //! and bytes that are not UTF-8, malformed XML, nesting deeper than [`Limits::max_depth`], any
 //! one tag or text longer than [`Limits::max_token_bytes`], more than [`Limits::max_bytes`], more
@@ -342,7 +342,7 @@ fn collect<R: Read>(input: R, limits: &Limits) -> Result<Collected, ImportError>
     }
     if let Some(&(tag, start)) = state.stack.last() {
         return Err(xml_err(
-            tag_name(tag),
+            tag.name(),
             start,
             "the file ends before this element is closed",
         ));
@@ -351,10 +351,6 @@ fn collect<R: Read>(input: R, limits: &Limits) -> Result<Collected, ImportError>
         return Err(ImportError::file(Reason::Xml("no root element".into())));
     }
     Ok(state.out)
-}
-
-fn tag_name(tag: Tag) -> &'static str {
-    tag.name()
 }
 
 /// Maps a quick-xml error to the reason, telling a limit hit by [`Bounded`] from a real I/O
