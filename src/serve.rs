@@ -131,6 +131,7 @@ impl Server {
                 .map_err(|e| ServeError::OpenAdr(e.to_string()))?;
             tasks.push(tokio::spawn(bridge.run(stopped.clone())));
         }
+        tasks.push(tokio::spawn(keep_intervals(gateway.clone(), wait(stopped.clone()))));
         let control = tokio::spawn(gateway.driver().clone().control_loop(wait(stopped.clone())));
         let limits = http::server::HttpLimits::from_config(&full_config.gateway)
             .within_handle_limit(http::server::open_files_limit());
@@ -221,6 +222,8 @@ impl Server {
             gateway.ledger().reader(),
             wait(stopped.clone()),
         )));
+        // Every replica derives the same intervals from the ledger it holds.
+        tasks.push(tokio::spawn(keep_intervals(gateway.clone(), wait(stopped.clone()))));
         let supervisor = crate::ha::replica::Supervisor::new(
             gateway.clone(),
             client,
@@ -386,4 +389,45 @@ fn api_token(config: &Config, data: &Path) -> Result<(String, Option<PathBuf>), 
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).map_err(io)?;
     }
     Ok((token, Some(path)))
+}
+
+/// How often the interval store folds what the ledger gained (readers of the store catch up
+/// themselves too: this keeps their wait short).
+const INTERVALS_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Keep the interval store up to date with the ledger, and compact it once a day, on the
+/// blocking pool (sled is synchronous), until `stop`.
+async fn keep_intervals(gateway: Arc<Gateway>, stop: impl std::future::Future<Output = ()>) {
+    let mut tick = tokio::time::interval(INTERVALS_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut compacted: Option<chrono::NaiveDate> = None;
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            () = &mut stop => return,
+            _ = tick.tick() => {}
+        }
+        let store = gateway.intervals().clone();
+        let reader = gateway.ledger().reader();
+        let now = crate::clock::wall_now();
+        let today = now.date_naive();
+        let compact = compacted != Some(today);
+        let done = tokio::task::spawn_blocking(move || {
+            store.catch_up(&reader)?;
+            if compact {
+                store.compact(now)?;
+            }
+            Ok::<(), crate::intervals::StoreError>(())
+        })
+        .await;
+        match done {
+            Ok(Ok(())) => {
+                if compact {
+                    compacted = Some(today);
+                }
+            }
+            Ok(Err(e)) => tracing::warn!("interval meter data not brought up to date: {e}; retrying in a minute"),
+            Err(e) => tracing::warn!("interval meter data task failed: {e}"),
+        }
+    }
 }

@@ -98,6 +98,7 @@ fn cluster_ledger_meter_and_reports_do_not_import_the_driver_or_the_grid_side() 
             "src/cluster",
             "src/ledger",
             "src/meter",
+            "src/intervals",
             "src/reports",
             "src/clock.rs",
             "src/ha/keys.rs",

@@ -184,3 +184,126 @@ fn sixty_days_of_green_button_data_import_export_and_bad_files_change_nothing() 
     let log = flexgate(&["log", "verify", "--data", data_s]);
     assert!(log.status.success(), "{}", text(&log));
 }
+
+/// The same through a running gateway: `POST /v1/meter/import` (token required; a bad file is a
+/// 400 naming the place, nothing imported), then `GET /v1/meter/intervals` and
+/// `GET /v1/baseline` on what was imported, equal to what `flexgate baseline` computes offline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_gateway_imports_serves_intervals_and_computes_baselines() {
+    const TOKEN: &str = "meter-import-test-token-0123456789";
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("utility.xml");
+    let summary = write_espi(
+        &file,
+        &[
+            "--days",
+            "50",
+            "--interval-minutes",
+            "15",
+            "--start",
+            "2026-05-01T07:00:00Z",
+        ],
+    );
+    let mut config = flexgate::config::Config::default();
+    config.gateway.data_dir = dir.path().join("data");
+    config.gateway.api_token = TOKEN.into();
+    config.site.time_zone = "America/Los_Angeles".into();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let server = flexgate::serve::Server::start(config, flexgate::clock::Clock::real(), None, listener)
+        .await
+        .expect("gateway");
+    let http = flexgate_openadr::http::client(None, std::time::Duration::from_secs(30)).expect("HTTP client");
+    let base = format!("http://{}", server.addr);
+    let bytes = std::fs::read(&file).expect("file");
+
+    let refused = http
+        .post(format!("{base}/v1/meter/import?format=green_button"))
+        .body(bytes.clone())
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(refused.status(), 401);
+    let bad = http
+        .post(format!("{base}/v1/meter/import?format=csv"))
+        .bearer_auth(TOKEN)
+        .body("interval_end,interval_minutes,kwh,quality\n2026-07-01T00:15:00Z,15,-3,measured\n")
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(bad.status(), 400);
+    let problem: serde_json::Value = bad.json().await.expect("problem");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("line 2") && d.contains("nothing was imported")),
+        "{problem}"
+    );
+    let ok = http
+        .post(format!(
+            "{base}/v1/meter/import?format=green_button&source=utility%20July"
+        ))
+        .bearer_auth(TOKEN)
+        .body(bytes)
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(ok.status(), 200, "{:?}", ok.text().await);
+    let imported: serde_json::Value = ok.json().await.expect("summary");
+    assert_eq!(imported["intervals"], summary["readings"], "{imported}");
+
+    let read: serde_json::Value = http
+        .get(format!(
+            "{base}/v1/meter/intervals?from=2026-06-01T00:00:00Z&to=2026-06-02T00:00:00Z&which=imported"
+        ))
+        .send()
+        .await
+        .expect("GET")
+        .json()
+        .await
+        .expect("JSON");
+    assert_eq!(read["count"], 96, "{read}");
+    assert_eq!(read["intervals"][0]["source"]["name"], "utility July");
+
+    let query = "method=caiso_10in10&start=2026-06-16T21:00:00Z&end=2026-06-16T23:00:00Z";
+    let report: serde_json::Value = http
+        .get(format!("{base}/v1/baseline?{query}"))
+        .send()
+        .await
+        .expect("GET")
+        .json()
+        .await
+        .expect("JSON");
+    assert_eq!(report["method"], "caiso_10in10", "{report}");
+    assert_eq!(report["time_zone"], "America/Los_Angeles", "the site's zone by default");
+    assert_eq!(report["intervals"].as_array().map(Vec::len), Some(8), "{report}");
+    let unknown = http
+        .get(format!(
+            "{base}/v1/baseline?method=guess&start=2026-06-16T21:00:00Z&end=2026-06-16T23:00:00Z"
+        ))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(unknown.status(), 400);
+    let data = dir.path().join("data");
+    server.shutdown().await;
+
+    // Offline, on the same directory, the CLI gives the same figures.
+    let out = flexgate(&[
+        "baseline",
+        "--data",
+        data.to_str().expect("utf-8"),
+        "--method",
+        "caiso_10in10",
+        "--start",
+        "2026-06-16T21:00:00Z",
+        "--end",
+        "2026-06-16T23:00:00Z",
+        "--time-zone",
+        "America/Los_Angeles",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let offline: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(offline["intervals"], report["intervals"]);
+    assert_eq!(offline["days_used"], report["days_used"]);
+}

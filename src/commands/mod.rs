@@ -24,6 +24,7 @@ macro_rules! out {
 }
 
 pub mod audit;
+pub mod baseline;
 pub mod demo;
 pub mod facility;
 pub mod ha;

@@ -104,6 +104,10 @@ pub struct Comparison {
     pub mean_share: Option<f64>,
 }
 
+/// One curtailment window: the event, when the site began curtailing for it, and when it
+/// stopped (`None`: still curtailing).
+pub type Curtailment = (String, DateTime<Utc>, Option<DateTime<Utc>>);
+
 /// The interval store of one data directory.
 pub struct IntervalStore {
     dir: PathBuf,
@@ -111,6 +115,9 @@ pub struct IntervalStore {
     gateway: sled::Tree,
     compacted: sled::Tree,
     imported: sled::Tree,
+    /// Curtailment windows by event id (`[start, end]`, end absent while it lasts), from the
+    /// ledger's `event_phase` records: the event days a baseline passes over.
+    curtailed: sled::Tree,
     meta: sled::Tree,
 }
 
@@ -152,6 +159,7 @@ impl IntervalStore {
             gateway: tree("gateway")?,
             compacted: tree("gateway_15min")?,
             imported: tree("imported")?,
+            curtailed: tree("curtailed")?,
             meta: tree("meta")?,
             db,
             dir,
@@ -215,6 +223,10 @@ impl IntervalStore {
                 Ok(Entry::MeterSample(m)) => m,
                 Ok(Entry::MeterImported(imported)) => {
                     self.apply_imported(&imported)?;
+                    continue;
+                }
+                Ok(Entry::EventPhase(t)) => {
+                    self.note_phase(&t)?;
                     continue;
                 }
                 _ => continue,
@@ -333,6 +345,78 @@ impl IntervalStore {
             estimated: count(IntervalQuality::Estimated),
             missing: count(IntervalQuality::Missing),
         })
+    }
+
+    /// Fold one lifecycle transition into the event's curtailment window: it starts when the
+    /// event first ramps or holds, and ends when it recovers or ends.
+    fn note_phase(&self, t: &flexgate_policies::event::Transition) -> Result<(), StoreError> {
+        use flexgate_policies::event::Phase;
+        let key = t.event_id.as_bytes();
+        let mut window: (Option<DateTime<Utc>>, Option<DateTime<Utc>>) = match self.curtailed.get(key) {
+            Ok(Some(v)) => serde_json::from_slice(&v).map_err(|e| self.err(e))?,
+            Ok(None) => (None, None),
+            Err(e) => return Err(self.err(e)),
+        };
+        match t.to {
+            Phase::Ramping | Phase::Active => {
+                window.0 = Some(window.0.map_or(t.at, |s| s.min(t.at)));
+                window.1 = None;
+            }
+            Phase::Recovering | Phase::Completed | Phase::Cancelled | Phase::OptedOut => {
+                if window.0.is_some() {
+                    window.1 = Some(window.1.map_or(t.at, |e| e.max(t.at)));
+                }
+            }
+            Phase::Pending => return Ok(()),
+        }
+        if window.0.is_none() {
+            return Ok(());
+        }
+        self.curtailed
+            .insert(key, serde_json::to_vec(&window).map_err(|e| self.err(e))?)
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// The site's curtailment windows `(event, start, end)` that overlap `[from, to)` (an end of
+    /// `None`: still curtailing), from the ledger's lifecycle records.
+    pub fn curtailments(&self, from: DateTime<Utc>, to: DateTime<Utc>) -> Result<Vec<Curtailment>, StoreError> {
+        let mut out = Vec::new();
+        for item in self.curtailed.iter() {
+            let (k, v) = item.map_err(|e| self.err(e))?;
+            let (start, end): (Option<DateTime<Utc>>, Option<DateTime<Utc>>) =
+                serde_json::from_slice(&v).map_err(|e| self.err(e))?;
+            let Some(start) = start else { continue };
+            if start < to && end.is_none_or(|e| e > from) {
+                out.push((String::from_utf8_lossy(&k).into_owned(), start, end));
+            }
+        }
+        out.sort_by_key(|(_, s, _)| *s);
+        Ok(out)
+    }
+
+    /// The local days (in `tz`) on which the site curtailed, over `[from, to)`: what a baseline
+    /// passes over as event days.
+    pub fn event_days(
+        &self,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+        tz: chrono_tz::Tz,
+        now: DateTime<Utc>,
+    ) -> Result<std::collections::BTreeSet<chrono::NaiveDate>, StoreError> {
+        let mut days = std::collections::BTreeSet::new();
+        for (_, start, end) in self.curtailments(from, to)? {
+            let mut day = start.with_timezone(&tz).date_naive();
+            let last = end.unwrap_or(now).with_timezone(&tz).date_naive();
+            while day <= last {
+                days.insert(day);
+                match day.succ_opt() {
+                    Some(next) => day = next,
+                    None => break,
+                }
+            }
+        }
+        Ok(days)
     }
 
     /// Store one `meter_imported` record's intervals (replacing imported ones that end at the

@@ -4,4 +4,5 @@
 //! - [`plot`]: SVG charts for the audit and the fleet experiment.
 
 pub mod audit;
+pub mod baseline;
 pub mod plot;

@@ -194,6 +194,20 @@ impl Driver {
         self.ledger.append(NewRecord::from(recorded)).await
     }
 
+    /// Record several entries together (an import's parts): appended as one batch, in order,
+    /// resolving once all are flushed, or failing with none acknowledged.
+    pub async fn record_all(
+        &self,
+        recorded: Vec<crate::ledger::Recorded>,
+    ) -> Result<Vec<crate::ledger::Appended>, LedgerError> {
+        if !self.may_act() {
+            return Err(LedgerError::NotLeader);
+        }
+        self.ledger
+            .append_all(recorded.into_iter().map(NewRecord::from).collect())
+            .await
+    }
+
     /// Count an event a protocol adapter refused by itself (an MQTT payload over the size limit,
     /// a bad signature, the screen; an OpenADR 2.0b event the VEN opted out of), after its
     /// refusal is recorded, so `flexgate_events_refused_total` counts every refusal whatever

@@ -32,6 +32,9 @@ pub enum StartError {
     /// The backend failed.
     #[error("cluster backend {0}")]
     Backend(String),
+    /// The interval store beside the ledger could not be opened.
+    #[error(transparent)]
+    Intervals(#[from] crate::intervals::StoreError),
     /// The ledger's hash chain does not verify: a record was altered, removed or inserted. The
     /// state the gateway would rebuild from it cannot be trusted, so it does not start.
     #[error(
@@ -55,6 +58,9 @@ pub struct Gateway {
     driver: Arc<Driver>,
     read: Arc<ReadSide>,
     role: tokio::sync::watch::Sender<Role>,
+    /// The site meter as interval data, derived from the ledger (`crate::intervals`): what
+    /// the baselines and the settlement read.
+    intervals: Arc<crate::intervals::IntervalStore>,
 }
 
 impl Gateway {
@@ -110,6 +116,9 @@ impl Gateway {
             probe: config.probe.clone(),
         };
         let controller = Controller::new(settings.clone()).map_err(|e| StartError::Facility(e.to_string()))?;
+        // Beside the ledger, in the same data directory.
+        let data_dir = ledger.dir().parent().unwrap_or(ledger.dir()).to_path_buf();
+        let intervals = Arc::new(crate::intervals::IntervalStore::open(&data_dir, true)?);
         let (role_tx, role_rx) = tokio::sync::watch::channel(role);
         let facility = flexgate_policies::facility::FacilityModel::new(config.facility.clone())
             .map_err(|e| StartError::Facility(e.to_string()))?;
@@ -168,6 +177,7 @@ impl Gateway {
             driver,
             read,
             role: role_tx,
+            intervals,
         }))
     }
 
@@ -199,6 +209,13 @@ impl Gateway {
     #[must_use]
     pub fn clock(&self) -> Clock {
         self.read.clock()
+    }
+
+    /// The interval store (derived from the ledger: bring it up to date with
+    /// [`IntervalStore::catch_up`](crate::intervals::IntervalStore::catch_up) before reading).
+    #[must_use]
+    pub fn intervals(&self) -> &Arc<crate::intervals::IntervalStore> {
+        &self.intervals
     }
 
     /// The ledger handle (the writer's: it also reads).

@@ -30,6 +30,7 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
 pub mod body;
 pub mod dashboard;
+pub mod meter;
 pub mod problem;
 pub mod server;
 
@@ -104,6 +105,9 @@ fn routes() -> OpenApiRouter<Api> {
         .routes(routes!(openapi_json))
         .routes(routes!(dashboard::stream))
         .routes(routes!(dashboard::meter_history))
+        .routes(routes!(meter::import))
+        .routes(routes!(meter::intervals))
+        .routes(routes!(meter::baseline))
         .routes(routes!(dashboard::event_audit))
         .routes(routes!(dashboard::event_audit_chart))
         .routes(routes!(dashboard::root))
