@@ -24,7 +24,7 @@
 //! Each method's module cites the document its rules come from and states every choice the
 //! document leaves open. The shared parts: [`calendar`] (holidays and day types), `local`
 //! (intervals matched by local clock time, DST), `likedays` (the x-of-y engine), `adjust`
-//! (the day-of adjustment), [`report`] (the report and the refusal), [`performance`]
+//! (the day-of adjustment), [`report`] (the report and the refusal), [`performance`](mod@performance)
 //! (delivered against committed).
 //!
 //! [`pjm_economic_cbl`] is PJM's Economic CBL on the gateway's raw meter readings, one figure
