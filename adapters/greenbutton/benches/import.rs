@@ -3,7 +3,7 @@
 //!
 //! The input is made once, before timing, by the crate's own exporters from a deterministic
 //! load (a daily cycle with noise, 1 in 97 intervals estimated, 1 in 211 missing): a Green
-//! Button feed of 365 daily IntervalBlocks (about 30 MB, values in mWh) and the CSV of the same
+//! Button feed of 365 daily IntervalBlocks (about 20 MB, values in mWh) and the CSV of the same
 //! readings (about 5 MB). Both imports must give back the 105,120 readings before anything is
 //! timed.
 //!

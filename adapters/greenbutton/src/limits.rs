@@ -18,7 +18,7 @@ use crate::error::{ImportError, Place, Reason};
 #[derive(Debug, Clone, PartialEq)]
 pub struct Limits {
     /// Largest input, bytes (default 512 MiB: a year of 5-minute Green Button data is about
-    /// 30 MB). A file is checked against it before it is read.
+    /// 20 MB). A file is checked against it before it is read.
     pub max_bytes: u64,
     /// Most readings in one import (default 1,000,000: 9.5 years of 5-minute data, about 60 MB
     /// of [`crate::Reading`]s).
