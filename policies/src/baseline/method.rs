@@ -6,6 +6,7 @@
 //! windows, NYISO's weather-sensitive election, how far back a matching pair may be sought) is
 //! a parameter, configured per program.
 
+use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -178,6 +179,36 @@ impl Method {
         self.id().version()
     }
 
+    /// The window before an event starting at `start` whose metered load the method reads on
+    /// the event day, UTC: its day-of adjustment window, or the meter-before window. Load
+    /// lowered in it lowers the baseline and so the payment (pre-curtailment), so the gateway's
+    /// probes and plans keep out of it. `None` for methods that read no event-day load before
+    /// the event (`firm_service_level`). For `ercot_matching_day_pair` this is the adjustment
+    /// window only: its match also reads the day before and the morning, which are too long to
+    /// keep free and matter through the whole day's shape rather than its level.
+    #[must_use]
+    pub fn event_day_window(&self, start: DateTime<Utc>) -> Option<(DateTime<Utc>, DateTime<Utc>)> {
+        let rule = match self {
+            Method::PjmEconomic => super::pjm::ADJUSTMENT,
+            Method::Caiso10In10 => super::caiso::ADJUSTMENT,
+            Method::ErcotMiddle8Of10 | Method::ErcotMatchingDayPair { .. } => super::ercot::ADJUSTMENT,
+            Method::NyisoCbl {
+                weather_sensitive: true,
+            } => super::nyiso::WEATHER_SENSITIVE,
+            Method::NyisoCbl {
+                weather_sensitive: false,
+            }
+            | Method::FirmServiceLevel { .. } => return None,
+            Method::MeterBeforeAfter { before_s, .. } => {
+                return (*before_s > 0).then(|| (start - Duration::seconds(i64::from(*before_s)), start));
+            }
+        };
+        Some((
+            start - Duration::minutes(rule.from_min),
+            start - Duration::minutes(rule.to_min),
+        ))
+    }
+
     /// The method `id` with its default parameters; `None` for `firm_service_level`, whose
     /// level has no default.
     #[must_use]
@@ -224,5 +255,26 @@ mod tests {
         assert!(serde_json::from_str::<Method>(r#"{"method":"firm_service_level"}"#).is_err());
         assert!(serde_json::from_str::<Method>(r#"{"method":"nyiso_cbl","weather_sensitve":false}"#).is_err());
         assert!(Method::with_defaults(MethodId::FirmServiceLevel).is_none());
+    }
+
+    #[test]
+    fn each_method_names_the_event_day_window_it_reads() {
+        let start = DateTime::from_timestamp(1_800_000_000, 0).expect("t");
+        let h = |n| start - Duration::hours(n);
+        assert_eq!(Method::PjmEconomic.event_day_window(start), Some((h(4), h(1))));
+        assert_eq!(Method::Caiso10In10.event_day_window(start), Some((h(4), h(1))));
+        assert_eq!(Method::ErcotMiddle8Of10.event_day_window(start), Some((h(3), h(1))));
+        let nyiso = |weather_sensitive| Method::NyisoCbl { weather_sensitive }.event_day_window(start);
+        assert_eq!(nyiso(true), Some((h(4), h(2))));
+        assert_eq!(nyiso(false), None);
+        assert_eq!(Method::FirmServiceLevel { level_kw: 1.0 }.event_day_window(start), None);
+        let mba = Method::MeterBeforeAfter {
+            before_s: 900,
+            after_s: 900,
+        };
+        assert_eq!(
+            mba.event_day_window(start),
+            Some((start - Duration::minutes(15), start))
+        );
     }
 }
