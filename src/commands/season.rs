@@ -2,10 +2,10 @@
 //! from what each event measured (the experiment is `flexgate_lab::season`).
 
 use super::write_output;
-use crate::reports::plot::{Chart, Series};
 use anyhow::{Context, Result, bail};
 use flexgate_lab::JobTemplate;
 use flexgate_lab::season::{SeasonConfig, SeasonReport, run_season};
+use flexgate_plot::{Chart, Series};
 use flexgate_policies::alloc::Objective;
 use flexgate_policies::units::Fraction;
 use indicatif::{ProgressBar, ProgressStyle};

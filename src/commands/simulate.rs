@@ -1,7 +1,6 @@
 //! `flexgate simulate`: the paper's fleet experiment, reproduced and beaten.
 
 use super::{read_input, write_output};
-use crate::reports::plot::{AxisFormat, Chart, LineStyle, Series};
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
 use flexgate_lab::experiment::{PAPER_PREDICTOR_RMSE, PRODUCTION_FINE_TUNING_SHARE, STRATEGIES};
@@ -10,6 +9,7 @@ use flexgate_lab::{
     ExperimentConfig, ExperimentReport, JobTemplate, KnowledgeLevel, Mix, TierMix, TruthFamily, parse_fleet,
     published_groups, run_experiment,
 };
+use flexgate_plot::{AxisFormat, Chart, LineStyle, Series};
 use flexgate_policies::alloc::Objective;
 use flexgate_policies::units::Fraction;
 use indicatif::{ProgressBar, ProgressStyle};

@@ -2,8 +2,8 @@
 //! meter shows, rebuilt from the ledger alone so an auditor can reproduce it from an export.
 
 use crate::ledger::{Entry, NotAnEntry, Record};
-use crate::reports::plot::{self, AxisFormat, Chart, LineStyle, Series};
 use chrono::{DateTime, Duration as ChronoDuration, Utc};
+use flexgate_plot::{self as plot, AxisFormat, Chart, LineStyle, Series};
 use flexgate_policies::alloc::Reason;
 use flexgate_policies::control::entry::{EventInterpreted, EventReceived, OperatorOptOut, Received, Trimmed};
 use flexgate_policies::event::{Ack, Participation, Phase, Transition};

@@ -1,14 +1,20 @@
-//! Line charts rendered as standalone SVG documents, using nothing beyond `std`.
+//! Line charts rendered as standalone SVG documents, using nothing beyond `std`, `chrono` and
+//! `chrono-tz`.
 //!
-//! flexgate draws two kinds of report figure with this module: throughput per job versus power
-//! cut, one curve per allocation policy, and (for audit reports) metered power against the grid
-//! ceiling over time. Both are plain line charts, so a small hand-written renderer is enough.
-//! SVG rather than a raster format because it is text: it diffs in review, embeds in HTML
-//! reports, opens in any browser and converts losslessly with `rsvg-convert`; and writing it
-//! by hand avoids pulling a font rasteriser and a plotting stack into an operational CLI.
+//! flexgate draws two kinds of report figure with this crate: throughput per job versus power
+//! cut, one curve per allocation policy, and (for audit and settlement reports) metered power
+//! against the grid ceiling over time, on the site's local clock, with the event's phases
+//! shaded and an operator's opt-out marked. Both are plain line charts, so a small hand-written
+//! renderer is enough. SVG rather than a raster format because it is text: it diffs in review,
+//! embeds in HTML reports, opens in any browser and converts losslessly with `rsvg-convert`;
+//! and writing it by hand avoids pulling a font rasteriser and a plotting stack into an
+//! operational CLI. The README says why this is ours rather than a plotting crate.
+//!
+//! A leaf crate (no workspace crate, no I/O, no clock): the output is a pure function of the
+//! [`Chart`], byte for byte, so tests and reviews can compare charts as text.
 //!
 //! ```
-//! use flexgate::reports::plot::{AxisFormat, Chart, LineStyle, Series};
+//! use flexgate_plot::{AxisFormat, Chart, LineStyle, Series};
 //! let svg = Chart::new("Throughput under a power cut", "power cut", "tokens/s per job")
 //!     .x_format(AxisFormat::Percent)
 //!     .series(Series::new("proportional", [(0.0, 1000.0), (0.1, 950.0)]))
