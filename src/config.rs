@@ -42,6 +42,9 @@ pub struct Config {
     pub meter: Option<crate::meter::MeterConfig>,
     /// Run as one of the site's replicas, elected on etcd (absent: a single gateway).
     pub ha: Option<crate::ha::config::HaConfig>,
+    /// The programs the site is settled in, with their baseline methods and prices (absent: no
+    /// program; the audit's PJM CBL and meter before/after only).
+    pub settlement: crate::settlement::SettlementConfig,
 }
 
 impl Default for Config {
@@ -61,6 +64,7 @@ impl Default for Config {
             openadr3: None,
             mqtt: None,
             ha: None,
+            settlement: crate::settlement::SettlementConfig::default(),
             meter: None,
         }
     }
@@ -284,6 +288,12 @@ impl Config {
                 field: "meter",
                 message,
             })?;
+        }
+        if let Err((field, message)) = self.settlement.validate() {
+            return Err(ConfigError::Invalid {
+                field: "settlement",
+                message: format!("{field}: {message}"),
+            });
         }
         if let Some(ha) = &self.ha {
             let renew = match &self.backend {

@@ -21,3 +21,4 @@ pub mod meter;
 pub mod reports;
 pub mod runtime;
 pub mod serve;
+pub mod settlement;

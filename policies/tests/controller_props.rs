@@ -281,6 +281,13 @@ fn settings_probing(probing: bool) -> Settings {
             retry_after_s: 600,
             ..Default::default()
         },
+        // A program settled on CAISO's 10-in-10: its day-of adjustment reads 4 h to 1 h before
+        // an event, which probes must leave alone.
+        settlement_methods: if probing {
+            vec![flexgate_policies::baseline::Method::Caiso10In10]
+        } else {
+            Vec::new()
+        },
     }
 }
 
@@ -336,6 +343,11 @@ impl Harness {
 
     /// With `probing`, its jobs are in the probed tier and report their throughput.
     fn with(probing: bool) -> Self {
+        Self::with_settings(probing, settings_probing(probing))
+    }
+
+    /// As [`Harness::with`], on these settings.
+    fn with_settings(probing: bool, settings: Settings) -> Self {
         let mut cluster = ModelCluster {
             probing,
             ..ModelCluster::default()
@@ -344,7 +356,7 @@ impl Harness {
             cluster.start_job(w, w < 620.0);
         }
         let mut h = Harness {
-            controller: Controller::new(settings_probing(probing)).expect("valid settings"),
+            controller: Controller::new(settings).expect("valid settings"),
             cluster,
             ledger: Vec::new(),
             now: DateTime::from_timestamp(1_800_000_000, 0).unwrap_or_default(),
@@ -442,17 +454,21 @@ impl Harness {
                 );
                 assert!((200.0..MAX_W).contains(&p.cap_w_per_gpu), "{p:?}");
                 let settings = self.controller.settings();
-                let horizon = p.at
-                    + Duration::seconds(
-                        i64::try_from(settings.site.baseline_window_s + settings.probe.step_s).unwrap_or(0),
-                    );
+                let step_end = p.at + Duration::seconds(i64::try_from(settings.probe.step_s).unwrap_or(0));
+                let meter_window = Duration::seconds(i64::try_from(settings.site.baseline_window_s).unwrap_or(0));
+                // The meter before an event and every settlement method's pre-event window.
+                let protected_from = |start: DateTime<Utc>| {
+                    settings
+                        .settlement_methods
+                        .iter()
+                        .filter_map(|m| m.event_day_window(start).map(|(from, _)| from))
+                        .fold(start - meter_window, std::cmp::min)
+                };
                 assert!(
-                    !self
-                        .controller
-                        .book()
-                        .events()
-                        .any(|e| !e.phase.is_terminal() && !e.event.test && e.event.window.start <= horizon),
-                    "a probe step that could overlap an announced event's baseline window: {p:?}"
+                    !self.controller.book().events().any(|e| !e.phase.is_terminal()
+                        && !e.event.test
+                        && protected_from(e.event.window.start) <= step_end),
+                    "a probe step that could overlap a window an announced event's baseline reads: {p:?}"
                 );
                 assert!(p.until > p.at);
             }
@@ -959,6 +975,37 @@ fn probing_measures_every_eligible_job_outside_events_within_the_budget() {
     let plan = h.ledger.iter().position(|e| matches!(e, Entry::Plan(_)));
     assert!(ended.is_some() && ended < plan, "the step ends before the plan");
     assert!(h.controller.probes().is_empty());
+}
+
+/// An event announced 3 h ahead: the meter-before window (15 min) is far off, but CAISO's
+/// day-of adjustment reads the load from 4 h before the start, so with the site settled on it
+/// no probe step starts; without a settlement method the same probes go on.
+#[test]
+fn probes_keep_out_of_the_settlement_methods_pre_event_window() {
+    let probes_started = |settled: bool| {
+        let mut settings = settings_probing(true);
+        if !settled {
+            settings.settlement_methods.clear();
+        }
+        let mut h = Harness::with_settings(true, settings);
+        let later = h.now + Duration::hours(3);
+        h.submit(event(1, 1, 0.8 * h.uncapped_meter_kw(), later, Some(600), false, false));
+        let from = h.ledger.len();
+        h.run_for(30);
+        h.ledger[from..]
+            .iter()
+            .filter(|e| matches!(e, Entry::ProbeStep(_)))
+            .count()
+    };
+    assert_eq!(
+        probes_started(true),
+        0,
+        "a step could lower the CAISO adjustment window's load"
+    );
+    assert!(
+        probes_started(false) > 0,
+        "outside any method's window, probing goes on"
+    );
 }
 
 /// Invariant: a recorded point of a job's curve draws no more than its cap allows (2 % for

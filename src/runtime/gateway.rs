@@ -114,6 +114,7 @@ impl Gateway {
             }),
             facility: config.facility.clone(),
             probe: config.probe.clone(),
+            settlement_methods: config.settlement.methods(),
         };
         let controller = Controller::new(settings.clone()).map_err(|e| StartError::Facility(e.to_string()))?;
         // Beside the ledger, in the same data directory.

@@ -540,6 +540,7 @@ mod tests {
             hedge_tolerance: Some(crate::alloc::curve_aware::REGRET_TOLERANCE),
             facility: FacilityParams::for_nodes(8),
             probe: crate::control::probe::ProbeConfig::default(),
+            settlement_methods: Vec::new(),
         };
         let mut controller = Controller::new(settings).expect("controller");
         let t0 = DateTime::from_timestamp(1_800_000_000, 0).expect("valid");

@@ -97,6 +97,10 @@ pub struct Settings {
     pub facility: FacilityParams,
     /// Probing outside events (off by default).
     pub probe: probe::ProbeConfig,
+    /// The baseline methods of the programs the site is settled in (`[settlement]`): probe
+    /// steps keep out of each one's pre-event window before an announced event
+    /// ([`crate::baseline::Method::event_day_window`]), besides `site.baseline_window_s`.
+    pub settlement_methods: Vec<crate::baseline::Method>,
 }
 
 /// Why the controller could not be built.

@@ -348,18 +348,27 @@ impl Controller {
     }
 
     /// Whether an announced event starts soon enough that a step started now could still be
-    /// in force during its baseline window (the meter before it): a probe must never lower the
-    /// baseline a curtailment is measured against.
+    /// in force during a window its baseline reads before it: the meter before it
+    /// (`site.baseline_window_s`) and every settlement method's day-of adjustment window
+    /// (`[settlement]`). A probe must never lower the baseline a curtailment is measured
+    /// against.
     fn event_ahead(&self, now: DateTime<Utc>) -> bool {
-        let horizon_s = self
-            .settings
-            .site
-            .baseline_window_s
-            .saturating_add(self.settings.probe.step_s);
-        let horizon = now + chrono::Duration::seconds(i64::try_from(horizon_s).unwrap_or(i64::MAX / 4_000));
-        self.book
-            .events()
-            .any(|e| !e.phase.is_terminal() && !e.event.test && e.event.window.start <= horizon)
+        let step = chrono::Duration::seconds(i64::try_from(self.settings.probe.step_s).unwrap_or(i64::MAX / 4_000));
+        let meter_window =
+            chrono::Duration::seconds(i64::try_from(self.settings.site.baseline_window_s).unwrap_or(i64::MAX / 4_000));
+        self.book.events().any(|e| {
+            if e.phase.is_terminal() || e.event.test {
+                return false;
+            }
+            let start = e.event.window.start;
+            let protected_from = self
+                .settings
+                .settlement_methods
+                .iter()
+                .filter_map(|m| m.event_day_window(start).map(|(from, _)| from))
+                .fold(start - meter_window, std::cmp::min);
+            protected_from <= now + step
+        })
     }
 
     fn start_probes(&mut self, now: DateTime<Utc>, effects: &mut Vec<Effect>, commands: &mut Vec<CapCommand>) {
