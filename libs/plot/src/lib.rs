@@ -2,9 +2,9 @@
 //! `chrono-tz`.
 //!
 //! flexgate draws two kinds of report figure with this crate: throughput per job versus power
-//! cut, one curve per allocation policy, and (for audit and settlement reports) metered power
-//! against the grid ceiling over time, on the site's local clock, with the event's phases
-//! shaded and an operator's opt-out marked. Both are plain line charts, so a small hand-written
+//! cut, one curve per allocation policy, and (for audit reports) metered power against the grid
+//! ceiling over time, on the site's local clock, with the event's phases shaded and an
+//! operator's opt-out marked. Both are plain line charts, so a small hand-written
 //! renderer is enough. SVG rather than a raster format because it is text: it diffs in review,
 //! embeds in HTML reports, opens in any browser and converts losslessly with `rsvg-convert`;
 //! and writing it by hand avoids pulling a font rasteriser and a plotting stack into an
