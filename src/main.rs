@@ -41,6 +41,7 @@ enum Command {
     Facility(commands::facility::FacilityArgs),
     Openapi(commands::openapi::OpenApiArgs),
     Ha(commands::ha::HaArgs),
+    Settlement(commands::settlement::SettlementArgs),
 }
 
 fn main() -> ExitCode {
@@ -60,6 +61,7 @@ fn main() -> ExitCode {
         Command::Facility(args) => commands::facility::run(&args),
         Command::Openapi(args) => commands::openapi::run(&args),
         Command::Ha(args) => commands::ha::run(&args),
+        Command::Settlement(args) => commands::settlement::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -99,6 +99,7 @@ fn cluster_ledger_meter_and_reports_do_not_import_the_driver_or_the_grid_side() 
             "src/ledger",
             "src/meter",
             "src/intervals",
+            "src/settlement",
             "src/reports",
             "src/clock.rs",
             "src/ha/keys.rs",

@@ -37,6 +37,7 @@ pub mod predictor;
 pub mod profiles;
 pub mod run;
 pub mod season;
+pub mod settlement;
 pub mod simulate;
 
 use anyhow::{Context, Result, bail};

@@ -7,8 +7,8 @@ pub mod import;
 mod store;
 
 pub use store::{
-    COMPACT_INTERVAL_S, Comparison, Disagreement, GATEWAY_INTERVAL_S, ImportSummary, IntervalStore, KEEP_5MIN_DAYS,
-    StoreError,
+    COMPACT_INTERVAL_S, Comparison, Curtailment, Disagreement, EventSummary, GATEWAY_INTERVAL_S, ImportSummary,
+    IntervalStore, KEEP_5MIN_DAYS, StoreError,
 };
 
 #[cfg(test)]

@@ -104,6 +104,35 @@ pub struct Comparison {
     pub mean_share: Option<f64>,
 }
 
+/// An event as its latest interpretation in the ledger states it: what a settlement report
+/// reads of it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct EventSummary {
+    /// The event's id.
+    pub id: String,
+    /// Its revision.
+    pub revision: u64,
+    /// The program it names, if it does.
+    pub program: Option<String>,
+    /// A test event (never settled).
+    pub test: bool,
+    /// Its window's start.
+    pub start: DateTime<Utc>,
+    /// Its end (absent: open-ended).
+    pub end: Option<DateTime<Utc>>,
+    /// Its targets in words (`meter ceiling 800 kW`, `reduction 200 kW`), per interval.
+    pub targets: Vec<String>,
+    /// The reduction it asks for, kW, where it states one (a reduction or percentage target
+    /// with its baseline); `None` for a ceiling, whose reduction depends on the baseline.
+    pub asked_reduction_kw: Option<f64>,
+    /// The lowest meter ceiling it sets, kW.
+    pub lowest_ceiling_kw: Option<f64>,
+    /// When it was received.
+    pub received_at: DateTime<Utc>,
+    /// The ledger record of this interpretation.
+    pub seq: u64,
+}
+
 /// One curtailment window: the event, when the site began curtailing for it, and when it
 /// stopped (`None`: still curtailing).
 pub type Curtailment = (String, DateTime<Utc>, Option<DateTime<Utc>>);
@@ -118,6 +147,9 @@ pub struct IntervalStore {
     /// Curtailment windows by event id (`[start, end]`, end absent while it lasts), from the
     /// ledger's `event_phase` records: the event days a baseline passes over.
     curtailed: sled::Tree,
+    /// The latest interpretation of each event, by id ([`EventSummary`]): what a season
+    /// report needs without reading the whole ledger.
+    events: sled::Tree,
     meta: sled::Tree,
 }
 
@@ -130,6 +162,12 @@ impl std::fmt::Debug for IntervalStore {
 }
 
 const RESUME_KEY: &[u8] = b"ledger_resume_seq";
+
+const SCHEMA_KEY: &[u8] = b"schema";
+
+/// The store's layout: raised whenever what it derives from the ledger changes, so that an
+/// older store is rebuilt rather than read half-derived.
+const STORE_SCHEMA: &str = "flexgate-intervals/2";
 
 fn key(end: DateTime<Utc>) -> [u8; 8] {
     // Offset so that times before 1970 still sort before later ones.
@@ -155,12 +193,24 @@ impl IntervalStore {
             .open()
             .map_err(|e| db_err(&e))?;
         let tree = |name: &str| db.open_tree(name).map_err(|e| db_err(&e));
+        // Everything here is derived from the ledger: a store of another layout is emptied
+        // and rebuilt from the ledger's first record at the next catch-up.
+        let meta = tree("meta")?;
+        let schema = meta.get(SCHEMA_KEY).map_err(|e| db_err(&e))?;
+        if schema.as_deref() != Some(STORE_SCHEMA.as_bytes()) {
+            for name in ["gateway", "gateway_15min", "imported", "curtailed", "events", "meta"] {
+                tree(name)?.clear().map_err(|e| db_err(&e))?;
+            }
+            meta.insert(SCHEMA_KEY, STORE_SCHEMA.as_bytes())
+                .map_err(|e| db_err(&e))?;
+        }
         Ok(Self {
             gateway: tree("gateway")?,
             compacted: tree("gateway_15min")?,
             imported: tree("imported")?,
             curtailed: tree("curtailed")?,
-            meta: tree("meta")?,
+            events: tree("events")?,
+            meta,
             db,
             dir,
         })
@@ -227,6 +277,10 @@ impl IntervalStore {
                 }
                 Ok(Entry::EventPhase(t)) => {
                     self.note_phase(&t)?;
+                    continue;
+                }
+                Ok(Entry::EventInterpreted(e)) => {
+                    self.note_event(&e, record.seq)?;
                     continue;
                 }
                 _ => continue,
@@ -376,6 +430,71 @@ impl IntervalStore {
             .insert(key, serde_json::to_vec(&window).map_err(|e| self.err(e))?)
             .map_err(|e| self.err(e))?;
         Ok(())
+    }
+
+    /// Keep the latest interpretation of an event.
+    fn note_event(&self, e: &flexgate_policies::control::entry::EventInterpreted, seq: u64) -> Result<(), StoreError> {
+        use flexgate_policies::event::Target;
+        let event = &e.event;
+        let end = event
+            .window
+            .duration_s
+            .and_then(|d| i64::try_from(d).ok())
+            .map(|d| event.window.start + Duration::seconds(d));
+        let mut asked = None;
+        let targets = event
+            .intervals
+            .iter()
+            .map(|i| match &i.target {
+                Target::MeterCeiling { kw } => format!("meter ceiling {kw:.1} kW"),
+                Target::Reduction { kw, .. } => {
+                    asked = Some(asked.map_or(*kw, |a: f64| a.max(*kw)));
+                    format!("reduction {kw:.1} kW")
+                }
+                Target::Percent { percent, baseline_kw } => {
+                    if let Some(b) = baseline_kw {
+                        let kw = b * percent / 100.0;
+                        asked = Some(asked.map_or(kw, |a: f64| a.max(kw)));
+                    }
+                    format!("reduction {percent:.1} % of the baseline")
+                }
+                other => serde_json::to_string(other).unwrap_or_default(),
+            })
+            .collect();
+        let summary = EventSummary {
+            id: event.id.to_string(),
+            revision: event.revision,
+            program: event.program.clone(),
+            test: event.test,
+            start: event.window.start,
+            end,
+            targets,
+            asked_reduction_kw: asked,
+            lowest_ceiling_kw: e.ceilings.iter().flatten().map(|c| c.ceiling_kw).reduce(f64::min),
+            received_at: e.received_at,
+            seq,
+        };
+        self.events
+            .insert(
+                event.id.as_bytes(),
+                serde_json::to_vec(&summary).map_err(|e| self.err(e))?,
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// The events whose window starts in `[from, to)`, by start.
+    pub fn events(&self, from: DateTime<Utc>, to: DateTime<Utc>) -> Result<Vec<EventSummary>, StoreError> {
+        let mut out = Vec::new();
+        for item in self.events.iter() {
+            let (_, v) = item.map_err(|e| self.err(e))?;
+            let summary: EventSummary = serde_json::from_slice(&v).map_err(|e| self.err(e))?;
+            if summary.start >= from && summary.start < to {
+                out.push(summary);
+            }
+        }
+        out.sort_by(|a, b| a.start.cmp(&b.start).then_with(|| a.id.cmp(&b.id)));
+        Ok(out)
     }
 
     /// The site's curtailment windows `(event, start, end)` that overlap `[from, to)` (an end of

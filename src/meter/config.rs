@@ -240,8 +240,10 @@ mod tests {
         let start = shipped
             .find("# [meter]")
             .expect("the example is in deploy/flexgate.toml");
+        // The example runs to the next section's rule (`# ----`).
         let example: String = shipped[start..]
             .lines()
+            .take_while(|l| !l.starts_with("# ---"))
             .map(|l| l.strip_prefix("# ").or_else(|| l.strip_prefix('#')).unwrap_or(l))
             .map(|l| format!("{l}\n"))
             .collect();

@@ -7,4 +7,5 @@
 
 pub mod audit;
 pub mod baseline;
+pub mod settlement;
 pub use flexgate_plot as plot;

@@ -271,3 +271,55 @@ pub(super) async fn baseline(State(api): State<Api>, Query(query): Query<Baselin
         Err(e) => Problem::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     }
 }
+
+/// Query of `GET /v1/settlement`.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub(super) struct SettlementQuery {
+    /// First day (`YYYY-MM-DD`, UTC midnight) or time (RFC 3339).
+    from: String,
+    /// Day or time the period ends, exclusive (at most 400 days after `from`).
+    to: String,
+}
+
+/// The season's settlement (what `flexgate settlement --format json` gives on a stopped
+/// gateway's directory): every event starting in the period, settled by its `[settlement]`
+/// program's baseline method on the interval data (imported first), with the committed and
+/// delivered reduction, the performance factor, the estimated payment or penalty and the data
+/// quality; then the totals, and the ledger head it was computed on.
+#[utoipa::path(get, path = "/v1/settlement", tag = "meter",
+    params(SettlementQuery),
+    responses(
+        (status = 200, description = "The settlement report", body = Object),
+        (status = 400, description = "A bad period", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub(super) async fn settlement(State(api): State<Api>, Query(query): Query<SettlementQuery>) -> Response {
+    let parse = crate::reports::settlement::parse_time;
+    let (from, to) = match (parse(&query.from), parse(&query.to)) {
+        (Ok(f), Ok(t)) => (f, t),
+        (Err(why), _) => return Problem::new(StatusCode::BAD_REQUEST, why).field("from").into_response(),
+        (_, Err(why)) => return Problem::new(StatusCode::BAD_REQUEST, why).field("to").into_response(),
+    };
+    if to <= from || to - from > chrono::Duration::days(400) {
+        return Problem::new(StatusCode::BAD_REQUEST, "`to` must be after `from`, at most 400 days")
+            .field("to")
+            .into_response();
+    }
+    let config = api.gateway.read().config.clone();
+    let Ok(time_zone) = config.site.time_zone.parse::<chrono_tz::Tz>() else {
+        return Problem::new(StatusCode::INTERNAL_SERVER_ERROR, "the site's time zone does not parse").into_response();
+    };
+    let store = api.gateway.intervals().clone();
+    let reader = api.gateway.ledger().reader();
+    let head = reader.head();
+    let now = api.gateway.clock().now();
+    let report = tokio::task::spawn_blocking(move || {
+        store.catch_up(&reader)?;
+        crate::reports::settlement::build(&store, &config.settlement, from, to, time_zone, head, now)
+    })
+    .await;
+    match report {
+        Ok(Ok(report)) => axum::Json(report).into_response(),
+        Ok(Err(e)) => Problem::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+        Err(e) => Problem::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}

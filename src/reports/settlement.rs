@@ -1,0 +1,425 @@
+//! The season's settlement: every event of a period with the program that settles it, its
+//! baseline by that program's method on the utility's interval data (imported first), what was
+//! delivered against what was committed (the performance factor), the estimated payment or
+//! penalty, and the quality of the data it stands on; with totals. What `flexgate settlement`
+//! and `GET /v1/settlement` answer.
+//!
+//! It reads the interval store only (intervals, curtailment windows, the events' latest
+//! interpretations), never the whole ledger, so a season of 1 Hz meter samples is not walked
+//! again: the store is brought up to date with the ledger first.
+//!
+//! Committed reduction, per event: the program's `committed_kw` when `[settlement]` states one;
+//! otherwise the event's own ask where it states a reduction in kW; otherwise, for a ceiling,
+//! the adjusted baseline's mean over the event less the lowest ceiling (what it took to be
+//! under the ceiling). A firm service level has no reduction: compliance is the meter at or
+//! under the level. Payment: delivered energy (kWh over the event's intervals) × price;
+//! penalty: the energy short of the commitment × penalty price.
+
+use crate::intervals::{EventSummary, IntervalStore, StoreError};
+use crate::reports::baseline::LOOKBACK;
+use crate::settlement::{ProgramConfig, SettlementConfig};
+use chrono::{DateTime, Duration, Utc};
+use chrono_tz::Tz;
+use flexgate_policies::baseline::{
+    BaselineInput, BaselineReport, EventPerformance, Method, MethodId, compute, performance,
+};
+use flexgate_policies::intervals::{IntervalQuality, IntervalSeries, IntervalSource};
+use serde::Serialize;
+
+/// The report's schema name.
+pub const SETTLEMENT_SCHEMA: &str = "flexgate.settlement/1";
+
+/// A season's settlement.
+#[derive(Debug, Clone, Serialize)]
+pub struct SettlementReport {
+    /// [`SETTLEMENT_SCHEMA`].
+    pub schema: &'static str,
+    /// The period: events starting in `[from, to)`.
+    pub from: DateTime<Utc>,
+    /// See `from`.
+    pub to: DateTime<Utc>,
+    /// When it was computed.
+    pub generated_at: DateTime<Utc>,
+    /// The site's zone (days and clock times).
+    pub time_zone: String,
+    /// The ledger's head when computed `(seq, hash)`: the report is reproducible from the
+    /// ledger up to there.
+    pub ledger_head: (u64, String),
+    /// Per event, by start.
+    pub events: Vec<EventSettlement>,
+    /// Over the events settled.
+    pub totals: Totals,
+}
+
+/// One event's settlement.
+#[derive(Debug, Clone, Serialize)]
+pub struct EventSettlement {
+    /// The event.
+    pub event_id: String,
+    /// Its revision as last interpreted.
+    pub revision: u64,
+    /// The program it named.
+    pub program: Option<String>,
+    /// The program that settles it (`None`: no `[settlement]` program applies, so the audit's
+    /// meter before/after is used).
+    pub settled_by: Option<String>,
+    /// Its window.
+    pub start: DateTime<Utc>,
+    /// See `start`.
+    pub end: Option<DateTime<Utc>>,
+    /// What it asked, in words.
+    pub targets: Vec<String>,
+    /// The method and its version.
+    pub method: MethodId,
+    /// See `method`.
+    pub version: u32,
+    /// The reduction committed, kW, and where that figure comes from (`program`, `event`,
+    /// `ceiling`).
+    pub committed_kw: Option<f64>,
+    /// See `committed_kw`.
+    pub committed_from: &'static str,
+    /// The baseline, or why there is none.
+    pub baseline: Result<BaselineReport, String>,
+    /// Delivered against committed, per interval and for the event.
+    pub performance: Option<EventPerformance>,
+    /// Delivered energy over the event, kWh (the mean delivered kW × its hours).
+    pub delivered_kwh: Option<f64>,
+    /// Energy short of the commitment, kWh.
+    pub shortfall_kwh: Option<f64>,
+    /// Estimated payment (delivered × price), in the price's currency.
+    pub payment: Option<f64>,
+    /// Estimated penalty (shortfall × penalty price).
+    pub penalty: Option<f64>,
+    /// The event's intervals by quality and source: what the figures stand on.
+    pub data: DataQuality,
+}
+
+/// Intervals by quality and source.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct DataQuality {
+    /// Measured.
+    pub measured: usize,
+    /// Estimated.
+    pub estimated: usize,
+    /// Missing (absent, or present as missing).
+    pub missing: usize,
+    /// From the utility's imported data.
+    pub imported: usize,
+    /// From the gateway's own readings.
+    pub gateway: usize,
+}
+
+/// Over the events of the period.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Totals {
+    /// Events in the period (test events excluded).
+    pub events: usize,
+    /// Events with a baseline.
+    pub settled: usize,
+    /// Delivered energy, kWh.
+    pub delivered_kwh: f64,
+    /// Energy short of the commitments, kWh.
+    pub shortfall_kwh: f64,
+    /// Estimated payments.
+    pub payment: f64,
+    /// Estimated penalties.
+    pub penalty: f64,
+    /// The mean of the events' performance factors.
+    pub mean_performance_factor: Option<f64>,
+    /// Every event's intervals together.
+    pub data: DataQuality,
+}
+
+/// The method an event is settled on: its program's, else the audit's meter before/after.
+fn method_for(program: Option<&ProgramConfig>) -> Method {
+    program.map_or_else(
+        || Method::MeterBeforeAfter {
+            before_s: 900,
+            after_s: 900,
+        },
+        |p| p.baseline.clone(),
+    )
+}
+
+/// Build the report over events starting in `[from, to)` from `store` (up to date with the
+/// ledger whose head is `head`).
+pub fn build(
+    store: &IntervalStore,
+    config: &SettlementConfig,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    time_zone: Tz,
+    head: (u64, String),
+    now: DateTime<Utc>,
+) -> Result<SettlementReport, StoreError> {
+    let events: Vec<EventSummary> = store.events(from, to)?.into_iter().filter(|e| !e.test).collect();
+    // One read of the data for the whole season and its look-back.
+    let data = store.settlement_series(from - LOOKBACK, to + Duration::days(2))?;
+    let mut settled = Vec::with_capacity(events.len());
+    for event in &events {
+        settled.push(settle(store, config, event, &data, time_zone, now)?);
+    }
+    let totals = totals(&settled);
+    Ok(SettlementReport {
+        schema: SETTLEMENT_SCHEMA,
+        from,
+        to,
+        generated_at: now,
+        time_zone: time_zone.name().to_string(),
+        ledger_head: head,
+        events: settled,
+        totals,
+    })
+}
+
+fn settle(
+    store: &IntervalStore,
+    config: &SettlementConfig,
+    event: &EventSummary,
+    data: &IntervalSeries,
+    time_zone: Tz,
+    now: DateTime<Utc>,
+) -> Result<EventSettlement, StoreError> {
+    let program = config.program_for(event.program.as_deref());
+    let method = method_for(program);
+    // The window settled: the event's own (an open-ended one up to now). Intervals not
+    // metered yet count as missing.
+    let end = event.end.unwrap_or(now).max(event.start);
+    let holidays = program.map_or_else(
+        || crate::reports::baseline::default_holidays(method.id()),
+        ProgramConfig::calendar,
+    );
+    // Every other day the site curtailed on is an event day; this event's own day is the
+    // event's, which the methods know.
+    let event_days = store.event_days(event.start - LOOKBACK, event.start, time_zone, now)?;
+    let input = BaselineInput {
+        data,
+        start: event.start,
+        end,
+        time_zone,
+        event_days: &event_days,
+        holidays: &holidays,
+    };
+    let baseline = compute(&method, &input).map_err(|e| e.to_string());
+    let metered = IntervalSeries::new(
+        data.between(event.start, end)
+            .iter()
+            .filter(|i| i.start >= event.start && i.end <= end)
+            .cloned()
+            .collect(),
+    )
+    .unwrap_or_default();
+    let quality = quality_of(&metered);
+    let (committed_kw, committed_from) = match (program.and_then(|p| p.committed_kw), event.asked_reduction_kw) {
+        (Some(kw), _) => (Some(kw), "program"),
+        (None, Some(kw)) => (Some(kw), "event"),
+        (None, None) => match (&baseline, event.lowest_ceiling_kw) {
+            (Ok(report), Some(ceiling)) if !matches!(method, Method::FirmServiceLevel { .. }) => {
+                (report.mean_adjusted_kw().map(|b| (b - ceiling).max(0.0)), "ceiling")
+            }
+            _ => (None, "none"),
+        },
+    };
+    let performance = baseline
+        .as_ref()
+        .ok()
+        .map(|report| performance(report, &metered, committed_kw));
+    let hours = (end - event.start).num_seconds().max(0) as f64 / 3600.0;
+    let delivered_kwh = performance.as_ref().and_then(|p| p.delivered_kw).map(|kw| kw * hours);
+    let shortfall_kwh = match (performance.as_ref().and_then(|p| p.delivered_kw), committed_kw) {
+        (Some(delivered), Some(committed)) => Some((committed - delivered).max(0.0) * hours),
+        _ => None,
+    };
+    let payment = program
+        .and_then(|p| p.price_per_mwh)
+        .and_then(|price| Some(delivered_kwh?.max(0.0) / 1000.0 * price));
+    let penalty = program
+        .and_then(|p| p.penalty_per_mwh)
+        .and_then(|price| Some(shortfall_kwh? / 1000.0 * price));
+    Ok(EventSettlement {
+        event_id: event.id.clone(),
+        revision: event.revision,
+        program: event.program.clone(),
+        settled_by: program.map(|p| p.name.clone()),
+        start: event.start,
+        end: event.end,
+        targets: event.targets.clone(),
+        method: method.id(),
+        version: method.version(),
+        committed_kw,
+        committed_from,
+        baseline,
+        performance,
+        delivered_kwh,
+        shortfall_kwh,
+        payment,
+        penalty,
+        data: quality,
+    })
+}
+
+fn quality_of(series: &IntervalSeries) -> DataQuality {
+    let mut q = DataQuality::default();
+    for i in series.intervals() {
+        match i.quality {
+            IntervalQuality::Measured => q.measured += 1,
+            IntervalQuality::Estimated => q.estimated += 1,
+            IntervalQuality::Missing => q.missing += 1,
+        }
+        match i.source {
+            IntervalSource::Gateway => q.gateway += 1,
+            IntervalSource::Imported(_) => q.imported += 1,
+        }
+    }
+    q
+}
+
+fn totals(events: &[EventSettlement]) -> Totals {
+    let factors: Vec<f64> = events
+        .iter()
+        .filter_map(|e| e.performance.as_ref()?.performance_factor)
+        .collect();
+    let mut t = Totals {
+        events: events.len(),
+        settled: events.iter().filter(|e| e.baseline.is_ok()).count(),
+        mean_performance_factor: (!factors.is_empty()).then(|| factors.iter().sum::<f64>() / factors.len() as f64),
+        ..Totals::default()
+    };
+    for e in events {
+        t.delivered_kwh += e.delivered_kwh.unwrap_or(0.0);
+        t.shortfall_kwh += e.shortfall_kwh.unwrap_or(0.0);
+        t.payment += e.payment.unwrap_or(0.0);
+        t.penalty += e.penalty.unwrap_or(0.0);
+        t.data.measured += e.data.measured;
+        t.data.estimated += e.data.estimated;
+        t.data.missing += e.data.missing;
+        t.data.imported += e.data.imported;
+        t.data.gateway += e.data.gateway;
+    }
+    t
+}
+
+impl SettlementReport {
+    /// The report for people (Markdown): one row per event, then the totals; every figure says
+    /// its method and what data it stands on.
+    #[must_use]
+    pub fn to_markdown(&self, tz: Tz) -> String {
+        use std::fmt::Write as _;
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# Settlement, {} to {}\n\nComputed {} on the ledger up to record {} ({}). Baselines by each program's method on the \
+             utility's imported interval data where there is, the gateway's own readings elsewhere; payments are estimates.\n",
+            self.from.with_timezone(&tz).format("%Y-%m-%d"),
+            self.to.with_timezone(&tz).format("%Y-%m-%d"),
+            self.generated_at.to_rfc3339(),
+            self.ledger_head.0,
+            self.ledger_head.1
+        );
+        let _ = writeln!(
+            out,
+            "| event | start ({}) | program | method | committed kW | delivered kW | performance | delivered kWh | payment | penalty | data (measured/estimated/missing; imported/gateway) |\n|---|---|---|---|---|---|---|---|---|---|---|",
+            self.time_zone
+        );
+        let num = |v: Option<f64>, d: usize| v.map_or_else(|| "—".to_string(), |v| format!("{v:.d$}"));
+        for e in &self.events {
+            let perf = e.performance.as_ref();
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} v{} | {} ({}) | {} | {} | {} | {} | {} | {}/{}/{}; {}/{} |",
+                e.event_id,
+                e.start.with_timezone(&tz).format("%Y-%m-%d %H:%M"),
+                e.settled_by.as_deref().unwrap_or("none"),
+                e.method,
+                e.version,
+                num(e.committed_kw, 1),
+                e.committed_from,
+                num(perf.and_then(|p| p.delivered_kw), 1),
+                perf.and_then(|p| p.performance_factor)
+                    .map_or_else(|| "—".to_string(), |f| format!("{:.0} %", f * 100.0)),
+                num(e.delivered_kwh, 1),
+                num(e.payment, 2),
+                num(e.penalty, 2),
+                e.data.measured,
+                e.data.estimated,
+                e.data.missing,
+                e.data.imported,
+                e.data.gateway
+            );
+            if let Err(why) = &e.baseline {
+                let _ = writeln!(out, "|  | no baseline: {why} |  |  |  |  |  |  |  |  |  |");
+            }
+        }
+        let t = &self.totals;
+        let _ = writeln!(
+            out,
+            "\n**Totals:** {} events, {} with a baseline; delivered {:.1} kWh, short {:.1} kWh; estimated payment {:.2}, penalty {:.2}; \
+             mean performance factor {}; intervals measured {}, estimated {}, missing {} (imported {}, gateway {}).",
+            t.events,
+            t.settled,
+            t.delivered_kwh,
+            t.shortfall_kwh,
+            t.payment,
+            t.penalty,
+            t.mean_performance_factor
+                .map_or_else(|| "—".to_string(), |f| format!("{:.0} %", f * 100.0)),
+            t.data.measured,
+            t.data.estimated,
+            t.data.missing,
+            t.data.imported,
+            t.data.gateway
+        );
+        out
+    }
+
+    /// One CSV row per event (a header first).
+    #[must_use]
+    pub fn to_csv(&self) -> String {
+        use std::fmt::Write as _;
+        let mut out = String::from(
+            "event_id,revision,start,end,program,method,version,committed_kw,committed_from,delivered_kw,performance_factor,delivered_kwh,shortfall_kwh,payment,penalty,measured,estimated,missing,imported,gateway,baseline_refused\n",
+        );
+        let num = |v: Option<f64>| v.map_or_else(String::new, |v| format!("{v:.3}"));
+        let field = |s: &str| s.replace([',', '\n', '"'], " ");
+        for e in &self.events {
+            let perf = e.performance.as_ref();
+            let _ = writeln!(
+                out,
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                field(&e.event_id),
+                e.revision,
+                e.start.to_rfc3339(),
+                e.end.map(|t| t.to_rfc3339()).unwrap_or_default(),
+                field(e.settled_by.as_deref().unwrap_or("")),
+                e.method,
+                e.version,
+                num(e.committed_kw),
+                e.committed_from,
+                num(perf.and_then(|p| p.delivered_kw)),
+                num(perf.and_then(|p| p.performance_factor)),
+                num(e.delivered_kwh),
+                num(e.shortfall_kwh),
+                num(e.payment),
+                num(e.penalty),
+                e.data.measured,
+                e.data.estimated,
+                e.data.missing,
+                e.data.imported,
+                e.data.gateway,
+                e.baseline.as_ref().err().map(|s| field(s)).unwrap_or_default()
+            );
+        }
+        out
+    }
+}
+
+/// A day (`2026-07-01`, UTC midnight) or a time (RFC 3339), as the period's ends are given.
+pub fn parse_time(text: &str) -> Result<DateTime<Utc>, String> {
+    if let Ok(t) = DateTime::parse_from_rfc3339(text) {
+        return Ok(t.with_timezone(&Utc));
+    }
+    let day: chrono::NaiveDate = text
+        .parse()
+        .map_err(|_| format!("{text:?} is neither a day (YYYY-MM-DD) nor a time (RFC 3339)"))?;
+    Ok(day.and_time(chrono::NaiveTime::MIN).and_utc())
+}
