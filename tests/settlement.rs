@@ -227,6 +227,68 @@ async fn a_seasons_settlement_equals_an_independent_computation_of_the_programs_
     }
     assert_eq!(event["data"]["imported"], 4);
     assert_eq!(event["data"]["measured"], 4);
+    assert_eq!(event["warnings"], serde_json::json!([]), "nothing to warn of: {event}");
+
+    // The utility re-issues the event day's morning: the load in the adjustment window (4 h to
+    // 1 h before the start) was a third lower. The settlement warns of pre-curtailment.
+    let csv = dir.path().join("correction.csv");
+    let mut rows = String::from("interval_end,interval_minutes,kw,quality\n");
+    let mut t = start - chrono::Duration::hours(4) + chrono::Duration::minutes(15);
+    while t <= start - chrono::Duration::hours(1) {
+        rows.push_str(&format!("{},15,400.0,measured\n", t.to_rfc3339()));
+        t += chrono::Duration::minutes(15);
+    }
+    std::fs::write(&csv, rows).expect("csv");
+    let data = dir.path().join("data");
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_flexgate"))
+            .args(args)
+            .env_remove("FLEXGATE_DATA")
+            .output()
+            .expect("flexgate runs")
+    };
+    let out = run(&[
+        "meter",
+        "import",
+        csv.to_str().expect("utf-8"),
+        "--data",
+        data.to_str().expect("utf-8"),
+        "--source",
+        "utility correction",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = run(&[
+        "settlement",
+        "--data",
+        data.to_str().expect("utf-8"),
+        "--config",
+        config_file.to_str().expect("utf-8"),
+        "--from",
+        &today.format("%Y-%m-%d").to_string(),
+        "--to",
+        &(today + chrono::Duration::days(5)).format("%Y-%m-%d").to_string(),
+        "--format",
+        "json",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let corrected: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let warnings = corrected["events"][0]["warnings"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        warnings.iter().any(|w| w
+            .as_str()
+            .is_some_and(|w| w.contains("adjustment window") && w.contains("lowers its baseline"))),
+        "{warnings:?}"
+    );
+    let factor = corrected["events"][0]["baseline"]["Ok"]["adjustment"]["value"]
+        .as_f64()
+        .expect("factor");
+    assert!(
+        factor < ratio,
+        "the lowered morning lowers the adjustment: {ratio} → {factor}"
+    );
     eprintln!(
         "settled {}: baseline days {theirs:?}, adjustment ×{ratio:.4}, delivered {:.2} kW, performance {:.1} %, payment {:.4}: equal to the independent computation",
         event["event_id"],

@@ -278,11 +278,28 @@ pub fn run(args: &MeterArgs) -> Result<()> {
     }
 }
 
-/// Read and check a file of interval data, with its digest; nothing is stored.
+/// Read and check a file of interval data, with its digest; nothing is stored. The meters of a
+/// Green Button file that were not imported (a gas meter, the energy a site with generation sent
+/// to the grid) are said on stderr: the delivered channel alone overstates a net-metered site's
+/// load.
 pub fn read_file(path: &Path, format: Format, label: &str) -> Result<(Vec<Interval>, ImportMeta)> {
     let limits = flexgate_greenbutton::Limits::default();
     let readings = match format {
-        Format::GreenButton => flexgate_greenbutton::import_espi_file(path, &limits)?.readings,
+        Format::GreenButton => {
+            let import = flexgate_greenbutton::import_espi_file(path, &limits)?;
+            for skipped in &import.skipped {
+                eprintln!(
+                    "not imported: the meter reading at line {}{}: {}",
+                    skipped.line,
+                    skipped
+                        .meter_reading
+                        .as_deref()
+                        .map_or_else(String::new, |m| format!(" ({m})")),
+                    skipped.reason
+                );
+            }
+            import.readings
+        }
         Format::Csv => flexgate_greenbutton::import_csv_file(path, &limits)?.readings,
     };
     let (sha256, bytes) = digest(path)?;

@@ -92,7 +92,15 @@ pub struct EventSettlement {
     pub penalty: Option<f64>,
     /// The event's intervals by quality and source: what the figures stand on.
     pub data: DataQuality,
+    /// What a reader must know before trusting the figures: load lowered inside the
+    /// adjustment window before the event (pre-curtailment lowers the baseline, hence the
+    /// payment), a curtailment of the site inside it, estimated or missing intervals.
+    pub warnings: Vec<String>,
 }
+
+/// How far below the baseline days the event day's load in the adjustment window may be
+/// before the report warns of pre-curtailment (a share of the baseline days' load there).
+pub const PRE_CURTAILMENT_SHARE: f64 = 0.05;
 
 /// Intervals by quality and source.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -236,6 +244,7 @@ fn settle(
     let penalty = program
         .and_then(|p| p.penalty_per_mwh)
         .and_then(|price| Some(shortfall_kwh? / 1000.0 * price));
+    let warnings = warnings(store, event, baseline.as_ref().ok(), &quality)?;
     Ok(EventSettlement {
         event_id: event.id.clone(),
         revision: event.revision,
@@ -255,7 +264,47 @@ fn settle(
         payment,
         penalty,
         data: quality,
+        warnings,
     })
+}
+
+/// The warnings of one event (see [`EventSettlement::warnings`]).
+fn warnings(
+    store: &IntervalStore,
+    event: &EventSummary,
+    baseline: Option<&BaselineReport>,
+    quality: &DataQuality,
+) -> Result<Vec<String>, StoreError> {
+    let mut out = Vec::new();
+    if let Some(a) = baseline.and_then(|b| b.adjustment.as_ref()) {
+        if let (Some(day), Some(days)) = (a.event_day_kw, a.baseline_kw)
+            && days > 0.0
+            && day < days * (1.0 - PRE_CURTAILMENT_SHARE)
+        {
+            out.push(format!(
+                "the load in the adjustment window before the event ({} to {}) was {:.1} % below the baseline days' there                  ({day:.1} kW against {days:.1} kW): a load lowered before an event lowers its baseline and the payment",
+                a.window_start.to_rfc3339(),
+                a.window_end.to_rfc3339(),
+                (1.0 - day / days) * 100.0
+            ));
+        }
+        for (other, start, end) in store.curtailments(a.window_start, a.window_end)? {
+            if other != event.id {
+                out.push(format!(
+                    "the site was curtailing for event {other} (from {}{}) inside this event's adjustment window",
+                    start.to_rfc3339(),
+                    end.map_or_else(String::new, |e| format!(" to {}", e.to_rfc3339()))
+                ));
+            }
+        }
+    }
+    if quality.estimated > 0 || quality.missing > 0 {
+        out.push(format!(
+            "{} of the event's intervals are estimated and {} missing: the figures stand on them as labelled",
+            quality.estimated, quality.missing
+        ));
+    }
+    Ok(out)
 }
 
 fn quality_of(series: &IntervalSeries) -> DataQuality {
@@ -348,6 +397,9 @@ impl SettlementReport {
             );
             if let Err(why) = &e.baseline {
                 let _ = writeln!(out, "|  | no baseline: {why} |  |  |  |  |  |  |  |  |  |");
+            }
+            for w in &e.warnings {
+                let _ = writeln!(out, "|  | warning: {w} |  |  |  |  |  |  |  |  |  |");
             }
         }
         let t = &self.totals;

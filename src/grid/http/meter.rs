@@ -76,9 +76,16 @@ pub(super) async fn import(State(api): State<Api>, Query(query): Query<ImportQue
     // Parse and check on the blocking pool; nothing is stored yet.
     let checked = tokio::task::spawn_blocking(move || {
         let limits = flexgate_greenbutton::Limits::default();
-        let readings = match format {
-            "green_button" => flexgate_greenbutton::import_espi(&body[..], &limits).map(|i| i.readings),
-            _ => flexgate_greenbutton::import_csv(&body[..], &limits).map(|i| i.readings),
+        let (readings, skipped) = match format {
+            "green_button" => flexgate_greenbutton::import_espi(&body[..], &limits).map(|i| {
+                let skipped: Vec<String> = i
+                    .skipped
+                    .iter()
+                    .map(|s| format!("the meter reading at line {}: {}", s.line, s.reason))
+                    .collect();
+                (i.readings, skipped)
+            }),
+            _ => flexgate_greenbutton::import_csv(&body[..], &limits).map(|i| (i.readings, Vec::new())),
         }
         .map_err(|e| e.to_string())?;
         let intervals: Vec<_> = readings.iter().map(|r| interval_of(r, &label)).collect();
@@ -91,10 +98,10 @@ pub(super) async fn import(State(api): State<Api>, Query(query): Query<ImportQue
             bytes: body.len() as u64,
             at: now,
         };
-        Ok::<_, String>((records(&intervals, &summary, &meta), summary))
+        Ok::<_, String>((records(&intervals, &summary, &meta), summary, skipped))
     })
     .await;
-    let (recorded, summary) = match checked {
+    let (recorded, summary, skipped) = match checked {
         Ok(Ok(done)) => done,
         Ok(Err(why)) => {
             return Problem::new(StatusCode::BAD_REQUEST, format!("{why}; nothing was imported")).into_response();
@@ -113,7 +120,13 @@ pub(super) async fn import(State(api): State<Api>, Query(query): Query<ImportQue
     if let Ok(Err(e)) = tokio::task::spawn_blocking(move || store.catch_up(&reader)).await {
         tracing::warn!("imported meter data recorded; the store will fold it at its next pass: {e}");
     }
-    axum::Json(summary).into_response()
+    // What was stored, and the meters of the file that were not (a net-metered site's
+    // received channel, a gas meter): the operator must know the load is one channel.
+    let mut answer = serde_json::to_value(&summary).unwrap_or_default();
+    if let Some(map) = answer.as_object_mut() {
+        map.insert("not_imported".into(), serde_json::json!(skipped));
+    }
+    axum::Json(answer).into_response()
 }
 
 /// Query of `GET /v1/meter/intervals`.
