@@ -56,6 +56,7 @@ cargo test --bench mqtt --locked -- --test
 cargo test --bench agents --locked -- --test
 cargo test --bench agents --locked -- --test --tls
 cargo test --bench ha --locked -- --test
+cargo test --bench settlement --locked -- --test
 cargo test -p flexgate-openadr --bench decode --locked -- --test
 
 step "main jobs on embedded defaults (test build): the gateway demo, then the fleet experiment at 30 %"
