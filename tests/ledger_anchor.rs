@@ -150,6 +150,24 @@ async fn the_ack_anchor_is_its_own_record_and_a_rechained_rewrite_breaks_it() {
     assert_eq!(again["log_seq"], seq);
     close(gw).await;
 
+    // The acks the sender kept, as checkpoints: the ledger agrees with them.
+    let kept = dir.path().join("acks.jsonl");
+    std::fs::write(&kept, format!("{ack}\n")).expect("acks");
+    let verify = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_flexgate"))
+            .args(["log", "verify", "--data"])
+            .arg(dir.path())
+            .arg("--checkpoints")
+            .arg(&kept)
+            .output()
+            .expect("flexgate runs")
+    };
+    let before = verify();
+    assert!(
+        before.status.success() && String::from_utf8_lossy(&before.stdout).contains("1 checkpoints"),
+        "{before:?}"
+    );
+
     // The forger rewrites the received document (130 kW → 930 kW) and re-chains every later
     // record, so that the chain verifies again.
     let ledger_dir = dir.path().join("ledger");
@@ -188,6 +206,14 @@ async fn the_ack_anchor_is_its_own_record_and_a_rechained_rewrite_breaks_it() {
             .iter()
             .all(|(_, r)| r["hash"].as_str() != Some(checkpoint.as_str())),
         "no record of the rewritten ledger has the anchored hash"
+    );
+    // The rewrite verifies alone, not against the acks the sender kept.
+    drop((_db, _tree, records));
+    let after = verify();
+    let stderr = String::from_utf8_lossy(&after.stderr);
+    assert!(
+        !after.status.success() && stderr.contains(&format!("record {seq}")) && stderr.contains("FAILED"),
+        "{after:?}"
     );
 }
 

@@ -44,6 +44,12 @@ enum LogCommand {
         /// rewritten and re-hashed on one replica's disk verifies on its own, not against them.
         #[arg(long, value_name = "CONFIG.toml", conflicts_with = "gateway")]
         anchors: Option<PathBuf>,
+        /// Also check the chain against checkpoints others kept: the acks a utility was sent
+        /// (`dr.ack/1` documents with `log_seq` and `log_checkpoint`, one per line or an
+        /// array), a settlement report (its `ledger_head`), or `{"seq", "hash"}` pairs. A ledger
+        /// rewritten and re-hashed on disk verifies alone, not against them.
+        #[arg(long, value_name = "FILE", conflicts_with = "gateway")]
+        checkpoints: Option<PathBuf>,
     },
     /// Write records as JSON lines or CSV to stdout (or --out).
     Export {
@@ -107,13 +113,18 @@ pub fn run(args: &LogArgs) -> Result<()> {
         );
     }
     match &args.what {
-        LogCommand::Verify { anchors, .. } => match crate::ledger::verify_dir(&dir) {
+        LogCommand::Verify {
+            anchors, checkpoints, ..
+        } => match crate::ledger::verify_dir(&dir) {
             Ok(Ok(report)) => {
                 crate::outln!(
                     "ok: {} records, chain intact, head {}",
                     report.records,
                     report.head_hash
                 );
+                if let Some(file) = checkpoints {
+                    verify_checkpoints(&dir, file)?;
+                }
                 match anchors {
                     Some(config) => verify_anchors(&dir, config),
                     None => Ok(()),
@@ -150,6 +161,33 @@ pub fn run(args: &LogArgs) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// `log verify --checkpoints`: the local chain against checkpoints others kept.
+fn verify_checkpoints(dir: &std::path::Path, file: &std::path::Path) -> Result<()> {
+    let text = super::read_input(file)?;
+    let checkpoints = crate::ledger::checkpoints::parse(&text).with_context(|| format!("{}", file.display()))?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
+    runtime.block_on(async {
+        let ledger = crate::ledger::Ledger::open(dir).await?;
+        let len = ledger.len();
+        let outcome =
+            crate::ledger::checkpoints::check(&checkpoints, len, |seq| ledger.get(seq).ok().flatten().map(|r| r.hash));
+        ledger.close().await?;
+        match outcome {
+            Ok(n) => {
+                crate::outln!("ok: {n} checkpoints from {} agree", file.display());
+                Ok(())
+            }
+            Err(e) => bail!(
+                "ledger verification FAILED against the checkpoints of {}: {e}",
+                file.display()
+            ),
+        }
+    })
 }
 
 /// `log verify --anchors`: the local chain against the hashes committed in etcd.

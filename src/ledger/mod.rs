@@ -84,6 +84,7 @@
 //! Note that opening a sled store is never strictly read-only: sled may write recovery state.
 //! To examine a store without touching it, copy the directory first.
 
+pub mod checkpoints;
 mod durable;
 pub mod migrate;
 pub(crate) mod private;
