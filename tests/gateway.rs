@@ -1485,6 +1485,15 @@ async fn the_generated_openapi_document_is_complete_and_every_operation_is_serve
                 let concrete = match path.as_str() {
                     // A bounded sample of the stream (it runs until the client leaves).
                     "/v1/stream" => "/v1/stream?max=1".to_string(),
+                    // Reads that take a window.
+                    "/v1/meter/intervals" => {
+                        "/v1/meter/intervals?from=2026-01-01T00:00:00Z&to=2026-01-02T00:00:00Z".into()
+                    }
+                    "/v1/settlement" => "/v1/settlement?from=2026-01-01&to=2026-02-01".into(),
+                    "/v1/baseline" => {
+                        "/v1/baseline?method=meter_before_after&start=2026-01-01T14:00:00Z&end=2026-01-01T15:00:00Z"
+                            .into()
+                    }
                     _ => path.replace("{id}", "nope").replace("{file}", "app.js"),
                 };
                 let (status, body) = get(&gw, &concrete).await;
@@ -1495,6 +1504,11 @@ async fn the_generated_openapi_document_is_complete_and_every_operation_is_serve
                 } else if path == "/dashboard/events/{id}" {
                     // The page loads, and says itself that the event is unknown.
                     assert_eq!(status, StatusCode::OK);
+                } else if path == "/v1/baseline" {
+                    // Served: on a site with no meter data yet, the method's refusal says so.
+                    assert_eq!(status, StatusCode::BAD_REQUEST);
+                    let problem: Value = serde_json::from_slice(&body).expect("problem JSON");
+                    assert!(problem["detail"].as_str().is_some_and(|d| !d.is_empty()), "{problem}");
                 } else if path.contains("{id}") {
                     assert_eq!(status, StatusCode::NOT_FOUND);
                     let problem: Value = serde_json::from_slice(&body).expect("problem JSON");
@@ -1527,6 +1541,7 @@ async fn the_generated_openapi_document_is_complete_and_every_operation_is_serve
             "GET /healthz",
             "GET /metrics",
             "GET /openapi.json",
+            "GET /v1/baseline",
             "GET /v1/events",
             "GET /v1/events/{id}",
             "GET /v1/events/{id}/audit",
@@ -1535,10 +1550,13 @@ async fn the_generated_openapi_document_is_complete_and_every_operation_is_serve
             "GET /v1/jobs",
             "GET /v1/ledger/verify",
             "GET /v1/meter/history",
+            "GET /v1/meter/intervals",
             "GET /v1/plan",
+            "GET /v1/settlement",
             "GET /v1/status",
             "GET /v1/stream",
             "POST /v1/events",
+            "POST /v1/meter/import",
             "POST /v1/operator/opt-out",
         ]
     );
