@@ -91,6 +91,12 @@ async fn the_dashboard_shows_the_site_live_in_a_real_browser() {
     let meter_before: f64 = text_of(&before.dom, "meter").parse().expect("a meter figure in kW");
     assert!(meter_before > 10.0, "{meter_before}");
     assert_eq!(text_of(&before.dom, "compliance"), "No event");
+    assert!(
+        before
+            .dom
+            .contains("id=\"settlement-link\" href=\"/v1/settlement.html\""),
+        "the dashboard links to the season's settlement"
+    );
     assert!(before.dom.contains("<svg"), "the chart is drawn");
     // The flexibility curve, from GET /v1/flexibility: the expected loss drawn, labelled an
     // estimate, with what the site can shed at the meter.

@@ -1553,6 +1553,7 @@ async fn the_generated_openapi_document_is_complete_and_every_operation_is_serve
             "GET /v1/meter/intervals",
             "GET /v1/plan",
             "GET /v1/settlement",
+            "GET /v1/settlement.html",
             "GET /v1/status",
             "GET /v1/stream",
             "POST /v1/events",

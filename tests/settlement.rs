@@ -7,6 +7,8 @@
 //! interval's baseline, the delivered reduction, the performance factor and the payment.
 #![allow(clippy::disallowed_methods, reason = "the event is placed on the wall clock")]
 
+mod common;
+
 use std::path::Path;
 use std::process::Command;
 
@@ -136,6 +138,25 @@ async fn a_seasons_settlement_equals_an_independent_computation_of_the_programs_
         .json()
         .await
         .expect("JSON");
+    // The printable page: every figure names its method and what data it stands on.
+    let page = http
+        .get(format!("{base}/v1/settlement.html?{period}"))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(page.status(), 200);
+    let csp = page
+        .headers()
+        .get("content-security-policy")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    assert!(csp.contains("default-src 'none'"), "{csp}");
+    let html = page.text().await.expect("text");
+    assert!(
+        html.contains("ev-settle") && html.contains("caiso_10in10 v1") && html.contains("imported"),
+        "{html}"
+    );
     server.shutdown().await;
 
     // Offline, the same directory gives the same settlement.
@@ -228,6 +249,57 @@ async fn a_seasons_settlement_equals_an_independent_computation_of_the_programs_
     assert_eq!(event["data"]["imported"], 4);
     assert_eq!(event["data"]["measured"], 4);
     assert_eq!(event["warnings"], serde_json::json!([]), "nothing to warn of: {event}");
+
+    // The page in a headless Chromium (a screenshot for a reviewer) and as PDF.
+    let data_dir = dir.path().join("data");
+    let page_file = dir.path().join("season.html");
+    let pdf_file = dir.path().join("season.pdf");
+    for (format, file) in [("html", &page_file), ("pdf", &pdf_file)] {
+        let out = Command::new(env!("CARGO_BIN_EXE_flexgate"))
+            .args(["settlement", "--data"])
+            .arg(&data_dir)
+            .arg("--config")
+            .arg(&config_file)
+            .args([
+                "--from",
+                &today.format("%Y-%m-%d").to_string(),
+                "--to",
+                &(today + chrono::Duration::days(5)).format("%Y-%m-%d").to_string(),
+                "--format",
+                format,
+                "-o",
+            ])
+            .arg(file)
+            .env("FLEXGATE_CHROMIUM", common::chromium::chromium())
+            .env_remove("FLEXGATE_DATA")
+            .output()
+            .expect("flexgate runs");
+        assert!(
+            out.status.success(),
+            "{format}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let pdf = std::fs::read(&pdf_file).expect("the PDF");
+    assert!(
+        pdf.starts_with(b"%PDF-") && pdf.len() > 2_000,
+        "a PDF of {} bytes",
+        pdf.len()
+    );
+    let shots = root.join("target/dashboard-screenshots");
+    std::fs::create_dir_all(&shots).expect("screenshot directory");
+    let url = format!("file://{}", page_file.display());
+    let loaded = common::chromium::load(&url, &dir.path().join("profile"));
+    assert!(loaded.console.is_empty(), "{:?}", loaded.console);
+    assert!(loaded.dom.contains("caiso_10in10 v1"), "the page shows the method");
+    common::chromium::screenshot(&url, &dir.path().join("profile"), &shots.join("settlement.png"));
+    eprintln!(
+        "season report: {} and {} ({} bytes of PDF); screenshot in {}",
+        page_file.display(),
+        pdf_file.display(),
+        pdf.len(),
+        shots.join("settlement.png").display()
+    );
 
     // The utility re-issues the event day's morning: the load in the adjustment window (4 h to
     // 1 h before the start) was a third lower. The settlement warns of pre-curtailment.

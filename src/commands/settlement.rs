@@ -56,6 +56,11 @@ enum Format {
     Json,
     /// CSV: one row per event.
     Csv,
+    /// A printable HTML page with its chart (no script, no outside resource).
+    Html,
+    /// That page as PDF, printed by a headless Chromium (`chromium` on the PATH, or
+    /// FLEXGATE_CHROMIUM); needs --output.
+    Pdf,
 }
 
 /// Run the command.
@@ -110,6 +115,19 @@ pub fn run(args: &SettlementArgs) -> Result<()> {
         Format::Md => report.to_markdown(time_zone),
         Format::Json => serde_json::to_string_pretty(&report)? + "\n",
         Format::Csv => report.to_csv(),
+        Format::Html => report.to_html(time_zone),
+        Format::Pdf => {
+            let Some(path) = &args.output else {
+                bail!("--format pdf writes a file: give --output FILE.pdf");
+            };
+            print_pdf(&report.to_html(time_zone), path)?;
+            eprintln!(
+                "wrote the settlement of {} events to {}",
+                report.events.len(),
+                path.display()
+            );
+            return Ok(());
+        }
     };
     match &args.output {
         Some(path) => {
@@ -121,6 +139,57 @@ pub fn run(args: &SettlementArgs) -> Result<()> {
             );
         }
         None => crate::out!("{text}"),
+    }
+    Ok(())
+}
+
+/// Print `html` to `pdf` with a headless Chromium: the browser's own print path, so the PDF is
+/// the page as it shows.
+fn print_pdf(html: &str, pdf: &std::path::Path) -> Result<()> {
+    let chromium = std::env::var_os("FLEXGATE_CHROMIUM")
+        .map(PathBuf::from)
+        .or_else(|| {
+            [
+                "/usr/bin/chromium",
+                "/usr/bin/chromium-browser",
+                "/usr/bin/google-chrome",
+            ]
+            .iter()
+            .map(PathBuf::from)
+            .find(|p| p.exists())
+        })
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "no Chromium to print with: install chromium, or set FLEXGATE_CHROMIUM; --format html writes the page"
+            )
+        })?;
+    let dir = tempfile::tempdir().context("a temporary directory")?;
+    let page = dir.path().join("settlement.html");
+    std::fs::write(&page, html).context("writing the page")?;
+    let target = if pdf.is_absolute() {
+        pdf.to_path_buf()
+    } else {
+        std::env::current_dir().context("the current directory")?.join(pdf)
+    };
+    let out = std::process::Command::new(&chromium)
+        .args([
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-pdf-header-footer",
+        ])
+        .arg(format!("--user-data-dir={}", dir.path().join("profile").display()))
+        .arg(format!("--print-to-pdf={}", target.display()))
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .with_context(|| format!("running {}", chromium.display()))?;
+    if !out.status.success() || !target.is_file() {
+        bail!(
+            "{} did not print the PDF: {}",
+            chromium.display(),
+            String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")
+        );
     }
     Ok(())
 }

@@ -475,3 +475,138 @@ pub fn parse_time(text: &str) -> Result<DateTime<Utc>, String> {
         .map_err(|_| format!("{text:?} is neither a day (YYYY-MM-DD) nor a time (RFC 3339)"))?;
     Ok(day.and_time(chrono::NaiveTime::MIN).and_utc())
 }
+
+/// Text for HTML: `<`, `>`, `&` and quotes escaped (event ids and program names come from
+/// outside).
+fn esc(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&#39;")
+}
+
+impl SettlementReport {
+    /// The report as one printable HTML page with its chart inline (no script, no outside
+    /// resource: it prints to PDF as it shows). Every figure names its method and what data it
+    /// stands on (imported from the utility, the gateway's own, estimated or missing).
+    #[must_use]
+    pub fn to_html(&self, tz: Tz) -> String {
+        use std::fmt::Write as _;
+        let num = |v: Option<f64>, d: usize| v.map_or_else(|| "—".to_string(), |v| format!("{v:.d$}"));
+        let chart = flexgate_plot::Chart::new(
+            "Delivered against committed reduction, per event",
+            "event, in order of its start",
+            "kW",
+        )
+        .y_from_zero(true)
+        .series(flexgate_plot::Series::new(
+            "delivered (kW)",
+            self.events
+                .iter()
+                .enumerate()
+                .filter_map(|(i, e)| Some((i as f64 + 1.0, e.performance.as_ref()?.delivered_kw?))),
+        ))
+        .series(
+            flexgate_plot::Series::new(
+                "committed (kW)",
+                self.events
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, e)| Some((i as f64 + 1.0, e.committed_kw?))),
+            )
+            .style(flexgate_plot::LineStyle::Dashed),
+        )
+        .to_svg();
+        let mut out = String::new();
+        let t = &self.totals;
+        let _ = write!(
+            out,
+            "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Settlement {from} to {to}</title>\n\
+             <style>body{{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#111}}table{{border-collapse:collapse;width:100%;margin:12px 0}}\
+             th,td{{border:1px solid #bbb;padding:4px 6px;text-align:left;vertical-align:top}}td.num{{text-align:right}}\
+             .warn{{color:#8a3b00}}.muted{{color:#555}}dl{{display:grid;grid-template-columns:max-content auto;gap:2px 16px}}\
+             @media print{{body{{margin:8mm}}}}</style></head><body>\n\
+             <h1>Settlement, {from} to {to}</h1>\n\
+             <p class=\"muted\">Computed {generated} on the ledger up to record {seq} (hash <code>{hash}</code>). Each event is \
+             settled by its program's baseline method on the utility's imported interval data where there is, the gateway's own \
+             readings elsewhere; payments and penalties are estimates. Times in {zone}.</p>\n\
+             <dl><dt>Events</dt><dd>{events} ({settled} with a baseline)</dd>\
+             <dt>Delivered</dt><dd>{delivered:.1} kWh</dd><dt>Short of commitments</dt><dd>{short:.1} kWh</dd>\
+             <dt>Estimated payment</dt><dd>{payment:.2}</dd><dt>Estimated penalty</dt><dd>{penalty:.2}</dd>\
+             <dt>Mean performance factor</dt><dd>{factor}</dd>\
+             <dt>Intervals</dt><dd>{m} measured, {e} estimated, {x} missing; {i} imported from the utility, {g} the gateway's own</dd></dl>\n\
+             <figure>{chart}</figure>\n",
+            from = self.from.with_timezone(&tz).format("%Y-%m-%d"),
+            to = self.to.with_timezone(&tz).format("%Y-%m-%d"),
+            generated = self.generated_at.to_rfc3339(),
+            seq = self.ledger_head.0,
+            hash = esc(&self.ledger_head.1),
+            zone = esc(&self.time_zone),
+            events = t.events,
+            settled = t.settled,
+            delivered = t.delivered_kwh,
+            short = t.shortfall_kwh,
+            payment = t.payment,
+            penalty = t.penalty,
+            factor = t
+                .mean_performance_factor
+                .map_or_else(|| "—".to_string(), |f| format!("{:.0} %", f * 100.0)),
+            m = t.data.measured,
+            e = t.data.estimated,
+            x = t.data.missing,
+            i = t.data.imported,
+            g = t.data.gateway,
+        );
+        let _ = writeln!(
+            out,
+            "<table><thead><tr><th>Event</th><th>Start</th><th>Program</th><th>Baseline method</th><th>Committed kW</th>\
+             <th>Delivered kW</th><th>Performance</th><th>Delivered kWh</th><th>Payment</th><th>Penalty</th><th>Data</th></tr></thead><tbody>"
+        );
+        for ev in &self.events {
+            let perf = ev.performance.as_ref();
+            let _ = writeln!(
+                out,
+                "<tr><td>{id}</td><td>{start}</td><td>{program}</td><td>{method} v{version}</td>\
+                 <td class=\"num\">{committed} <span class=\"muted\">({from})</span></td><td class=\"num\">{delivered}</td>\
+                 <td class=\"num\">{factor}</td><td class=\"num\">{kwh}</td><td class=\"num\">{payment}</td><td class=\"num\">{penalty}</td>\
+                 <td>{m} measured, {e} estimated, {x} missing; {i} imported, {g} gateway</td></tr>",
+                id = esc(&ev.event_id),
+                start = ev.start.with_timezone(&tz).format("%Y-%m-%d %H:%M"),
+                program = esc(ev.settled_by.as_deref().unwrap_or("none (meter before/after)")),
+                method = ev.method,
+                version = ev.version,
+                committed = num(ev.committed_kw, 1),
+                from = ev.committed_from,
+                delivered = num(perf.and_then(|p| p.delivered_kw), 1),
+                factor = perf
+                    .and_then(|p| p.performance_factor)
+                    .map_or_else(|| "—".to_string(), |f| format!("{:.0} %", f * 100.0)),
+                kwh = num(ev.delivered_kwh, 1),
+                payment = num(ev.payment, 2),
+                penalty = num(ev.penalty, 2),
+                m = ev.data.measured,
+                e = ev.data.estimated,
+                x = ev.data.missing,
+                i = ev.data.imported,
+                g = ev.data.gateway,
+            );
+            if let Err(why) = &ev.baseline {
+                let _ = writeln!(
+                    out,
+                    "<tr><td></td><td colspan=\"10\" class=\"warn\">no baseline: {}</td></tr>",
+                    esc(why)
+                );
+            }
+            for w in &ev.warnings {
+                let _ = writeln!(
+                    out,
+                    "<tr><td></td><td colspan=\"10\" class=\"warn\">{}</td></tr>",
+                    esc(w)
+                );
+            }
+        }
+        let _ = writeln!(out, "</tbody></table>\n</body></html>");
+        out
+    }
+}

@@ -307,20 +307,37 @@ pub(super) struct SettlementQuery {
         (status = 400, description = "A bad period", body = Problem, content_type = "application/problem+json"),
     ))]
 pub(super) async fn settlement(State(api): State<Api>, Query(query): Query<SettlementQuery>) -> Response {
+    match report_of(&api, &query.from, &query.to).await {
+        Ok((report, _)) => axum::Json(report).into_response(),
+        Err(answer) => answer,
+    }
+}
+
+/// The settlement of `[from, to)` on the running gateway's store, with the site's zone; or the
+/// problem to answer.
+async fn report_of(
+    api: &Api,
+    from: &str,
+    to: &str,
+) -> Result<(crate::reports::settlement::SettlementReport, chrono_tz::Tz), Response> {
     let parse = crate::reports::settlement::parse_time;
-    let (from, to) = match (parse(&query.from), parse(&query.to)) {
+    let (from, to) = match (parse(from), parse(to)) {
         (Ok(f), Ok(t)) => (f, t),
-        (Err(why), _) => return Problem::new(StatusCode::BAD_REQUEST, why).field("from").into_response(),
-        (_, Err(why)) => return Problem::new(StatusCode::BAD_REQUEST, why).field("to").into_response(),
+        (Err(why), _) => return Err(Problem::new(StatusCode::BAD_REQUEST, why).field("from").into_response()),
+        (_, Err(why)) => return Err(Problem::new(StatusCode::BAD_REQUEST, why).field("to").into_response()),
     };
     if to <= from || to - from > chrono::Duration::days(400) {
-        return Problem::new(StatusCode::BAD_REQUEST, "`to` must be after `from`, at most 400 days")
-            .field("to")
-            .into_response();
+        return Err(
+            Problem::new(StatusCode::BAD_REQUEST, "`to` must be after `from`, at most 400 days")
+                .field("to")
+                .into_response(),
+        );
     }
     let config = api.gateway.read().config.clone();
     let Ok(time_zone) = config.site.time_zone.parse::<chrono_tz::Tz>() else {
-        return Problem::new(StatusCode::INTERNAL_SERVER_ERROR, "the site's time zone does not parse").into_response();
+        return Err(
+            Problem::new(StatusCode::INTERNAL_SERVER_ERROR, "the site's time zone does not parse").into_response(),
+        );
     };
     let store = api.gateway.intervals().clone();
     let reader = api.gateway.ledger().reader();
@@ -332,8 +349,51 @@ pub(super) async fn settlement(State(api): State<Api>, Query(query): Query<Settl
     })
     .await;
     match report {
-        Ok(Ok(report)) => axum::Json(report).into_response(),
-        Ok(Err(e)) => Problem::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
-        Err(e) => Problem::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+        Ok(Ok(report)) => Ok((report, time_zone)),
+        Ok(Err(e)) => Err(Problem::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response()),
+        Err(e) => Err(Problem::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response()),
+    }
+}
+
+/// Query of `GET /v1/settlement.html`.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub(super) struct SettlementPageQuery {
+    /// First day or time (default: 90 days before today).
+    from: Option<String>,
+    /// Day or time the period ends, exclusive (default: the day after today).
+    to: Option<String>,
+}
+
+/// The season's settlement as a printable page (what `flexgate settlement --format html`
+/// writes): the totals, a chart of delivered against committed reduction per event, and a row
+/// per event naming its method and the data it stands on. Self-contained: no script, no
+/// outside resource; the browser prints it to PDF as it shows. The dashboard links to it.
+#[utoipa::path(get, path = "/v1/settlement.html", tag = "meter",
+    params(SettlementPageQuery),
+    responses(
+        (status = 200, description = "The page", body = String, content_type = "text/html"),
+        (status = 400, description = "A bad period", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub(super) async fn settlement_page(State(api): State<Api>, Query(query): Query<SettlementPageQuery>) -> Response {
+    let today = api.gateway.clock().now().date_naive();
+    let from = query
+        .from
+        .unwrap_or_else(|| (today - chrono::Duration::days(90)).to_string());
+    let to = query
+        .to
+        .unwrap_or_else(|| (today + chrono::Duration::days(1)).to_string());
+    match report_of(&api, &from, &to).await {
+        Ok((report, tz)) => (
+            [
+                (axum::http::header::CONTENT_TYPE, "text/html; charset=utf-8"),
+                (
+                    axum::http::header::CONTENT_SECURITY_POLICY,
+                    "default-src 'none'; style-src 'unsafe-inline'; img-src data:",
+                ),
+            ],
+            report.to_html(tz),
+        )
+            .into_response(),
+        Err(answer) => answer,
     }
 }

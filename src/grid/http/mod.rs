@@ -109,6 +109,7 @@ fn routes() -> OpenApiRouter<Api> {
         .routes(routes!(meter::intervals))
         .routes(routes!(meter::baseline))
         .routes(routes!(meter::settlement))
+        .routes(routes!(meter::settlement_page))
         .routes(routes!(dashboard::event_audit))
         .routes(routes!(dashboard::event_audit_chart))
         .routes(routes!(dashboard::root))
