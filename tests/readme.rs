@@ -68,6 +68,9 @@ fn classify(command: &str) -> (How, Gateway) {
             Stopped,
         ),
         _ if c.starts_with("flexgate log export") => (run(&[0], ""), Stopped),
+        _ if c.starts_with("flexgate meter import") => (run(&[0], "imported"), Stopped),
+        _ if c.starts_with("flexgate meter check") => (run(&[0], "imported intervals compared"), Stopped),
+        _ if c.starts_with("flexgate meter export") => (run(&[0], ""), Stopped),
         _ if c.starts_with("flexgate audit") => (run(&[0], "ev-2026-0142"), Stopped),
         // The zoo judges its own rows and exits 1 while one fails its acceptance (issue 14).
         _ if c.starts_with("flexgate simulate --zoo") => (run(&[0, 1], "knee"), Stopped),
@@ -309,6 +312,9 @@ fn every_readme_shell_example_runs_as_written() {
     assert!(scratch.dir.path().join("ev.svg").exists());
     assert!(scratch.dir.path().join("site.json").exists());
     assert!(scratch.dir.path().join("agent.token").exists());
+    // The imported Green Button and CSV data exported again: a header and every interval.
+    let exported = std::fs::read_to_string(scratch.dir.path().join("may.csv")).expect("may.csv");
+    assert_eq!(exported.lines().count(), 1 + 3 * 96 + 8, "{exported}");
     eprintln!(
         "README examples: {ran} run, {served} servers started and stopped, {} skipped:",
         skipped.len()
