@@ -167,7 +167,7 @@ const SCHEMA_KEY: &[u8] = b"schema";
 
 /// The store's layout: raised whenever what it derives from the ledger changes, so that an
 /// older store is rebuilt rather than read half-derived.
-const STORE_SCHEMA: &str = "flexgate-intervals/3";
+const STORE_SCHEMA: &str = "flexgate-intervals/4";
 
 /// An interval as stored: its end is the key; the value is its length (s, i64), its figure (f64
 /// bits; NaN for none), its quality (one byte), its readings (u32) and its source (a tag byte,
@@ -219,6 +219,41 @@ fn decode(key: &[u8], value: &[u8]) -> Option<Interval> {
         samples,
         source,
     })
+}
+
+/// The UTC day (days since the epoch) an interval ending at `end` is kept under: an interval
+/// ending at midnight belongs to the day it closes.
+fn day_of(end: DateTime<Utc>) -> i64 {
+    (end.timestamp() - 1).div_euclid(86_400)
+}
+
+fn day_key(day: i64) -> [u8; 8] {
+    (day as u64 ^ (1u64 << 63)).to_be_bytes()
+}
+
+/// A day of intervals: each its end (8 bytes), the length of its [`encode`]d value (u16), the
+/// value.
+fn encode_day<'a>(intervals: impl Iterator<Item = &'a Interval>) -> Vec<u8> {
+    let mut v = Vec::new();
+    for i in intervals {
+        let one = encode(i);
+        v.extend_from_slice(&key(i.end));
+        v.extend_from_slice(&u16::try_from(one.len()).unwrap_or(u16::MAX).to_be_bytes());
+        v.extend_from_slice(&one);
+    }
+    v
+}
+
+/// [`encode_day`]'s inverse; `None` for bytes it did not write.
+fn decode_day(mut bytes: &[u8]) -> Option<Vec<Interval>> {
+    let mut out = Vec::new();
+    while !bytes.is_empty() {
+        let k = bytes.get(0..8)?;
+        let n = usize::from(u16::from_be_bytes(bytes.get(8..10)?.try_into().ok()?));
+        out.push(decode(k, bytes.get(10..10 + n)?)?);
+        bytes = bytes.get(10 + n..)?;
+    }
+    Some(out)
 }
 
 fn key(end: DateTime<Utc>) -> [u8; 8] {
@@ -411,27 +446,24 @@ impl IntervalStore {
     pub fn check_import(&self, intervals: &[Interval]) -> Result<ImportSummary, StoreError> {
         let series = IntervalSeries::new(intervals.to_vec()).map_err(|e| StoreError::Invalid(e.to_string()))?;
         let intervals = series.intervals();
-        let mut replaced = 0;
-        for i in intervals {
-            if !matches!(i.source, IntervalSource::Imported(_)) {
-                return Err(StoreError::Invalid(format!(
-                    "interval ending {} is not labelled as imported",
-                    i.end
-                )));
-            }
-            if self.imported.contains_key(key(i.end)).map_err(|e| self.err(e))? {
-                replaced += 1;
-            }
+        if let Some(i) = intervals
+            .iter()
+            .find(|i| !matches!(i.source, IntervalSource::Imported(_)))
+        {
+            return Err(StoreError::Invalid(format!(
+                "interval ending {} is not labelled as imported",
+                i.end
+            )));
         }
+        let mut replaced = 0;
         // Imported intervals of another length overlapping these would make two figures for
         // one time: refused.
         if let (Some(first), Some(last)) = (intervals.first(), intervals.last()) {
             let length = first.length_s();
-            if let Some(other) = self
-                .range(&self.imported, first.start, last.end)?
-                .into_iter()
-                .find(|o| o.length_s() != length)
-            {
+            let held = self.imported(first.start, last.end)?;
+            let ends: std::collections::HashSet<DateTime<Utc>> = held.iter().map(|h| h.end).collect();
+            replaced = intervals.iter().filter(|i| ends.contains(&i.end)).count();
+            if let Some(other) = held.into_iter().find(|o| o.length_s() != length) {
                 return Err(StoreError::Invalid(format!(
                     "imported data of another interval length ({} s, ending {}) covers these times; \
                      a site's settlement data has one length",
@@ -591,26 +623,53 @@ impl IntervalStore {
     }
 
     /// Store one `meter_imported` record's intervals (replacing imported ones that end at the
-    /// same times).
+    /// same times). Imported intervals are kept by the UTC day (one value per day, the
+    /// intervals ending in it in time order): a year is 365 writes, not 105 k.
     fn apply_imported(&self, record: &MeterImported) -> Result<(), StoreError> {
-        let mut batch = sled::Batch::default();
+        let mut by_day: std::collections::BTreeMap<i64, Vec<Interval>> = std::collections::BTreeMap::new();
         for ImportedRow(end, kw, quality) in &record.rows {
-            let interval = Interval {
+            by_day.entry(day_of(*end)).or_default().push(Interval {
                 start: *end - Duration::seconds(record.length_s),
                 end: *end,
                 kw: *kw,
                 quality: *quality,
                 samples: 0,
                 source: IntervalSource::Imported(record.source.clone()),
+            });
+        }
+        let mut batch = sled::Batch::default();
+        for (day, fresh) in by_day {
+            let k = day_key(day);
+            let mut merged: std::collections::BTreeMap<DateTime<Utc>, Interval> = match self.imported.get(k) {
+                Ok(Some(v)) => decode_day(&v)
+                    .ok_or_else(|| self.err("a day of imported data it did not write"))?
+                    .into_iter()
+                    .map(|i| (i.end, i))
+                    .collect(),
+                Ok(None) => std::collections::BTreeMap::new(),
+                Err(e) => return Err(self.err(e)),
             };
-            batch.insert(&key(*end), encode(&interval));
+            for i in fresh {
+                merged.insert(i.end, i);
+            }
+            batch.insert(&k, encode_day(merged.values()));
         }
         self.imported.apply_batch(batch).map_err(|e| self.err(e))
     }
 
     /// Imported intervals overlapping `[from, to)`.
     pub fn imported(&self, from: DateTime<Utc>, to: DateTime<Utc>) -> Result<Vec<Interval>, StoreError> {
-        self.range(&self.imported, from, to)
+        // Days are keyed by the day their intervals end in; an interval overlapping `from` may
+        // end on the next day, one overlapping `to` at most an hour after it.
+        let first = day_of(from) - 1;
+        let last = day_of(to + Duration::hours(1)) + 1;
+        let mut out = Vec::new();
+        for item in self.imported.range(day_key(first)..=day_key(last)) {
+            let (_, v) = item.map_err(|e| self.err(e))?;
+            let day = decode_day(&v).ok_or_else(|| self.err("a day of imported data it did not write"))?;
+            out.extend(day.into_iter().filter(|i| i.start < to && i.end > from));
+        }
+        Ok(out)
     }
 
     /// The gateway's own intervals overlapping `[from, to)` (15-minute where compacted,

@@ -51,7 +51,15 @@ pub(super) struct ImportQuery {
     ))]
 pub(super) async fn import(State(api): State<Api>, Query(query): Query<ImportQuery>, request: Request) -> Response {
     if !api.authorized(request.headers()) {
-        return unauthorized();
+        // The body (up to 64 MiB) is not read for a caller without the token; the connection
+        // then cannot carry another request, and the answer says so, so that a client does not
+        // send its next request on it.
+        let mut answer = unauthorized();
+        answer.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+        return answer;
     }
     // The token first: an unauthenticated caller learns nothing of the parameters.
     let format = match query.format.as_deref().unwrap_or("") {
