@@ -209,6 +209,7 @@ impl GpuControl for Deadlined {
 mod tests {
     use super::*;
     use crate::gpu::GpuError;
+    use crate::gpu::tests::info;
 
     /// Two GPUs; GPU 1's reads hang while `hang` is set.
     struct Hanging {
@@ -237,19 +238,6 @@ mod tests {
         }
         fn readings(&self, _: u32) -> Result<Readings, GpuError> {
             Err(GpuError::NotSupported)
-        }
-    }
-
-    fn info(index: u32) -> GpuInfo {
-        GpuInfo {
-            uuid: format!("GPU-{index}"),
-            index,
-            minor: index,
-            pci: String::new(),
-            name: "test".into(),
-            min_mw: 200_000,
-            default_mw: 700_000,
-            max_mw: 700_000,
         }
     }
 

@@ -318,7 +318,7 @@ pub fn self_test(gpus: &dyn GpuControl) -> Result<(), String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -335,7 +335,8 @@ mod tests {
         );
     }
 
-    fn info(index: u32) -> GpuInfo {
+    /// A GPU of H100 SXM's range for the unit tests of this module and its children.
+    pub(crate) fn info(index: u32) -> GpuInfo {
         GpuInfo {
             uuid: format!("GPU-{index}"),
             index,
