@@ -17,8 +17,10 @@
 //!   can be rebuilt from the ledger, replicas hold the same data, and what settlement used is
 //!   tamper-evident.
 //!
-//! Keys are the interval's end (seconds since the epoch, big-endian, offset so negative times
-//! sort), so ranges are key ranges. Values are JSON.
+//! The gateway's intervals are keyed by their end (seconds since the epoch, big-endian, offset
+//! so negative times sort), so ranges are key ranges; imported ones by the UTC day they end in,
+//! one value per day (a year's import is 365 writes, not 105 k). Values are a small binary
+//! layout ([`encode`]); the curtailment windows and event summaries, few, are JSON.
 
 use crate::ledger::{LedgerError, LedgerReader};
 use chrono::{DateTime, Duration, Utc};
