@@ -159,23 +159,28 @@ async fn a_seasons_settlement_equals_an_independent_computation_of_the_programs_
     );
     server.shutdown().await;
 
+    // `flexgate` on the stopped gateway's directory; `settlement ARGS`: the period's settlement.
+    let data_dir = dir.path().join("data");
+    let from_day = today.format("%Y-%m-%d").to_string();
+    let to_day = (today + chrono::Duration::days(5)).format("%Y-%m-%d").to_string();
+    let run = |args: &[&std::ffi::OsStr]| {
+        Command::new(env!("CARGO_BIN_EXE_flexgate"))
+            .args(args)
+            .env("FLEXGATE_CHROMIUM", common::chromium::chromium())
+            .env_remove("FLEXGATE_DATA")
+            .output()
+            .expect("flexgate runs")
+    };
+    let settlement = |extra: &[&std::ffi::OsStr]| {
+        let mut args: Vec<&std::ffi::OsStr> = ["settlement", "--data"].map(std::ffi::OsStr::new).to_vec();
+        args.extend([data_dir.as_os_str(), "--config".as_ref(), config_file.as_os_str()]);
+        args.extend(["--from", &from_day, "--to", &to_day].map(std::ffi::OsStr::new));
+        args.extend(extra);
+        run(&args)
+    };
+
     // Offline, the same directory gives the same settlement.
-    let out = Command::new(env!("CARGO_BIN_EXE_flexgate"))
-        .args(["settlement", "--data"])
-        .arg(dir.path().join("data"))
-        .arg("--config")
-        .arg(&config_file)
-        .args([
-            "--from",
-            &today.format("%Y-%m-%d").to_string(),
-            "--to",
-            &(today + chrono::Duration::days(5)).format("%Y-%m-%d").to_string(),
-            "--format",
-            "json",
-        ])
-        .env_remove("FLEXGATE_DATA")
-        .output()
-        .expect("flexgate runs");
+    let out = settlement(&["--format".as_ref(), "json".as_ref()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let offline: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(offline["events"], live["events"], "the API and the CLI agree");
@@ -251,29 +256,10 @@ async fn a_seasons_settlement_equals_an_independent_computation_of_the_programs_
     assert_eq!(event["warnings"], serde_json::json!([]), "nothing to warn of: {event}");
 
     // The page in a headless Chromium (a screenshot for a reviewer) and as PDF.
-    let data_dir = dir.path().join("data");
     let page_file = dir.path().join("season.html");
     let pdf_file = dir.path().join("season.pdf");
     for (format, file) in [("html", &page_file), ("pdf", &pdf_file)] {
-        let out = Command::new(env!("CARGO_BIN_EXE_flexgate"))
-            .args(["settlement", "--data"])
-            .arg(&data_dir)
-            .arg("--config")
-            .arg(&config_file)
-            .args([
-                "--from",
-                &today.format("%Y-%m-%d").to_string(),
-                "--to",
-                &(today + chrono::Duration::days(5)).format("%Y-%m-%d").to_string(),
-                "--format",
-                format,
-                "-o",
-            ])
-            .arg(file)
-            .env("FLEXGATE_CHROMIUM", common::chromium::chromium())
-            .env_remove("FLEXGATE_DATA")
-            .output()
-            .expect("flexgate runs");
+        let out = settlement(&["--format".as_ref(), format.as_ref(), "-o".as_ref(), file.as_os_str()]);
         assert!(
             out.status.success(),
             "{format}: {}",
@@ -311,37 +297,17 @@ async fn a_seasons_settlement_equals_an_independent_computation_of_the_programs_
         t += chrono::Duration::minutes(15);
     }
     std::fs::write(&csv, rows).expect("csv");
-    let data = dir.path().join("data");
-    let run = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_flexgate"))
-            .args(args)
-            .env_remove("FLEXGATE_DATA")
-            .output()
-            .expect("flexgate runs")
-    };
     let out = run(&[
-        "meter",
-        "import",
-        csv.to_str().expect("utf-8"),
-        "--data",
-        data.to_str().expect("utf-8"),
-        "--source",
-        "utility correction",
+        "meter".as_ref(),
+        "import".as_ref(),
+        csv.as_os_str(),
+        "--data".as_ref(),
+        data_dir.as_os_str(),
+        "--source".as_ref(),
+        "utility correction".as_ref(),
     ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let out = run(&[
-        "settlement",
-        "--data",
-        data.to_str().expect("utf-8"),
-        "--config",
-        config_file.to_str().expect("utf-8"),
-        "--from",
-        &today.format("%Y-%m-%d").to_string(),
-        "--to",
-        &(today + chrono::Duration::days(5)).format("%Y-%m-%d").to_string(),
-        "--format",
-        "json",
-    ]);
+    let out = settlement(&["--format".as_ref(), "json".as_ref()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let corrected: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     let warnings = corrected["events"][0]["warnings"]
