@@ -1099,6 +1099,9 @@ async fn a_tiered_job_measured_slower_than_its_tier_is_backed_off_within_one_pas
         }
         settle().await;
     }
+    // The interval store folds the ledger as it goes (the season's settlement reads the events'
+    // costs there): once now, mid-event, and again at the end below, resuming.
+    gw.intervals().catch_up(&gw.ledger().reader()).expect("catch up");
     let backoffs = records("tier_backed_off");
     let first_backoff = backoffs
         .first()
@@ -1207,6 +1210,21 @@ async fn a_tiered_job_measured_slower_than_its_tier_is_backed_off_within_one_pas
     );
     stop.notify_one();
     let _ = control.await;
+    // The season's settlement reads the same cost from the interval store, folded record by
+    // record over two catch-ups: one figure per event in both reports.
+    gw.intervals().catch_up(&gw.ledger().reader()).expect("catch up");
+    let records: Vec<_> = gw.ledger().iter_from(1).filter_map(Result::ok).collect();
+    let audit = flexgate::reports::audit::build(&records, "ev-tier", 300, chrono_tz::Tz::UTC)
+        .expect("typed entries")
+        .expect("the event is in the ledger");
+    let cost = gw
+        .intervals()
+        .event_cost("ev-tier")
+        .expect("store")
+        .expect("the event's cost");
+    assert_eq!(cost.jobs, audit.jobs, "the store's fold and the audit's agree");
+    assert_eq!(cost.measured_kept, audit.throughput.measured_kept);
+    assert_eq!(cost.promised, audit.promised);
 }
 
 /// What was measured of a job is kept under its profile (the template's configuration in the

@@ -68,6 +68,8 @@ fn classify(command: &str) -> (How, Gateway) {
             Stopped,
         ),
         _ if c.starts_with("flexgate log export") => (run(&[0], ""), Stopped),
+        _ if c.starts_with("flexgate log site-key") => (run(&[0], ""), Stopped),
+        _ if c.starts_with("flexgate settlement") => (run(&[0], ""), Stopped),
         _ if c.starts_with("flexgate meter import") => (run(&[0], "imported"), Stopped),
         _ if c.starts_with("flexgate meter check") => (run(&[0], "imported intervals compared"), Stopped),
         _ if c.starts_with("flexgate meter export") => (run(&[0], ""), Stopped),

@@ -185,6 +185,55 @@ async fn a_seasons_settlement_equals_an_independent_computation_of_the_programs_
     let offline: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(offline["events"], live["events"], "the API and the CLI agree");
 
+    // The report's ledger head is signed with the site's key: the running gateway's and the
+    // offline command's are one key (the data directory's), which `log site-key` prints, and
+    // `log verify --checkpoints` checks the report against the ledger and the key.
+    let out = run(&[
+        "log".as_ref(),
+        "site-key".as_ref(),
+        "--data".as_ref(),
+        data_dir.as_os_str(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let site_key = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert_eq!(site_key.len(), 64, "{site_key}");
+    for report in [&live, &offline] {
+        assert_eq!(report["ledger_head_signature"]["public_key"], site_key.as_str());
+        assert_eq!(report["ledger_head_signature"]["seq"], report["ledger_head"][0]);
+    }
+    let report_file = dir.path().join("season.json");
+    std::fs::write(&report_file, offline.to_string()).expect("report");
+    let verify = |file: &Path| {
+        run(&[
+            "log".as_ref(),
+            "verify".as_ref(),
+            "--data".as_ref(),
+            data_dir.as_os_str(),
+            "--checkpoints".as_ref(),
+            file.as_os_str(),
+            "--site-key".as_ref(),
+            site_key.as_ref(),
+        ])
+    };
+    let out = verify(&report_file);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && said.contains("signed by site key"),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The head edited (to match a rewritten ledger): refused, naming why.
+    let mut edited = offline.clone();
+    edited["ledger_head"][1] = serde_json::json!("0".repeat(64));
+    let edited_file = dir.path().join("edited.json");
+    std::fs::write(&edited_file, edited.to_string()).expect("report");
+    let out = verify(&edited_file);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && said.contains("changed after it was signed"),
+        "{said}"
+    );
+
     let event = &offline["events"][0];
     assert_eq!(event["event_id"], "ev-settle", "{offline}");
     assert_eq!(event["settled_by"], "caiso-pdr");

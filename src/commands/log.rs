@@ -14,6 +14,8 @@ use std::path::PathBuf;
 ///   flexgate log verify --data ./flexgate-data
 ///   flexgate log verify --gateway 127.0.0.1:8080
 ///   flexgate log export --format csv --event ev-2026-0142 > ev.csv
+///   flexgate log verify --data ./flexgate-data --checkpoints season.json --site-key 3b6a…
+///   flexgate log site-key --data ./flexgate-data
 ///   flexgate log migrate --data ./old-data --to ./new-data/ledger
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
@@ -50,7 +52,15 @@ enum LogCommand {
         /// rewritten and re-hashed on disk verifies alone, not against them.
         #[arg(long, value_name = "FILE", conflicts_with = "gateway")]
         checkpoints: Option<PathBuf>,
+        /// The site's public key (64 hex digits, as `flexgate log site-key` prints it): a
+        /// settlement report among the checkpoints must be signed with it. Without it, a
+        /// signed report is checked against the key it names.
+        #[arg(long, value_name = "HEX", requires = "checkpoints")]
+        site_key: Option<String>,
     },
+    /// Print the site's public key (the one settlement reports' ledger heads are signed with),
+    /// for a utility or an auditor to keep; made in --data when there is none.
+    SiteKey,
     /// Write records as JSON lines or CSV to stdout (or --out).
     Export {
         /// Output format.
@@ -99,6 +109,11 @@ pub fn run(args: &LogArgs) -> Result<()> {
         );
         return Ok(());
     }
+    if let LogCommand::SiteKey = &args.what {
+        let key = crate::ledger::site_key::SiteKey::load_or_create(&args.data)?;
+        crate::outln!("{}", key.public_key());
+        return Ok(());
+    }
     if let LogCommand::Verify {
         gateway: Some(addr), ..
     } = &args.what
@@ -114,7 +129,10 @@ pub fn run(args: &LogArgs) -> Result<()> {
     }
     match &args.what {
         LogCommand::Verify {
-            anchors, checkpoints, ..
+            anchors,
+            checkpoints,
+            site_key,
+            ..
         } => match crate::ledger::verify_dir(&dir) {
             Ok(Ok(report)) => {
                 crate::outln!(
@@ -123,7 +141,7 @@ pub fn run(args: &LogArgs) -> Result<()> {
                     report.head_hash
                 );
                 if let Some(file) = checkpoints {
-                    verify_checkpoints(&dir, file)?;
+                    verify_checkpoints(&dir, file, site_key.as_deref())?;
                 }
                 match anchors {
                     Some(config) => verify_anchors(&dir, config),
@@ -143,7 +161,7 @@ pub fn run(args: &LogArgs) -> Result<()> {
             ),
             Err(e) => bail!("the ledger was not checked: {e}"),
         },
-        LogCommand::Migrate { .. } => Ok(()),
+        LogCommand::Migrate { .. } | LogCommand::SiteKey => Ok(()),
         LogCommand::Export { format, event, out } => {
             let format = match format {
                 Format::Jsonl => crate::ledger::ExportFormat::Jsonl,
@@ -164,9 +182,11 @@ pub fn run(args: &LogArgs) -> Result<()> {
 }
 
 /// `log verify --checkpoints`: the local chain against checkpoints others kept.
-fn verify_checkpoints(dir: &std::path::Path, file: &std::path::Path) -> Result<()> {
+fn verify_checkpoints(dir: &std::path::Path, file: &std::path::Path, site_key: Option<&str>) -> Result<()> {
     let text = super::read_input(file)?;
-    let checkpoints = crate::ledger::checkpoints::parse(&text).with_context(|| format!("{}", file.display()))?;
+    let checkpoints =
+        crate::ledger::checkpoints::parse(&text, site_key).with_context(|| format!("{}", file.display()))?;
+    let signers: std::collections::BTreeSet<&str> = checkpoints.iter().filter_map(|c| c.signed_by.as_deref()).collect();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -180,6 +200,9 @@ fn verify_checkpoints(dir: &std::path::Path, file: &std::path::Path) -> Result<(
         match outcome {
             Ok(n) => {
                 crate::outln!("ok: {n} checkpoints from {} agree", file.display());
+                for key in signers {
+                    crate::outln!("ok: a settlement report's head signed by site key {key} verifies");
+                }
                 Ok(())
             }
             Err(e) => bail!(

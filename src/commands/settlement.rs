@@ -110,7 +110,8 @@ pub fn run(args: &SettlementArgs) -> Result<()> {
         time_zone,
         head,
         crate::clock::wall_now(),
-    )?;
+    )?
+    .signed(&crate::ledger::site_key::SiteKey::load_or_create(&args.data)?);
     let text = match args.format {
         Format::Md => report.to_markdown(time_zone),
         Format::Json => serde_json::to_string_pretty(&report)? + "\n",

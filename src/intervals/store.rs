@@ -24,8 +24,10 @@
 
 use crate::ledger::{LedgerError, LedgerReader};
 use chrono::{DateTime, Duration, Utc};
-use flexgate_policies::control::entry::{Entry, ImportedRow, MeterImported};
+use flexgate_policies::control::entry::{Entry, ImportedRow, MeterImported, PlanRecorded, ThroughputPoint};
+use flexgate_policies::control::job_cost::{EventCost, EventCostFold};
 use flexgate_policies::intervals::{Interval, IntervalBuilder, IntervalQuality, IntervalSeries, IntervalSource};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The gateway's own intervals, s.
@@ -152,6 +154,12 @@ pub struct IntervalStore {
     /// The latest interpretation of each event, by id ([`EventSummary`]): what a season
     /// report needs without reading the whole ledger.
     events: sled::Tree,
+    /// What each event cost the jobs ([`EventCostFold`] by event id), folded from the ledger's
+    /// plans and throughput points.
+    costs: sled::Tree,
+    /// Each job's last uncapped throughput point `(at, tokens/s, tier)`, by job id: what a
+    /// curtailment that starts later measures the job's slowdown against.
+    last_uncapped: sled::Tree,
     meta: sled::Tree,
 }
 
@@ -169,7 +177,14 @@ const SCHEMA_KEY: &[u8] = b"schema";
 
 /// The store's layout: raised whenever what it derives from the ledger changes, so that an
 /// older store is rebuilt rather than read half-derived.
-const STORE_SCHEMA: &str = "flexgate-intervals/4";
+const STORE_SCHEMA: &str = "flexgate-intervals/5";
+
+/// The last ledger record whose plans and throughput points are folded into the events' costs
+/// (the meter's resume point re-reads an open interval's records; a cost is folded once).
+const COST_SEQ_KEY: &[u8] = b"cost_seq";
+
+/// The ids of the events whose curtailment is still being folded (JSON list).
+const COST_OPEN_KEY: &[u8] = b"cost_open";
 
 /// An interval as stored: its end is the key; the value is its length (s, i64), its figure (f64
 /// bits; NaN for none), its quality (one byte), its readings (u32) and its source (a tag byte,
@@ -287,7 +302,16 @@ impl IntervalStore {
         let meta = tree("meta")?;
         let schema = meta.get(SCHEMA_KEY).map_err(|e| db_err(&e))?;
         if schema.as_deref() != Some(STORE_SCHEMA.as_bytes()) {
-            for name in ["gateway", "gateway_15min", "imported", "curtailed", "events", "meta"] {
+            for name in [
+                "gateway",
+                "gateway_15min",
+                "imported",
+                "curtailed",
+                "events",
+                "costs",
+                "last_uncapped",
+                "meta",
+            ] {
                 tree(name)?.clear().map_err(|e| db_err(&e))?;
             }
             meta.insert(SCHEMA_KEY, STORE_SCHEMA.as_bytes())
@@ -299,6 +323,8 @@ impl IntervalStore {
             imported: tree("imported")?,
             curtailed: tree("curtailed")?,
             events: tree("events")?,
+            costs: tree("costs")?,
+            last_uncapped: tree("last_uncapped")?,
             meta,
             db,
             dir,
@@ -355,9 +381,17 @@ impl IntervalStore {
         let mut open_end: Option<DateTime<Utc>> = None;
         let mut closed = 0;
         let mut last_seq = resume.saturating_sub(1);
+        let cost_done = self
+            .meta
+            .get(COST_SEQ_KEY)
+            .map_err(|e| self.err(e))?
+            .and_then(|v| <[u8; 8]>::try_from(v.as_ref()).ok())
+            .map_or(0, u64::from_be_bytes);
+        let mut costs = CostPass::load(self)?;
         for record in ledger.iter_from(resume) {
             let record = record?;
             last_seq = record.seq;
+            let fresh = record.seq > cost_done;
             let m = match record.entry() {
                 Ok(Entry::MeterSample(m)) => m,
                 Ok(Entry::MeterImported(imported)) => {
@@ -366,10 +400,23 @@ impl IntervalStore {
                 }
                 Ok(Entry::EventPhase(t)) => {
                     self.note_phase(&t)?;
+                    if fresh {
+                        costs.phase(self, &t)?;
+                    }
                     continue;
                 }
                 Ok(Entry::EventInterpreted(e)) => {
                     self.note_event(&e, record.seq)?;
+                    continue;
+                }
+                Ok(Entry::Plan(p)) if fresh => {
+                    if let Some(event) = record.event.as_deref() {
+                        costs.plan(self, event, &p)?;
+                    }
+                    continue;
+                }
+                Ok(Entry::ThroughputPoint(p)) if fresh => {
+                    costs.point(self, &p)?;
                     continue;
                 }
                 _ => continue,
@@ -387,6 +434,10 @@ impl IntervalStore {
         }
         // The interval still open is re-read next time; with none open, the next record.
         let next = open_from.unwrap_or(last_seq + 1).max(resume);
+        costs.save(self)?;
+        self.meta
+            .insert(COST_SEQ_KEY, &last_seq.max(cost_done).to_be_bytes())
+            .map_err(|e| self.err(e))?;
         self.meta
             .insert(RESUME_KEY, &next.to_be_bytes())
             .map_err(|e| self.err(e))?;
@@ -567,6 +618,18 @@ impl IntervalStore {
             )
             .map_err(|e| self.err(e))?;
         Ok(())
+    }
+
+    /// What the event cost the jobs (as far as the ledger has been folded); `None` when the
+    /// site never curtailed nor planned for it.
+    pub fn event_cost(&self, event_id: &str) -> Result<Option<EventCost>, StoreError> {
+        match self.costs.get(event_id.as_bytes()).map_err(|e| self.err(e))? {
+            Some(v) => {
+                let fold: EventCostFold = serde_json::from_slice(&v).map_err(|e| self.err(e))?;
+                Ok(Some(fold.cost()))
+            }
+            None => Ok(None),
+        }
     }
 
     /// The events whose window starts in `[from, to)`, by start.
@@ -786,5 +849,150 @@ impl IntervalStore {
             mean_share: (!shares.is_empty()).then(|| shares.iter().sum::<f64>() / shares.len() as f64),
             disagreements,
         })
+    }
+}
+
+/// A job's last uncapped point `(at, tokens/s, tier)`.
+type LastUncapped = (DateTime<Utc>, f64, Option<f64>);
+
+/// One catch-up's folding of the events' costs: the open events' folds and the jobs' last
+/// uncapped points in memory, written back once at the end (a season's throughput points are
+/// many; the folds and jobs few).
+struct CostPass {
+    /// Folds read or changed in this pass, by event id.
+    folds: BTreeMap<String, EventCostFold>,
+    /// Those changed.
+    changed: BTreeSet<String>,
+    /// The events still being folded.
+    open: BTreeSet<String>,
+    /// Jobs' last uncapped points read or changed in this pass (`None`: none known).
+    last: BTreeMap<String, Option<LastUncapped>>,
+    /// Those changed.
+    last_changed: BTreeSet<String>,
+}
+
+impl CostPass {
+    fn load(store: &IntervalStore) -> Result<Self, StoreError> {
+        let open: BTreeSet<String> = match store.meta.get(COST_OPEN_KEY).map_err(|e| store.err(e))? {
+            Some(v) => serde_json::from_slice(&v).map_err(|e| store.err(e))?,
+            None => BTreeSet::new(),
+        };
+        let mut pass = Self {
+            folds: BTreeMap::new(),
+            changed: BTreeSet::new(),
+            open: BTreeSet::new(),
+            last: BTreeMap::new(),
+            last_changed: BTreeSet::new(),
+        };
+        for id in open {
+            if let Some(fold) = pass.fold(store, &id)?
+                && fold.is_open()
+            {
+                pass.open.insert(id);
+            }
+        }
+        Ok(pass)
+    }
+
+    /// The event's fold, read from the store the first time.
+    fn fold(&mut self, store: &IntervalStore, id: &str) -> Result<Option<&mut EventCostFold>, StoreError> {
+        if !self.folds.contains_key(id)
+            && let Some(v) = store.costs.get(id.as_bytes()).map_err(|e| store.err(e))?
+        {
+            let fold: EventCostFold = serde_json::from_slice(&v).map_err(|e| store.err(e))?;
+            self.folds.insert(id.to_string(), fold);
+        }
+        Ok(self.folds.get_mut(id))
+    }
+
+    fn phase(&mut self, store: &IntervalStore, t: &flexgate_policies::event::Transition) -> Result<(), StoreError> {
+        use flexgate_policies::event::Phase;
+        let id = t.event_id.to_string();
+        match t.to {
+            Phase::Ramping | Phase::Active => {
+                match self.fold(store, &id)? {
+                    Some(fold) => {
+                        if fold.started.is_none() {
+                            fold.started = Some(t.at);
+                        }
+                        fold.resume();
+                    }
+                    None => {
+                        self.folds.insert(id.clone(), EventCostFold::starting(t.at));
+                    }
+                }
+                self.open.insert(id.clone());
+                self.changed.insert(id);
+            }
+            phase if phase.is_terminal() => {
+                if let Some(fold) = self.fold(store, &id)?
+                    && fold.started.is_some()
+                {
+                    fold.end(t.at);
+                    self.open.remove(&id);
+                    self.changed.insert(id);
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn plan(&mut self, store: &IntervalStore, event: &str, plan: &PlanRecorded) -> Result<(), StoreError> {
+        if self.fold(store, event)?.is_none() {
+            self.folds.insert(event.to_string(), EventCostFold::default());
+        }
+        if let Some(fold) = self.folds.get_mut(event) {
+            fold.plan(plan);
+        }
+        self.changed.insert(event.to_string());
+        Ok(())
+    }
+
+    fn point(&mut self, store: &IntervalStore, p: &ThroughputPoint) -> Result<(), StoreError> {
+        if !self.last.contains_key(&p.job) {
+            let known = match store.last_uncapped.get(p.job.as_bytes()).map_err(|e| store.err(e))? {
+                Some(v) => Some(serde_json::from_slice::<LastUncapped>(&v).map_err(|e| store.err(e))?),
+                None => None,
+            };
+            self.last.insert(p.job.clone(), known);
+        }
+        let before = self.last.get(&p.job).copied().flatten();
+        for id in &self.open {
+            if let Some(fold) = self.folds.get_mut(id) {
+                fold.offer(p, before);
+                self.changed.insert(id.clone());
+            }
+        }
+        if p.uncapped {
+            let tier = p.max_slowdown.or(before.and_then(|b| b.2));
+            self.last.insert(p.job.clone(), Some((p.at, p.tokens_per_s, tier)));
+            self.last_changed.insert(p.job.clone());
+        }
+        Ok(())
+    }
+
+    fn save(self, store: &IntervalStore) -> Result<(), StoreError> {
+        for id in &self.changed {
+            if let Some(fold) = self.folds.get(id) {
+                store
+                    .costs
+                    .insert(id.as_bytes(), serde_json::to_vec(fold).map_err(|e| store.err(e))?)
+                    .map_err(|e| store.err(e))?;
+            }
+        }
+        for job in &self.last_changed {
+            if let Some(Some(last)) = self.last.get(job) {
+                store
+                    .last_uncapped
+                    .insert(job.as_bytes(), serde_json::to_vec(last).map_err(|e| store.err(e))?)
+                    .map_err(|e| store.err(e))?;
+            }
+        }
+        store
+            .meta
+            .insert(COST_OPEN_KEY, serde_json::to_vec(&self.open).map_err(|e| store.err(e))?)
+            .map_err(|e| store.err(e))?;
+        Ok(())
     }
 }

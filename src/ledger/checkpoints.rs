@@ -3,6 +3,13 @@
 //! ledger on disk. A ledger rewritten and re-hashed from some record on verifies on its own
 //! (every link recomputed); it does not agree with the hashes a utility kept from the acks it
 //! was sent, or with a report signed before the rewrite. `flexgate log verify --checkpoints`.
+//!
+//! A settlement report's head is signed with the site's key ([`super::site_key`]): its
+//! signature is checked as the file is read, so a report whose head was edited to match a
+//! rewritten ledger is refused, and with an expected key a report signed by another key (or
+//! not signed) is too.
+
+use super::site_key::HeadSignature;
 
 /// One checkpoint: the record and the hash it had when given out.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -13,6 +20,8 @@ pub struct Checkpoint {
     pub hash: String,
     /// Where it came from (`dr.ack/1 of ev-1 rev 2`, `settlement report`, `line 3`).
     pub from: String,
+    /// The site key that signed it (a settlement report's head), hex; `None`: unsigned.
+    pub signed_by: Option<String>,
 }
 
 /// Why a file of checkpoints cannot be read.
@@ -38,13 +47,19 @@ fn hash_ok(h: &str) -> bool {
 
 /// The checkpoints in one JSON value: a `dr.ack/1` (with `log_seq`), a settlement report
 /// (`ledger_head`), `{seq, hash}`, or an array of those.
-fn collect(value: &serde_json::Value, from: &str, out: &mut Vec<Checkpoint>) -> Result<(), CheckpointsError> {
+fn collect(
+    value: &serde_json::Value,
+    from: &str,
+    site_key: Option<&str>,
+    out: &mut Vec<Checkpoint>,
+) -> Result<(), CheckpointsError> {
     if let Some(items) = value.as_array() {
         for (i, item) in items.iter().enumerate() {
-            collect(item, &format!("{from}[{i}]"), out)?;
+            collect(item, &format!("{from}[{i}]"), site_key, out)?;
         }
         return Ok(());
     }
+    let signed_by = signature_of(value, from, site_key)?;
     let pair = if let (Some(seq), Some(hash)) = (value["log_seq"].as_u64(), value["log_checkpoint"].as_str()) {
         let what = format!(
             "{from}: dr.ack of {} revision {}",
@@ -61,10 +76,21 @@ fn collect(value: &serde_json::Value, from: &str, out: &mut Vec<Checkpoint>) -> 
     };
     match pair {
         Some((seq, hash, what)) if hash_ok(hash) && seq > 0 => {
+            let hash = hash.to_ascii_lowercase();
+            if let Some(signed) = &signed_by
+                && (signed.seq != seq || !signed.hash.eq_ignore_ascii_case(&hash))
+            {
+                return Err(CheckpointsError(format!(
+                    "{what}: its ledger_head (record {seq}, {hash}) is not the head it signed (record {}, {}): \
+                     the report was changed after it was signed",
+                    signed.seq, signed.hash
+                )));
+            }
             out.push(Checkpoint {
                 seq,
-                hash: hash.to_ascii_lowercase(),
+                hash,
                 from: what,
+                signed_by: signed_by.map(|s| s.public_key),
             });
             Ok(())
         }
@@ -79,16 +105,40 @@ fn collect(value: &serde_json::Value, from: &str, out: &mut Vec<Checkpoint>) -> 
     }
 }
 
+/// A settlement report's head signature, verified (against `site_key` when given: then a
+/// report must carry one). `None` for anything unsigned that may be.
+fn signature_of(
+    value: &serde_json::Value,
+    from: &str,
+    site_key: Option<&str>,
+) -> Result<Option<HeadSignature>, CheckpointsError> {
+    let is_report = value.get("ledger_head").is_some();
+    match value.get("ledger_head_signature").filter(|v| !v.is_null()) {
+        Some(sig) => {
+            let sig: HeadSignature = serde_json::from_value(sig.clone())
+                .map_err(|e| CheckpointsError(format!("{from}: ledger_head_signature: {e}")))?;
+            sig.verify(site_key)
+                .map_err(|why| CheckpointsError(format!("{from}: the report's head signature: {why}")))?;
+            Ok(Some(sig))
+        }
+        None if is_report && site_key.is_some() => Err(CheckpointsError(format!(
+            "{from}: the settlement report is not signed, and a site key was given"
+        ))),
+        None => Ok(None),
+    }
+}
+
 /// Read the checkpoints of a file: one JSON document (an object or an array) or JSON lines.
-pub fn parse(text: &str) -> Result<Vec<Checkpoint>, CheckpointsError> {
+/// `site_key` (hex): the key a settlement report's head must be signed with.
+pub fn parse(text: &str, site_key: Option<&str>) -> Result<Vec<Checkpoint>, CheckpointsError> {
     let mut out = Vec::new();
     match serde_json::from_str::<serde_json::Value>(text) {
-        Ok(value) => collect(&value, "the file", &mut out)?,
+        Ok(value) => collect(&value, "the file", site_key, &mut out)?,
         Err(_) => {
             for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
                 let value: serde_json::Value = serde_json::from_str(line)
                     .map_err(|e| CheckpointsError(format!("line {}: not JSON: {e}", n + 1)))?;
-                collect(&value, &format!("line {}", n + 1), &mut out)?;
+                collect(&value, &format!("line {}", n + 1), site_key, &mut out)?;
             }
         }
     }
@@ -147,7 +197,7 @@ mod tests {
             "{{\"schema\":\"dr.ack/1\",\"event_id\":\"ev-1\",\"revision\":2,\"log_checkpoint\":\"{H1}\",\"log_seq\":3}}\n\
              {{\"schema\":\"flexgate.settlement/1\",\"ledger_head\":[7,\"{H2}\"]}}\n"
         );
-        let got = parse(&lines).expect("read");
+        let got = parse(&lines, None).expect("read");
         assert_eq!(got.len(), 2);
         assert_eq!((got[0].seq, got[1].seq), (3, 7));
         assert!(got[0].from.contains("ev-1"));
@@ -164,9 +214,46 @@ mod tests {
         // Truncated: record 7 is gone.
         assert!(check(&got, 6, ledger).expect_err("caught").reason.contains("gone"));
         let array = format!("[{{\"seq\":3,\"hash\":\"{H1}\"}}]");
-        assert_eq!(parse(&array).expect("an array").len(), 1);
-        assert!(parse("{\"seq\":0,\"hash\":\"x\"}").is_err());
-        assert!(parse("[]").is_err());
-        assert!(parse("not json\n").is_err());
+        assert_eq!(parse(&array, None).expect("an array").len(), 1);
+        assert!(parse("{\"seq\":0,\"hash\":\"x\"}", None).is_err());
+        assert!(parse("[]", None).is_err());
+        assert!(parse("not json\n", None).is_err());
+        // With a site key, an unsigned report is refused.
+        assert!(parse(&lines, Some(H1)).expect_err("unsigned").0.contains("not signed"));
+    }
+
+    #[test]
+    fn a_signed_report_is_checked_as_read() {
+        let dir = tempfile::tempdir().expect("dir");
+        let key = crate::ledger::site_key::SiteKey::load_or_create(dir.path()).expect("key");
+        let signed = key.sign_head(7, H2, chrono::DateTime::UNIX_EPOCH);
+        let report = serde_json::json!({
+            "schema": "flexgate.settlement/1",
+            "ledger_head": [7, H2],
+            "ledger_head_signature": signed,
+        });
+        let got = parse(&report.to_string(), Some(&key.public_key())).expect("verified");
+        assert_eq!(got[0].signed_by.as_deref(), Some(key.public_key().as_str()));
+        // The head edited to match a rewritten ledger: refused.
+        let mut edited = report.clone();
+        edited["ledger_head"] = serde_json::json!([7, H1]);
+        assert!(
+            parse(&edited.to_string(), None)
+                .expect_err("edited")
+                .0
+                .contains("changed after")
+        );
+        // Head and signature's head both edited: the signature does not verify.
+        edited["ledger_head_signature"]["hash"] = serde_json::json!(H1);
+        assert!(
+            parse(&edited.to_string(), None)
+                .expect_err("forged")
+                .0
+                .contains("does not verify")
+        );
+        // Signed by another key than the site's.
+        let other =
+            crate::ledger::site_key::SiteKey::load_or_create(tempfile::tempdir().expect("dir").path()).expect("key");
+        assert!(parse(&report.to_string(), Some(&other.public_key())).is_err());
     }
 }

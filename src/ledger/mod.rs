@@ -90,6 +90,7 @@ pub mod migrate;
 pub(crate) mod private;
 mod raw;
 pub mod replica;
+pub mod site_key;
 mod store;
 #[cfg(test)]
 mod tests;

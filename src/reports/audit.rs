@@ -158,61 +158,10 @@ pub struct ThroughputAudit {
     pub measured_kept: Option<MeasuredKept>,
 }
 
-/// The share of their uncapped throughput the measured jobs kept during the event.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct MeasuredKept {
-    /// How many jobs the figures are over.
-    pub jobs: usize,
-    /// Σ capped tokens/s ÷ Σ uncapped tokens/s.
-    pub tokens_kept_share: f64,
-    /// Mean of each job's capped ÷ uncapped, weighted by GPUs × priority as the plan weighed it
-    /// (1 per job for plans recorded before notes).
-    pub progress_kept_share: f64,
-}
-
-/// [`MeasuredKept`] over the jobs measured both ways, each weighted by `weights` (default 1).
-fn measured_kept(jobs: &[JobAudit], weights: &std::collections::HashMap<String, f64>) -> Option<MeasuredKept> {
-    let (mut n, mut capped, mut uncapped, mut progress, mut weight) = (0, 0.0, 0.0, 0.0, 0.0);
-    for j in jobs {
-        let (Some(u), Some(c)) = (j.uncapped_tokens_per_s, j.capped_tokens_per_s) else {
-            continue;
-        };
-        if u <= 0.0 {
-            continue;
-        }
-        let w = weights.get(&j.job).copied().unwrap_or(1.0);
-        n += 1;
-        capped += c;
-        uncapped += u;
-        progress += w * (c / u);
-        weight += w;
-    }
-    (n > 0 && weight > 0.0).then(|| MeasuredKept {
-        jobs: n,
-        tokens_kept_share: capped / uncapped,
-        progress_kept_share: progress / weight,
-    })
-}
-
-/// What a curtailment cost one job, from its measured points (`throughput_point` records).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct JobAudit {
-    /// The job.
-    pub job: String,
-    /// Its tier: the largest slowdown its owner accepts (absent: no tier).
-    pub tier: Option<f64>,
-    /// Its measured uncapped throughput, the last before the event (tokens/s).
-    pub uncapped_tokens_per_s: Option<f64>,
-    /// Its measured throughput under caps during the event, time-weighted (tokens/s).
-    pub capped_tokens_per_s: Option<f64>,
-    /// 1 − capped / uncapped, both measured.
-    pub measured_slowdown: Option<f64>,
-    /// Minutes during the event measured slower than the tier allows (with its tolerance).
-    pub minutes_over_tier: Option<f64>,
-    /// `measured` when both figures were measured, else `unmeasured` (nothing is modelled here:
-    /// a slowdown the job did not report is not estimated for the auditor).
-    pub throughput: &'static str,
-}
+/// What a curtailment cost one job, from its measured points (`throughput_point` records);
+/// the fold is the one the season's settlement uses, so both give one figure per event.
+pub use flexgate_policies::control::job_cost::{JobCost as JobAudit, MeasuredKept};
+use flexgate_policies::control::job_cost::{JobCostFold, measured_kept};
 
 /// One interval's performance.
 #[derive(Debug, Clone, Serialize)]
@@ -273,7 +222,7 @@ pub fn build(
     let mut points: Vec<flexgate_policies::control::entry::ThroughputPoint> = Vec::new();
     let mut planned_jobs: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     // Each job's objective weight (GPUs × priority) as the latest plan recorded it.
-    let mut weights: std::collections::HashMap<String, f64> = std::collections::HashMap::new();
+    let mut weights: std::collections::BTreeMap<String, f64> = std::collections::BTreeMap::new();
     let mut promised = None;
     for record in records {
         let entry = record.entry()?;
@@ -628,52 +577,18 @@ fn throughput_audit(
     audit
 }
 
-/// One job's measured cost of the event: `points` are every recorded point (all jobs), in
-/// record order. Each capped point holds from its time until the job's next point or the end.
+/// What the curtailment from `started` to `ended` cost `job`, from its points.
 fn job_audit(
     job: &str,
     points: &[flexgate_policies::control::entry::ThroughputPoint],
     started: Option<DateTime<Utc>>,
     ended: Option<DateTime<Utc>>,
 ) -> JobAudit {
-    let own: Vec<_> = points.iter().filter(|p| p.job == job).collect();
-    let tier = own.iter().rev().find_map(|p| p.max_slowdown);
-    let uncapped = own
-        .iter()
-        .rfind(|p| p.uncapped && started.is_none_or(|s| p.at <= s))
-        .map(|p| p.tokens_per_s);
-    let in_event = |at: DateTime<Utc>| started.is_none_or(|s| at >= s) && ended.is_none_or(|e| at <= e);
-    let (mut weighted, mut seconds, mut over) = (0.0, 0.0, 0.0);
-    for (i, p) in own.iter().enumerate() {
-        if p.uncapped || !in_event(p.at) {
-            continue;
-        }
-        let until = own.get(i + 1).map(|n| n.at).or(ended).unwrap_or(p.at);
-        let until = ended.map_or(until, |e| until.min(e));
-        let held = (until - p.at).num_milliseconds().max(0) as f64 / 1000.0;
-        weighted += p.tokens_per_s * held;
-        seconds += held;
-        if let (Some(t), Some(u)) = (tier, uncapped)
-            && u > 0.0
-            && 1.0 - p.tokens_per_s / u > t + flexgate_policies::control::evidence::TIER_TOLERANCE
-        {
-            over += held;
-        }
+    let mut fold = JobCostFold::default();
+    for p in points.iter().filter(|p| p.job == job) {
+        fold.offer(p, started, ended);
     }
-    let capped = (seconds > 0.0).then(|| weighted / seconds);
-    let slowdown = match (capped, uncapped) {
-        (Some(c), Some(u)) if u > 0.0 => Some(1.0 - c / u),
-        _ => None,
-    };
-    JobAudit {
-        job: job.to_string(),
-        tier,
-        uncapped_tokens_per_s: uncapped,
-        capped_tokens_per_s: capped,
-        measured_slowdown: slowdown,
-        minutes_over_tier: (tier.is_some() && slowdown.is_some()).then_some(over / 60.0),
-        throughput: if slowdown.is_some() { "measured" } else { "unmeasured" },
-    }
+    fold.cost(job, ended)
 }
 
 /// Text from outside (operator names, reasons, received bytes) with control characters

@@ -45,6 +45,9 @@ pub struct SettlementReport {
     /// The ledger's head when computed `(seq, hash)`: the report is reproducible from the
     /// ledger up to there.
     pub ledger_head: (u64, String),
+    /// `ledger_head` signed with the site's key (see `flexgate log verify --checkpoints`);
+    /// absent when the report was made without one.
+    pub ledger_head_signature: Option<crate::ledger::site_key::HeadSignature>,
     /// Per event, by start.
     pub events: Vec<EventSettlement>,
     /// Over the events settled.
@@ -92,6 +95,14 @@ pub struct EventSettlement {
     pub penalty: Option<f64>,
     /// The event's intervals by quality and source: what the figures stand on.
     pub data: DataQuality,
+    /// The share of the event's window the site was curtailing for it (from the ledger's
+    /// lifecycle records): a late start, an early end or an operator's opt-out lowers it.
+    pub availability: Option<f64>,
+    /// What the flexibility curve promised for the ask before the event (planner's estimate:
+    /// the meter kW it would shed and the objective it would cost) and what the event cost
+    /// the jobs, **measured** from their reported throughput (jobs that reported nothing are
+    /// listed as unmeasured, never estimated). `None`: the site never planned for it.
+    pub cost: Option<flexgate_policies::control::job_cost::EventCost>,
     /// What a reader must know before trusting the figures: load lowered inside the
     /// adjustment window before the event (pre-curtailment lowers the baseline, hence the
     /// payment), a curtailment of the site inside it, estimated or missing intervals.
@@ -134,6 +145,9 @@ pub struct Totals {
     pub penalty: f64,
     /// The mean of the events' performance factors.
     pub mean_performance_factor: Option<f64>,
+    /// The mean, over events with measured jobs, of the GPU-weighted progress the measured
+    /// jobs kept.
+    pub mean_measured_progress_kept: Option<f64>,
     /// Every event's intervals together.
     pub data: DataQuality,
 }
@@ -174,6 +188,7 @@ pub fn build(
         to,
         generated_at: now,
         time_zone: time_zone.name().to_string(),
+        ledger_head_signature: None,
         ledger_head: head,
         events: settled,
         totals,
@@ -245,6 +260,8 @@ fn settle(
         .and_then(|p| p.penalty_per_mwh)
         .and_then(|price| Some(shortfall_kwh? / 1000.0 * price));
     let warnings = warnings(store, event, baseline.as_ref().ok(), &quality)?;
+    let availability = availability(store, event, end, now)?;
+    let cost = store.event_cost(&event.id)?;
     Ok(EventSettlement {
         event_id: event.id.clone(),
         revision: event.revision,
@@ -264,8 +281,34 @@ fn settle(
         payment,
         penalty,
         data: quality,
+        availability,
+        cost,
         warnings,
     })
+}
+
+/// The share of `[event.start, end)` (so far) the site was curtailing for the event.
+fn availability(
+    store: &IntervalStore,
+    event: &EventSummary,
+    end: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Result<Option<f64>, StoreError> {
+    // Only the part of the window that has come: an event not begun has no availability yet.
+    let end = end.min(now);
+    let window = (end - event.start).num_milliseconds();
+    if window <= 0 {
+        return Ok(None);
+    }
+    let mut covered = 0;
+    for (id, from, to) in store.curtailments(event.start, end)? {
+        if id == event.id {
+            let from = from.max(event.start);
+            let to = to.unwrap_or(now).min(end);
+            covered += (to - from).num_milliseconds().max(0);
+        }
+    }
+    Ok(Some((covered as f64 / window as f64).min(1.0)))
 }
 
 /// The warnings of one event (see [`EventSettlement::warnings`]).
@@ -328,7 +371,12 @@ fn totals(events: &[EventSettlement]) -> Totals {
         .iter()
         .filter_map(|e| e.performance.as_ref()?.performance_factor)
         .collect();
+    let kept: Vec<f64> = events
+        .iter()
+        .filter_map(|e| Some(e.cost.as_ref()?.measured_kept?.progress_kept_share))
+        .collect();
     let mut t = Totals {
+        mean_measured_progress_kept: (!kept.is_empty()).then(|| kept.iter().sum::<f64>() / kept.len() as f64),
         events: events.len(),
         settled: events.iter().filter(|e| e.baseline.is_ok()).count(),
         mean_performance_factor: (!factors.is_empty()).then(|| factors.iter().sum::<f64>() / factors.len() as f64),
@@ -348,7 +396,51 @@ fn totals(events: &[EventSettlement]) -> Totals {
     t
 }
 
+/// One event's promise and cost in words, for the tables: `(promised shed kW, promised
+/// progress lost, measured progress kept, jobs measured of planned)`, `—` where unknown.
+fn promise_and_cost(e: &EventSettlement) -> (String, String, String, String) {
+    let dash = || "—".to_string();
+    let promised = e.cost.as_ref().and_then(|c| c.promised);
+    let measured = e
+        .cost
+        .as_ref()
+        .map(|c| c.jobs.iter().filter(|j| j.throughput == "measured").count());
+    (
+        promised.map_or_else(dash, |p| format!("{:.1}", p.meter_shed_kw)),
+        promised.map_or_else(dash, |p| format!("{:.1} %", p.progress_lost * 100.0)),
+        e.cost
+            .as_ref()
+            .and_then(|c| c.measured_kept)
+            .map_or_else(dash, |k| format!("{:.1} %", k.progress_kept_share * 100.0)),
+        match (measured, e.cost.as_ref()) {
+            (Some(m), Some(c)) => format!("{m} of {}", c.jobs_planned),
+            _ => dash(),
+        },
+    )
+}
+
+/// The signature's line for people.
+fn signature_words(report: &SettlementReport) -> String {
+    report.ledger_head_signature.as_ref().map_or_else(
+        || "The ledger head is not signed (no site key).".to_string(),
+        |s| {
+            format!(
+                "Ledger head signed at {} with the site key {} ({}): signature {}. Check it, and the ledger against it, \
+                 with `flexgate log verify --checkpoints` on this report's JSON.",
+                s.signed_at, s.public_key, s.scheme, s.signature
+            )
+        },
+    )
+}
+
 impl SettlementReport {
+    /// The report with its ledger head signed by the site's `key` at the time it was computed.
+    #[must_use]
+    pub fn signed(mut self, key: &crate::ledger::site_key::SiteKey) -> Self {
+        self.ledger_head_signature = Some(key.sign_head(self.ledger_head.0, &self.ledger_head.1, self.generated_at));
+        self
+    }
+
     /// The report for people (Markdown): one row per event, then the totals; every figure says
     /// its method and what data it stands on.
     #[must_use]
@@ -406,7 +498,8 @@ impl SettlementReport {
         let _ = writeln!(
             out,
             "\n**Totals:** {} events, {} with a baseline; delivered {:.1} kWh, short {:.1} kWh; estimated payment {:.2}, penalty {:.2}; \
-             mean performance factor {}; intervals measured {}, estimated {}, missing {} (imported {}, gateway {}).",
+             mean performance factor {}; progress the jobs kept (measured) {}; intervals measured {}, estimated {}, missing {} \
+             (imported {}, gateway {}).",
             t.events,
             t.settled,
             t.delivered_kwh,
@@ -415,12 +508,38 @@ impl SettlementReport {
             t.penalty,
             t.mean_performance_factor
                 .map_or_else(|| "—".to_string(), |f| format!("{:.0} %", f * 100.0)),
+            t.mean_measured_progress_kept
+                .map_or_else(|| "—".to_string(), |k| format!("{:.1} %", k * 100.0)),
             t.data.measured,
             t.data.estimated,
             t.data.missing,
             t.data.imported,
             t.data.gateway
         );
+        let _ = writeln!(
+            out,
+            "\n## Promised against delivered, and what it cost the jobs\n\nPromised: the site's flexibility curve before the event \
+             (planner's estimate). Delivered: by the event's baseline method. Kept: measured from the jobs' reported throughput \
+             (jobs that reported nothing are not estimated).\n\n\
+             | event | availability | promised shed kW (estimate) | delivered kW (method) | promised progress lost (estimate) | progress kept (measured) | jobs measured |\n|---|---|---|---|---|---|---|"
+        );
+        for e in &self.events {
+            let (shed, lost, kept, jobs) = promise_and_cost(e);
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} ({}) | {} | {} | {} |",
+                e.event_id,
+                e.availability
+                    .map_or_else(|| "—".to_string(), |a| format!("{:.0} %", a * 100.0)),
+                shed,
+                num(e.performance.as_ref().and_then(|p| p.delivered_kw), 1),
+                e.method,
+                lost,
+                kept,
+                jobs
+            );
+        }
+        let _ = writeln!(out, "\n{}", signature_words(self));
         out
     }
 
@@ -429,7 +548,7 @@ impl SettlementReport {
     pub fn to_csv(&self) -> String {
         use std::fmt::Write as _;
         let mut out = String::from(
-            "event_id,revision,start,end,program,method,version,committed_kw,committed_from,delivered_kw,performance_factor,delivered_kwh,shortfall_kwh,payment,penalty,measured,estimated,missing,imported,gateway,baseline_refused\n",
+            "event_id,revision,start,end,program,method,version,committed_kw,committed_from,delivered_kw,performance_factor,delivered_kwh,shortfall_kwh,payment,penalty,measured,estimated,missing,imported,gateway,baseline_refused,availability,promised_shed_kw,promised_progress_lost,measured_progress_kept,jobs_planned,jobs_measured\n",
         );
         let num = |v: Option<f64>| v.map_or_else(String::new, |v| format!("{v:.3}"));
         let field = |s: &str| s.replace([',', '\n', '"'], " ");
@@ -437,7 +556,7 @@ impl SettlementReport {
             let perf = e.performance.as_ref();
             let _ = writeln!(
                 out,
-                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                 field(&e.event_id),
                 e.revision,
                 e.start.to_rfc3339(),
@@ -458,7 +577,20 @@ impl SettlementReport {
                 e.data.missing,
                 e.data.imported,
                 e.data.gateway,
-                e.baseline.as_ref().err().map(|s| field(s)).unwrap_or_default()
+                e.baseline.as_ref().err().map(|s| field(s)).unwrap_or_default(),
+                num(e.availability),
+                num(e.cost.as_ref().and_then(|c| c.promised).map(|p| p.meter_shed_kw)),
+                num(e.cost.as_ref().and_then(|c| c.promised).map(|p| p.progress_lost)),
+                num(e
+                    .cost
+                    .as_ref()
+                    .and_then(|c| c.measured_kept)
+                    .map(|k| k.progress_kept_share)),
+                e.cost.as_ref().map(|c| c.jobs_planned.to_string()).unwrap_or_default(),
+                e.cost
+                    .as_ref()
+                    .map(|c| c.jobs.iter().filter(|j| j.throughput == "measured").count().to_string())
+                    .unwrap_or_default(),
             );
         }
         out
@@ -535,6 +667,7 @@ impl SettlementReport {
              <dt>Delivered</dt><dd>{delivered:.1} kWh</dd><dt>Short of commitments</dt><dd>{short:.1} kWh</dd>\
              <dt>Estimated payment</dt><dd>{payment:.2}</dd><dt>Estimated penalty</dt><dd>{penalty:.2}</dd>\
              <dt>Mean performance factor</dt><dd>{factor}</dd>\
+             <dt>Progress the jobs kept (measured)</dt><dd>{kept}</dd>\
              <dt>Intervals</dt><dd>{m} measured, {e} estimated, {x} missing; {i} imported from the utility, {g} the gateway's own</dd></dl>\n\
              <figure>{chart}</figure>\n",
             from = self.from.with_timezone(&tz).format("%Y-%m-%d"),
@@ -557,6 +690,10 @@ impl SettlementReport {
             x = t.data.missing,
             i = t.data.imported,
             g = t.data.gateway,
+            kept = t.mean_measured_progress_kept.map_or_else(
+                || "— (no job measured)".to_string(),
+                |k| format!("{:.1} % (mean over events)", k * 100.0)
+            ),
         );
         let _ = writeln!(
             out,
@@ -606,7 +743,148 @@ impl SettlementReport {
                 );
             }
         }
-        let _ = writeln!(out, "</tbody></table>\n</body></html>");
+        let _ = writeln!(
+            out,
+            "</tbody></table>\n<h2>Promised against delivered, and what it cost the jobs</h2>\n\
+             <p class=\"muted\">Promised: the site's flexibility curve before the event (planner's estimate). Delivered: by the \
+             event's baseline method. Progress kept: measured from the jobs' reported throughput; jobs that reported nothing are \
+             not estimated.</p>\n<table><thead><tr><th>Event</th><th>Availability</th><th>Promised shed kW (estimate)</th>\
+             <th>Delivered kW (method)</th><th>Promised progress lost (estimate)</th><th>Progress kept (measured)</th>\
+             <th>Jobs measured</th></tr></thead><tbody>"
+        );
+        for ev in &self.events {
+            let (shed, lost, kept, jobs) = promise_and_cost(ev);
+            let _ = writeln!(
+                out,
+                "<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{shed}</td><td class=\"num\">{} <span class=\"muted\">({})</span></td>\
+                 <td class=\"num\">{lost}</td><td class=\"num\">{kept}</td><td>{jobs}</td></tr>",
+                esc(&ev.event_id),
+                ev.availability
+                    .map_or_else(|| "—".to_string(), |a| format!("{:.0} %", a * 100.0)),
+                num(ev.performance.as_ref().and_then(|p| p.delivered_kw), 1),
+                ev.method,
+            );
+        }
+        let _ = writeln!(
+            out,
+            "</tbody></table>\n<p class=\"muted\" id=\"signature\" style=\"word-break:break-all\">{}</p>\n</body></html>",
+            esc(&signature_words(self))
+        );
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::{Ledger, NewRecord};
+    use chrono::TimeZone;
+    use flexgate_policies::control::entry::{Entry, EventInterpreted, Recorded, Upserted};
+    use flexgate_policies::event::{
+        EventSource, GridEvent, Interval as EventInterval, Phase, Target, Transition, Window,
+    };
+
+    fn interpreted(start: DateTime<Utc>) -> Entry {
+        Entry::EventInterpreted(EventInterpreted {
+            event: GridEvent {
+                id: "ev-a".into(),
+                revision: 1,
+                source: EventSource::Http,
+                site: None,
+                program: None,
+                issued_at: None,
+                mandatory: false,
+                test: false,
+                cancel: false,
+                priority: None,
+                window: Window {
+                    start,
+                    ramp_s: 0,
+                    duration_s: Some(7200),
+                    recovery_s: 0,
+                    randomize_start_s: 0,
+                },
+                intervals: vec![EventInterval {
+                    offset_s: 0,
+                    duration_s: None,
+                    target: Target::Reduction {
+                        kw: 100.0,
+                        baseline_kw: None,
+                    },
+                }],
+            },
+            ceilings: vec![],
+            baseline: None,
+            pre_event_meter_kw: 1000.0,
+            received_at: start - Duration::hours(20),
+            outcome: Upserted::New,
+            settled_budget: None,
+            facility_fingerprint: String::new(),
+        })
+    }
+
+    fn phase(to: Phase, at: DateTime<Utc>) -> NewRecord {
+        NewRecord::from(Recorded::new(
+            Entry::EventPhase(Transition {
+                event_id: "ev-a".into(),
+                from: Phase::Pending,
+                to,
+                at,
+            }),
+            None,
+        ))
+    }
+
+    /// Availability is the share of the event's window (so far) the site curtailed for it; the
+    /// head is signed with the key given, and the signature verifies.
+    #[tokio::test]
+    async fn availability_counts_the_curtailed_share_and_the_head_is_signed() {
+        let dir = tempfile::tempdir().expect("dir");
+        let start = Utc.with_ymd_and_hms(2026, 7, 1, 20, 0, 0).single().expect("time");
+        let ledger = Ledger::open(&dir.path().join("ledger")).await.expect("ledger");
+        // Curtailing from 30 minutes late to the end of the 2-hour window: 75 %.
+        ledger
+            .append_all(vec![
+                NewRecord::from(Recorded::new(interpreted(start), None)),
+                phase(Phase::Active, start + Duration::minutes(30)),
+                phase(Phase::Completed, start + Duration::hours(2)),
+            ])
+            .await
+            .expect("append");
+        let store = IntervalStore::open(dir.path(), true).expect("store");
+        store.catch_up(&ledger.reader()).expect("catch up");
+        let key = crate::ledger::site_key::SiteKey::load_or_create(dir.path()).expect("key");
+        let head = ledger.head();
+        let build_at = |now: DateTime<Utc>| {
+            build(
+                &store,
+                &SettlementConfig::default(),
+                start - Duration::days(1),
+                start + Duration::days(1),
+                Tz::UTC,
+                head.clone(),
+                now,
+            )
+            .expect("report")
+            .signed(&key)
+        };
+        let after = build_at(start + Duration::days(1));
+        let event = &after.events[0];
+        assert!(
+            (event.availability.expect("availability") - 0.75).abs() < 1e-9,
+            "{event:?}"
+        );
+        // Halfway through, the window so far: 30 of 60 minutes.
+        let during = build_at(start + Duration::hours(1));
+        assert!((during.events[0].availability.expect("so far") - 0.5).abs() < 1e-9);
+        // Before the start, nothing to say yet.
+        assert_eq!(build_at(start - Duration::hours(1)).events[0].availability, None);
+        let signed = after.ledger_head_signature.as_ref().expect("signed");
+        assert_eq!((signed.seq, signed.hash.as_str()), (head.0, head.1.as_str()));
+        assert_eq!(signed.verify(Some(&key.public_key())), Ok(()));
+        let md = after.to_markdown(Tz::UTC);
+        assert!(md.contains("| ev-a | 75 % |") && md.contains(&key.public_key()), "{md}");
+        assert!(after.to_csv().lines().nth(1).is_some_and(|l| l.contains(",0.750,")));
+        ledger.close().await.expect("close");
     }
 }

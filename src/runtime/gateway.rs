@@ -35,6 +35,9 @@ pub enum StartError {
     /// The interval store beside the ledger could not be opened.
     #[error(transparent)]
     Intervals(#[from] crate::intervals::StoreError),
+    /// The site's key in the data directory cannot be read or made.
+    #[error(transparent)]
+    SiteKey(#[from] crate::ledger::site_key::SiteKeyError),
     /// The ledger's hash chain does not verify: a record was altered, removed or inserted. The
     /// state the gateway would rebuild from it cannot be trusted, so it does not start.
     #[error(
@@ -61,6 +64,9 @@ pub struct Gateway {
     /// The site meter as interval data, derived from the ledger (`crate::intervals`): what
     /// the baselines and the settlement read.
     intervals: Arc<crate::intervals::IntervalStore>,
+    /// The site's key (`<data_dir>/site.key`): the settlement report's ledger head is signed
+    /// with it.
+    site_key: Arc<crate::ledger::site_key::SiteKey>,
 }
 
 impl Gateway {
@@ -120,6 +126,7 @@ impl Gateway {
         // Beside the ledger, in the same data directory.
         let data_dir = ledger.dir().parent().unwrap_or(ledger.dir()).to_path_buf();
         let intervals = Arc::new(crate::intervals::IntervalStore::open(&data_dir, true)?);
+        let site_key = Arc::new(crate::ledger::site_key::SiteKey::load_or_create(&data_dir)?);
         let (role_tx, role_rx) = tokio::sync::watch::channel(role);
         let facility = flexgate_policies::facility::FacilityModel::new(config.facility.clone())
             .map_err(|e| StartError::Facility(e.to_string()))?;
@@ -179,6 +186,7 @@ impl Gateway {
             read,
             role: role_tx,
             intervals,
+            site_key,
         }))
     }
 
@@ -217,6 +225,12 @@ impl Gateway {
     #[must_use]
     pub fn intervals(&self) -> &Arc<crate::intervals::IntervalStore> {
         &self.intervals
+    }
+
+    /// The site's key.
+    #[must_use]
+    pub fn site_key(&self) -> &Arc<crate::ledger::site_key::SiteKey> {
+        &self.site_key
     }
 
     /// The ledger handle (the writer's: it also reads).

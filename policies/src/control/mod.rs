@@ -34,6 +34,7 @@ pub mod entry;
 pub mod evidence;
 pub mod flexibility;
 mod intake;
+pub mod job_cost;
 mod planner;
 pub mod probe;
 mod reconcile;

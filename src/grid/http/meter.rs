@@ -351,9 +351,11 @@ async fn report_of(
     let reader = api.gateway.ledger().reader();
     let head = reader.head();
     let now = api.gateway.clock().now();
+    let key = api.gateway.site_key().clone();
     let report = tokio::task::spawn_blocking(move || {
         store.catch_up(&reader)?;
         crate::reports::settlement::build(&store, &config.settlement, from, to, time_zone, head, now)
+            .map(|report| report.signed(&key))
     })
     .await;
     match report {
