@@ -15,6 +15,7 @@ pub mod curve;
 pub mod estimate;
 pub mod event;
 pub mod facility;
+pub mod forecast;
 pub mod ids;
 pub mod intervals;
 pub mod meter;

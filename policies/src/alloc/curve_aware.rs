@@ -414,11 +414,60 @@ pub struct Prepared<'a> {
     equal_split: ProportionalSplit,
 }
 
+/// What one job can shed and what each watt of it costs, by the same estimate the plans use:
+/// the forecast's building block (`crate::forecast`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShedProfile {
+    /// The job's value uncapped under the objective (what its losses are a share of).
+    pub value: f64,
+    /// Its sheddable watts, cheapest first: `(width W, value lost per W)`, the cost rising
+    /// (its hull's segments from the top down; one segment in proportion to power for a job
+    /// whose elasticity is unknown).
+    pub segments: Vec<(f64, f64)>,
+}
+
+impl ShedProfile {
+    /// The watts the job can shed, all segments.
+    #[must_use]
+    pub fn room_w(&self) -> f64 {
+        self.segments.iter().map(|s| s.0).sum()
+    }
+}
+
 impl Prepared<'_> {
     /// The jobs this preparation is for, in plan order.
     #[must_use]
     pub fn jobs(&self) -> &[JobSpec] {
         &self.jobs
+    }
+
+    /// Each job's [`ShedProfile`], in plan order.
+    #[must_use]
+    pub fn shed_profiles(&self) -> Vec<ShedProfile> {
+        let mut out: Vec<ShedProfile> = self
+            .jobs
+            .iter()
+            .enumerate()
+            .map(|(i, job)| {
+                let value = self.scale[i] * job.uncapped_tokens.value();
+                let segments = if self.has_hull(i) {
+                    Vec::new()
+                } else {
+                    // Unknown: in proportion to power, as the equal rule assumes.
+                    let room = (job.uncapped_power - self.floors[i].0).value().max(0.0);
+                    let per_w = value / job.uncapped_power.value().max(1e-9);
+                    if room > 0.0 { vec![(room, per_w)] } else { Vec::new() }
+                };
+                ShedProfile { value, segments }
+            })
+            .collect();
+        // Hull segments are stored job by job in ascending power: shedding takes the top first.
+        for segment in self.segments.iter().rev() {
+            out[segment.job as usize]
+                .segments
+                .push((segment.width, segment.slope.max(0.0)));
+        }
+        out
     }
 
     /// Restrict `hull` to `[floor, P_max]`, store its vertices and its sheddable segments.

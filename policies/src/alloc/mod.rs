@@ -23,7 +23,7 @@ pub mod proportional;
 pub mod select;
 mod types;
 
-pub use curve_aware::{CurveAware, Prepared};
+pub use curve_aware::{CurveAware, Prepared, ShedProfile};
 pub use proportional::{Proportional, Weighting};
 pub use types::*;
 
