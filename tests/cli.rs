@@ -136,6 +136,11 @@ fn simulate_refuses_flags_that_do_not_apply_and_the_season_follows_its_objective
             &["simulate", "--curves", "knee", "--curves", "roofline"][..],
             "--curves",
         ),
+        (&["simulate", "--forecast", "--objective", "tokens"][..], "--objective"),
+        (&["simulate", "--forecast", "--cut", "0.3"][..], "--cut"),
+        (&["simulate", "--forecast", "--spread=-1"][..], "--spread"),
+        (&["simulate", "--forecast", "--cost-ceiling", "2"][..], "--cost-ceiling"),
+        (&["simulate", "--cost-ceiling", "0.1"][..], "--cost-ceiling"),
     ] {
         let out = flexgate(args);
         let stderr = String::from_utf8_lossy(&out.stderr);

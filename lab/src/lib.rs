@@ -9,6 +9,7 @@
 
 pub mod experiment;
 pub mod file;
+pub mod forecast_backtest;
 pub mod groups;
 pub mod knowledge_bound;
 pub mod rng;

@@ -39,6 +39,7 @@ pub mod run;
 pub mod season;
 pub mod settlement;
 pub mod simulate;
+mod simulate_forecast;
 
 use anyhow::{Context, Result, bail};
 use std::path::Path;

@@ -38,6 +38,7 @@ use std::path::PathBuf;
 ///   flexgate simulate --zoo --curves sweep-mixed   # one family of the zoo (repeatable)
 ///   flexgate simulate --objective progress         # GPU-weighted progress instead of tokens/s
 ///   flexgate simulate --season 20 --objective progress  # the gateway's default objective
+///   flexgate simulate --forecast                   # backtest the day-ahead flexibility forecast
 ///
 /// Objectives: `tokens` (the paper's: Σ tokens/s) or `progress` (each job's share of its own
 /// uncapped throughput, weighted by its GPUs). Gap closure is computed on the one chosen; the
@@ -66,6 +67,15 @@ use std::path::PathBuf;
 /// (throughput off by --noise-sd), and the next plan uses what was measured (the measured
 /// points with their errors, the estimator's family below the lowest). The same season without
 /// learning is run alongside.
+///
+/// With --forecast: the day-ahead forecast's backtest. A cluster of 512 GPUs over 24 days:
+/// jobs arrive (more by day), queue first come first served with backfill, run for heavy-tailed
+/// times (log-normal, median 4 h) under time limits 1.2–4 times their runtime (one in ten killed
+/// at its limit), on 1–64 GPUs (powers of two), 40 % re-running a known configuration. Every 3
+/// hours after 4 days the forecast is made from what the gateway would know (running jobs'
+/// limits, the queue's expected starts as Slurm computes them, the runtimes seen) and scored
+/// against the flexibility that then existed: P10–P90 coverage, the P50's error against the
+/// naive forecast (the fleet now persists), and the shortfall of a declaration at its P10.
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub struct SimulateArgs {
@@ -155,6 +165,23 @@ pub struct SimulateArgs {
     /// fleet's uncapped throughput (`[probe] max_fleet_share`).
     #[arg(long, default_value_t = 0.05, value_name = "SHARE", requires = "season")]
     probe_budget: f64,
+    /// Backtest the day-ahead flexibility forecast (see above): a cluster whose jobs arrive,
+    /// queue, run and end, forecast every 3 hours, scored at 1, 6, 24 and 48 hours ahead.
+    #[arg(long, conflicts_with_all = ["fleet", "season", "zoo"])]
+    forecast: bool,
+    /// With --forecast: seeds 1 to N (1–10 are the ones the forecast was tuned on; the rest
+    /// are held out).
+    #[arg(long, default_value_t = 20, value_name = "N", requires = "forecast",
+          value_parser = clap::value_parser!(u64).range(11..=100))]
+    forecast_seeds: u64,
+    /// With --forecast: the cost ceiling (the share of GPU-weighted progress the site accepts to
+    /// lose) the sheddable watts are counted within.
+    #[arg(long, default_value_t = 0.10, value_name = "SHARE", requires = "forecast")]
+    cost_ceiling: f64,
+    /// With --forecast: the calibration factor on the band's spread (the default is the one
+    /// tuned on seeds 1–3; BENCHMARKS.md shows how).
+    #[arg(long, default_value_t = flexgate_policies::forecast::DEFAULT_SPREAD, value_name = "FACTOR", requires = "forecast")]
+    spread: f64,
     /// No progress bar.
     #[arg(long, short)]
     quiet: bool,
@@ -365,6 +392,25 @@ fn refuse_inapplicable(args: &SimulateArgs) -> Result<()> {
             "the zoo is a table (--csv writes it as CSV)",
         )?;
     }
+    if args.forecast {
+        for (present, flag) in [
+            (args.objective.is_some(), "--objective"),
+            (args.mix.is_some(), "--mix"),
+            (args.tiers.is_some(), "--tiers"),
+            (args.knowledge.is_some(), "--knowledge"),
+            (args.workloads.is_some(), "--workloads"),
+            (args.plot.is_some(), "--plot"),
+            (args.csv.is_some(), "--csv"),
+            (!args.cut.is_empty(), "--cut"),
+        ] {
+            given(
+                present,
+                flag,
+                "--forecast",
+                "the backtest's cluster and jobs are its own (--forecast-seeds, --cost-ceiling)",
+            )?;
+        }
+    }
     if args.season.is_some() {
         given(
             args.workloads.is_some(),
@@ -405,6 +451,15 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
     }
     if args.zoo {
         return run_zoo_table(args);
+    }
+    if args.forecast {
+        return super::simulate_forecast::run(
+            args.forecast_seeds,
+            args.cost_ceiling,
+            args.spread,
+            args.json,
+            args.quiet,
+        );
     }
     let (templates, source) = load_templates(args)?;
     if let Some(events) = args.season {

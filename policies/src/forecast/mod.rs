@@ -73,7 +73,13 @@ pub struct Fill {
     /// The spread of an unknown job's sheddable watts across the fleet's jobs, as a share of
     /// its mean (the fleet prior's PFI spread).
     pub shed_cv: f64,
+    /// How fast the GPUs busy move from now's count to the usual one, s (the time constant of
+    /// an exponential approach): the site is not assumed to fill at once.
+    pub relax_s: f64,
 }
+
+/// [`Fill::relax_s`] by default: 6 hours.
+pub const FILL_RELAX_S: f64 = 6.0 * 3600.0;
 
 /// How the forecast is made.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -103,7 +109,7 @@ impl Default for ForecastParams {
 }
 
 /// The spread's calibration factor (see `BENCHMARKS.md`, the forecast backtest).
-pub const DEFAULT_SPREAD: f64 = 1.0;
+pub const DEFAULT_SPREAD: f64 = 0.45;
 
 /// The forecast's inputs: every known job (running or queued) with its profile and timing.
 #[derive(Debug, Clone, Copy)]
@@ -182,15 +188,58 @@ pub struct Forecast {
     pub steps: Vec<ForecastStep>,
 }
 
-/// One sheddable stretch of a job (`owner` its index; [`FILL`] for the unknown jobs, per GPU).
-#[derive(Debug, Clone, Copy)]
-struct Stretch {
-    cost_per_w: f64,
-    width: f64,
-    owner: u32,
+/// The spread is computed at each of the first steps and then at every this many.
+const SPREAD_EVERY: usize = 4;
+
+/// Stretches summed together by the forecast's walk before it looks inside.
+const BLOCK: usize = 64;
+
+/// The most stretches the forecast walks at each step: beyond, each job's stretches are merged
+/// in twos, threes... (a fleet of 20 000 jobs of 7–8 stretches keeps 2–3 each). Up to about
+/// 8 000 jobs, nothing is merged.
+pub const MAX_STRETCHES: usize = 64_000;
+
+/// Every sheddable stretch of every job and of one unknown GPU (owner `n`), sorted by cost once,
+/// as columns: the per-step walk reads them in order.
+struct Stretches {
+    cost: Vec<f64>,
+    width: Vec<f64>,
+    owner: Vec<u32>,
+    /// Each owner's sheddable watts in all.
+    room: Vec<f64>,
 }
 
-const FILL: u32 = u32::MAX;
+impl Stretches {
+    fn new(profiles: &[ShedProfile], fill: Option<&Fill>) -> Self {
+        let n = profiles.len();
+        let mut all: Vec<(f64, f64, u32)> = Vec::new();
+        let mut room = vec![0.0; n + 1];
+        let usable = |s: &&(f64, f64)| s.0 > 0.0 && s.0.is_finite() && s.1.is_finite();
+        let total: usize = profiles.iter().map(|p| p.segments.iter().filter(usable).count()).sum();
+        // A large fleet's jobs keep fewer breakpoints: `merge` consecutive stretches of a job
+        // become one (their watts, their cost): each job's curve is then a coarser chord of
+        // itself, and the walk's cost stays within bounds.
+        let merge = total.div_ceil(MAX_STRETCHES).max(1);
+        let owners = profiles.iter().chain(fill.map(|f| &f.per_gpu));
+        for (o, profile) in owners.enumerate() {
+            let own: Vec<&(f64, f64)> = profile.segments.iter().filter(usable).collect();
+            let group = if o < n { merge } else { 1 };
+            for chunk in own.chunks(group) {
+                let width: f64 = chunk.iter().map(|s| s.0).sum();
+                let cost = chunk.iter().map(|s| s.0 * s.1.max(0.0)).sum::<f64>() / width;
+                all.push((cost, width, o as u32));
+                room[o] += width;
+            }
+        }
+        all.sort_by(|a, b| a.0.total_cmp(&b.0));
+        Self {
+            cost: all.iter().map(|s| s.0).collect(),
+            width: all.iter().map(|s| s.1).collect(),
+            owner: all.iter().map(|s| s.2).collect(),
+            room,
+        }
+    }
+}
 
 /// The forecast over `input`'s steps.
 #[must_use]
@@ -199,118 +248,134 @@ pub fn forecast(input: &ForecastInput<'_>) -> Forecast {
     let params = input.params;
     let ceiling = params.cost_ceiling.clamp(0.0, 1.0);
     let levels = params.levels.clamp(2, 101);
-    // Every stretch of every job, and the unknown jobs' per GPU, by cost: sorted once.
-    let mut stretches: Vec<Stretch> = Vec::new();
-    for (i, profile) in input.profiles[..n].iter().enumerate() {
-        stretches.extend(
-            profile
-                .segments
-                .iter()
-                .filter(|s| s.0 > 0.0)
-                .map(|&(width, cost)| Stretch {
-                    cost_per_w: cost.max(0.0),
-                    width,
-                    owner: i as u32,
-                }),
-        );
-    }
-    if let Some(fill) = input.fill {
-        stretches.extend(
-            fill.per_gpu
-                .segments
-                .iter()
-                .filter(|s| s.0 > 0.0)
-                .map(|&(width, cost)| Stretch {
-                    cost_per_w: cost.max(0.0),
-                    width,
-                    owner: FILL,
-                }),
-        );
-    }
-    stretches.sort_by(|a, b| a.cost_per_w.total_cmp(&b.cost_per_w));
+    let table = Stretches::new(&input.profiles[..n], input.fill);
     let runtime = Sorted::new(input.runtime);
-    let mut presence = vec![0.0; n];
-    let mut shed = vec![0.0; n];
+    // Each owner's weight at a step: a job's chance of running; the unknown jobs' GPUs (last).
+    let mut presence = vec![0.0; n + 1];
+    let mut shed = vec![0.0; n + 1];
+    let mut weighted = vec![0.0; table.cost.len()];
+    let mut block_w = vec![0.0; table.cost.len().div_ceil(BLOCK)];
+    let mut block_c = vec![0.0; block_w.len()];
+    let mut trackers: Vec<Tracker> = input.timing[..n].iter().map(|&t| runtime.tracker(t)).collect();
     let mut steps = Vec::with_capacity(params.steps);
     let mut carried_sd = 0.0_f64;
     let mut scale = 1.0;
+    let mut gpus_now = 0.0;
     for k in 0..params.steps {
         let ahead = f64::from(params.step_s) * k as f64;
-        let (mut value, mut gpus_known, mut jobs_known) = (0.0, 0.0, 0.0);
-        for (i, slot) in presence.iter_mut().enumerate() {
-            let p = runtime.presence(input.timing[i], ahead);
+        let (mut value, mut gpus_known, mut jobs_known, mut most) = (0.0, 0.0, 0.0, 0.0);
+        for (i, (slot, tracker)) in presence[..n].iter_mut().zip(&mut trackers).enumerate() {
+            let p = runtime.presence(input.timing[i], tracker, ahead);
             *slot = p;
             value += p * input.profiles[i].value;
             gpus_known += p * f64::from(input.gpus[i]);
             jobs_known += p;
+            most += p * table.room[i];
         }
-        let fill_gpus = input.fill.map_or(0.0, |f| (f.busy_gpus - gpus_known).max(0.0));
+        if k == 0 {
+            gpus_now = gpus_known;
+        }
+        // The GPUs busy move from now's count towards the usual one; what the known jobs do not
+        // hold of that, unknown jobs do.
+        let fill_gpus = input.fill.map_or(0.0, |f| {
+            let approach = 1.0 - (-ahead / f.relax_s.max(1.0)).exp();
+            let target = gpus_now + (f.busy_gpus - gpus_now) * approach;
+            (target - gpus_known).max(0.0)
+        });
+        presence[n] = fill_gpus;
         if let Some(fill) = input.fill {
             value += fill_gpus * fill.per_gpu.value;
+            most += fill_gpus * table.room[n];
         }
         // Cheapest watts first, each weighted by its owner's chance of running, until the
         // expected cost is the ceiling's share of the expected value; and the whole curve.
         let budget = ceiling * value;
-        let weight = |owner: u32| {
-            if owner == FILL {
-                fill_gpus
-            } else {
-                presence[owner as usize]
-            }
-        };
-        let most: f64 = stretches.iter().map(|s| weight(s.owner) * s.width).sum();
         let level_at = |l: usize| most * l as f64 / (levels - 1) as f64;
+        // Each stretch's expected watts, then sums by blocks (independent, so they pipeline):
+        // the budget's and the levels' places are found among the blocks, then inside one.
+        for ((slot, &owner), &width) in weighted.iter_mut().zip(&table.owner).zip(&table.width) {
+            *slot = presence[owner as usize] * width;
+        }
+        for ((bw, bc), (ws, cs)) in block_w
+            .iter_mut()
+            .zip(block_c.iter_mut())
+            .zip(weighted.chunks(BLOCK).zip(table.cost.chunks(BLOCK)))
+        {
+            *bw = ws.iter().sum();
+            *bc = ws.iter().zip(cs).map(|(w, c)| w * c).sum();
+        }
+        let (mut cost, mut watts) = (0.0, 0.0);
         let mut curve = Vec::with_capacity(levels);
         curve.push((0.0, 0.0));
-        shed.iter_mut().for_each(|s| *s = 0.0);
-        let (mut cost, mut watts, mut fill_shed_per_gpu) = (0.0, 0.0, 0.0);
+        // Where the budget runs out: `(place, watts taken there)`.
+        let mut cut: Option<(usize, f64)> = None;
         let mut available: Option<f64> = (budget <= 0.0).then_some(0.0);
-        for s in &stretches {
-            let w = weight(s.owner);
-            if w <= 0.0 {
-                continue;
-            }
-            let (width, unit_cost) = (w * s.width, s.cost_per_w);
-            // Levels this stretch passes.
-            while curve.len() < levels && watts + width >= level_at(curve.len()) - 1e-9 {
-                let target = level_at(curve.len());
-                curve.push((target, cost + (target - watts).max(0.0) * unit_cost));
-            }
-            if available.is_none() {
-                let room = budget - cost;
-                let take = if unit_cost > 0.0 {
-                    (room / unit_cost).min(width)
-                } else {
-                    width
-                };
-                let fraction = take / width;
-                if s.owner == FILL {
-                    fill_shed_per_gpu += s.width * fraction;
-                } else {
-                    shed[s.owner as usize] += s.width * fraction;
+        for (b, (&bw, &bc)) in block_w.iter().zip(&block_c).enumerate() {
+            let next_level = level_at(curve.len());
+            let budget_here = available.is_none() && cost + bc >= budget;
+            let level_here = curve.len() < levels && watts + bw >= next_level - 1e-9;
+            if budget_here || level_here {
+                // Inside the block, stretch by stretch.
+                let from = b * BLOCK;
+                let to = (from + BLOCK).min(weighted.len());
+                for (place, (&w, &unit_cost)) in weighted[from..to].iter().zip(&table.cost[from..to]).enumerate() {
+                    let place = from + place;
+                    if available.is_none() && w > 0.0 && cost + w * unit_cost >= budget {
+                        let take = if unit_cost > 0.0 {
+                            ((budget - cost) / unit_cost).min(w)
+                        } else {
+                            w
+                        };
+                        available = Some(watts + take);
+                        cut = Some((place, take));
+                    }
+                    while curve.len() < levels && watts + w >= level_at(curve.len()) - 1e-9 {
+                        let target = level_at(curve.len());
+                        curve.push((target, cost + (target - watts).max(0.0) * unit_cost));
+                    }
+                    cost += w * unit_cost;
+                    watts += w;
                 }
-                if take < width {
-                    available = Some(watts + take);
-                }
+            } else {
+                cost += bc;
+                watts += bw;
             }
-            cost += width * unit_cost;
-            watts += width;
         }
         while curve.len() < levels {
             curve.push((level_at(curve.len()), cost));
         }
         let mean = available.unwrap_or(watts);
-        let mut var: f64 = (0..n)
-            .map(|i| presence[i] * (1.0 - presence[i]) * shed[i] * shed[i])
-            .sum();
-        if let Some(fill) = input.fill
-            && fill.job_gpus > 0.0
-        {
-            // The unknown jobs: how many (Poisson) and which (their spread across the fleet).
-            let jobs = fill_gpus / fill.job_gpus;
-            let per_job = fill.job_gpus * fill_shed_per_gpu;
-            var += jobs * per_job * per_job * (1.0 + fill.shed_cv * fill.shed_cv);
-        }
+        // The spread: at each of the first four steps, then at every fourth (hourly with
+        // quarter-hours; the steps between carry the last one, which the band never narrows
+        // from anyway).
+        let var = if k < SPREAD_EVERY || k % SPREAD_EVERY == 0 {
+            // Each owner's own watts (not weighted) shed at the budget's cost.
+            let (until, taken) = cut.unwrap_or((weighted.len(), 0.0));
+            for (&owner, &width) in table.owner[..until].iter().zip(&table.width[..until]) {
+                shed[owner as usize] += width;
+            }
+            if let Some(&w) = weighted.get(until).filter(|w| **w > 0.0) {
+                shed[table.owner[until] as usize] += table.width[until] * taken / w;
+            }
+            let mut var: f64 = (0..n)
+                .map(|i| presence[i] * (1.0 - presence[i]) * shed[i] * shed[i])
+                .sum();
+            if let Some(fill) = input.fill
+                && fill.job_gpus > 0.0
+            {
+                // The unknown jobs: how many (Poisson) and which (their spread across the fleet).
+                let jobs = fill_gpus / fill.job_gpus;
+                let per_job = fill.job_gpus * shed[n];
+                var += jobs * per_job * per_job * (1.0 + fill.shed_cv * fill.shed_cv);
+            }
+            // Back to zero for the next step: only what was touched.
+            for &owner in &table.owner[..(until + 1).min(table.owner.len())] {
+                shed[owner as usize] = 0.0;
+            }
+            var
+        } else {
+            0.0
+        };
         let sd = (var.sqrt() * params.spread).max(carried_sd);
         carried_sd = sd;
         if k == 0 {
@@ -392,7 +457,45 @@ impl Fill {
             },
             job_gpus: g,
             shed_cv: shed_cv.max(0.0),
+            relax_s: FILL_RELAX_S,
         }
+    }
+}
+
+impl Fill {
+    /// The unknown jobs as a mix of the jobs the site has run (`jobs`: each job's profile and
+    /// GPUs; the recent ones, or those running now): per GPU, every job's watts and value in
+    /// proportion to its GPUs, so the unknown jobs are assumed to be like the site's jobs, not a
+    /// textbook one. `None` without a GPU among them.
+    #[must_use]
+    pub fn from_mix<'p>(
+        jobs: impl IntoIterator<Item = (&'p ShedProfile, u32)>,
+        busy_gpus: f64,
+        shed_cv: f64,
+    ) -> Option<Self> {
+        let (mut value, mut gpus, mut count) = (0.0, 0.0, 0usize);
+        let mut segments: Vec<(f64, f64)> = Vec::new();
+        for (profile, g) in jobs {
+            value += profile.value;
+            gpus += f64::from(g);
+            count += 1;
+            segments.extend_from_slice(&profile.segments);
+        }
+        if gpus <= 0.0 {
+            return None;
+        }
+        segments.iter_mut().for_each(|s| s.0 /= gpus);
+        segments.sort_by(|a, b| a.1.total_cmp(&b.1));
+        Some(Self {
+            busy_gpus: busy_gpus.max(0.0),
+            per_gpu: ShedProfile {
+                value: value / gpus,
+                segments,
+            },
+            job_gpus: gpus / count as f64,
+            shed_cv: shed_cv.max(0.0),
+            relax_s: FILL_RELAX_S,
+        })
     }
 }
 
@@ -402,6 +505,16 @@ struct Sorted<'a> {
     shares: Vec<f64>,
 }
 
+/// Where one job's share of its limit stands among the observed shares: the steps ask for
+/// ever later times, so a cursor moves forward instead of searching each time.
+#[derive(Debug, Clone, Copy)]
+struct Tracker {
+    /// The share of jobs that used more than this one has so far (its survival's denominator).
+    now_exceed: f64,
+    /// The first observed share above the latest asked.
+    cursor: usize,
+}
+
 impl<'a> Sorted<'a> {
     fn new(model: &'a RuntimeModel) -> Self {
         let mut shares = model.samples().to_vec();
@@ -409,32 +522,51 @@ impl<'a> Sorted<'a> {
         Self { model, shares }
     }
 
-    /// The share of jobs that use more than `x` of their limit.
-    fn exceed(&self, x: f64) -> f64 {
-        let below = self.shares.partition_point(|&s| s <= x);
-        (self.shares.len() - below) as f64 / self.shares.len().max(1) as f64
+    fn exceed_from(&self, cursor: usize) -> f64 {
+        (self.shares.len() - cursor.min(self.shares.len())) as f64 / self.shares.len().max(1) as f64
     }
 
-    fn survival(&self, elapsed: f64, limit: Option<f64>, ahead: f64) -> f64 {
+    fn tracker(&self, timing: JobTiming) -> Tracker {
+        let (elapsed, limit) = match timing {
+            JobTiming::Running { elapsed_s, limit_s } => (elapsed_s, limit_s),
+            JobTiming::Queued { limit_s, .. } => (0.0, limit_s),
+        };
+        let x = limit
+            .filter(|l| l.is_finite() && *l > 0.0)
+            .map_or(0.0, |l| elapsed.max(0.0) / l);
+        let cursor = self.shares.partition_point(|&s| s <= x);
+        Tracker {
+            now_exceed: self.exceed_from(cursor),
+            cursor,
+        }
+    }
+
+    /// Survival `ahead` on (never asked for an earlier `ahead` than last time).
+    fn survival(&self, tracker: &mut Tracker, elapsed: f64, limit: Option<f64>, ahead: f64) -> f64 {
         match limit.filter(|l| l.is_finite() && *l > 0.0) {
             Some(limit) => {
-                if elapsed.max(0.0) + ahead.max(0.0) >= limit {
+                let (elapsed, ahead) = (elapsed.max(0.0), ahead.max(0.0));
+                if elapsed + ahead >= limit {
                     return 0.0;
                 }
-                let now = self.exceed(elapsed.max(0.0) / limit);
-                if now <= 0.0 {
+                if tracker.now_exceed <= 0.0 {
                     return 1.0;
                 }
-                (self.exceed((elapsed.max(0.0) + ahead.max(0.0)) / limit) / now).clamp(0.0, 1.0)
+                let x = (elapsed + ahead) / limit;
+                while self.shares.get(tracker.cursor).is_some_and(|&s| s <= x) {
+                    tracker.cursor += 1;
+                }
+                (self.exceed_from(tracker.cursor) / tracker.now_exceed).clamp(0.0, 1.0)
             }
             None => self.model.survival(elapsed, None, ahead),
         }
     }
 
-    /// The probability that a job runs `ahead` s from now.
-    fn presence(&self, timing: JobTiming, ahead: f64) -> f64 {
+    /// The probability that a job runs `ahead` s from now (`ahead` never decreasing for one
+    /// tracker).
+    fn presence(&self, timing: JobTiming, tracker: &mut Tracker, ahead: f64) -> f64 {
         match timing {
-            JobTiming::Running { elapsed_s, limit_s } => self.survival(elapsed_s, limit_s, ahead),
+            JobTiming::Running { elapsed_s, limit_s } => self.survival(tracker, elapsed_s, limit_s, ahead),
             JobTiming::Queued {
                 expected_start_in_s,
                 limit_s,
@@ -445,7 +577,7 @@ impl<'a> Sorted<'a> {
                 }
                 // Run from its expected start (or from now, if that is later than `ahead`).
                 let start = self.model.expected_start_in(expected_start_in_s).min(ahead);
-                started * self.survival(0.0, limit_s, ahead - start)
+                started * self.survival(tracker, 0.0, limit_s, ahead - start)
             }
         }
     }
