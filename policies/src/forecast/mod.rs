@@ -205,8 +205,11 @@ struct Stretches {
     cost: Vec<f64>,
     width: Vec<f64>,
     owner: Vec<u32>,
-    /// Each owner's sheddable watts in all.
+    /// Each owner's sheddable watts in all (by rank).
     room: Vec<f64>,
+    /// Each job's rank: its place in `owner`, `room` and the walk's weights (the unknown
+    /// jobs' GPU stays last).
+    rank_of: Vec<u32>,
 }
 
 impl Stretches {
@@ -232,11 +235,31 @@ impl Stretches {
             }
         }
         all.sort_by(|a, b| a.0.total_cmp(&b.0));
+        // Jobs renumbered in the order their cheapest stretch comes: the walk then reads their
+        // weights mostly forward (a cache-friendly gather).
+        let mut rank_of = vec![u32::MAX; n + 1];
+        let mut next = 0u32;
+        for &(_, _, o) in &all {
+            if (o as usize) < n && rank_of[o as usize] == u32::MAX {
+                rank_of[o as usize] = next;
+                next += 1;
+            }
+        }
+        for slot in rank_of[..n].iter_mut().filter(|r| **r == u32::MAX) {
+            *slot = next;
+            next += 1;
+        }
+        rank_of[n] = n as u32;
+        let mut ranked_room = vec![0.0; n + 1];
+        for (o, &r) in rank_of.iter().enumerate() {
+            ranked_room[r as usize] = room[o];
+        }
         Self {
             cost: all.iter().map(|s| s.0).collect(),
             width: all.iter().map(|s| s.1).collect(),
-            owner: all.iter().map(|s| s.2).collect(),
-            room,
+            owner: all.iter().map(|s| rank_of[s.2 as usize]).collect(),
+            room: ranked_room,
+            rank_of,
         }
     }
 }
@@ -253,7 +276,6 @@ pub fn forecast(input: &ForecastInput<'_>) -> Forecast {
     // Each owner's weight at a step: a job's chance of running; the unknown jobs' GPUs (last).
     let mut presence = vec![0.0; n + 1];
     let mut shed = vec![0.0; n + 1];
-    let mut weighted = vec![0.0; table.cost.len()];
     let mut block_w = vec![0.0; table.cost.len().div_ceil(BLOCK)];
     let mut block_c = vec![0.0; block_w.len()];
     let mut trackers: Vec<Tracker> = input.timing[..n].iter().map(|&t| runtime.tracker(t)).collect();
@@ -264,13 +286,14 @@ pub fn forecast(input: &ForecastInput<'_>) -> Forecast {
     for k in 0..params.steps {
         let ahead = f64::from(params.step_s) * k as f64;
         let (mut value, mut gpus_known, mut jobs_known, mut most) = (0.0, 0.0, 0.0, 0.0);
-        for (i, (slot, tracker)) in presence[..n].iter_mut().zip(&mut trackers).enumerate() {
-            let p = runtime.presence(input.timing[i], tracker, ahead);
-            *slot = p;
+        for (i, tracker) in trackers.iter_mut().enumerate() {
+            let p = runtime.presence(tracker, ahead);
+            let r = table.rank_of[i] as usize;
+            presence[r] = p;
             value += p * input.profiles[i].value;
             gpus_known += p * f64::from(input.gpus[i]);
             jobs_known += p;
-            most += p * table.room[i];
+            most += p * table.room[r];
         }
         if k == 0 {
             gpus_now = gpus_known;
@@ -291,18 +314,26 @@ pub fn forecast(input: &ForecastInput<'_>) -> Forecast {
         // expected cost is the ceiling's share of the expected value; and the whole curve.
         let budget = ceiling * value;
         let level_at = |l: usize| most * l as f64 / (levels - 1) as f64;
-        // Each stretch's expected watts, then sums by blocks (independent, so they pipeline):
-        // the budget's and the levels' places are found among the blocks, then inside one.
-        for ((slot, &owner), &width) in weighted.iter_mut().zip(&table.owner).zip(&table.width) {
-            *slot = presence[owner as usize] * width;
-        }
-        for ((bw, bc), (ws, cs)) in block_w
-            .iter_mut()
-            .zip(block_c.iter_mut())
-            .zip(weighted.chunks(BLOCK).zip(table.cost.chunks(BLOCK)))
-        {
-            *bw = ws.iter().sum();
-            *bc = ws.iter().zip(cs).map(|(w, c)| w * c).sum();
+        // Each stretch's expected watts, summed by blocks in four lanes (independent sums
+        // pipeline; one running sum would wait on each addition): the budget's and the levels'
+        // places are found among the blocks, then inside one.
+        let weight = |place: usize| presence[table.owner[place] as usize] * table.width[place];
+        for (b, (bw, bc)) in block_w.iter_mut().zip(block_c.iter_mut()).enumerate() {
+            let from = b * BLOCK;
+            let to = (from + BLOCK).min(table.cost.len());
+            let (mut lw, mut lc) = ([0.0; 4], [0.0; 4]);
+            for (j, ((&owner, &width), &unit_cost)) in table.owner[from..to]
+                .iter()
+                .zip(&table.width[from..to])
+                .zip(&table.cost[from..to])
+                .enumerate()
+            {
+                let w = presence[owner as usize] * width;
+                lw[j & 3] += w;
+                lc[j & 3] += w * unit_cost;
+            }
+            *bw = (lw[0] + lw[1]) + (lw[2] + lw[3]);
+            *bc = (lc[0] + lc[1]) + (lc[2] + lc[3]);
         }
         let (mut cost, mut watts) = (0.0, 0.0);
         let mut curve = Vec::with_capacity(levels);
@@ -317,9 +348,10 @@ pub fn forecast(input: &ForecastInput<'_>) -> Forecast {
             if budget_here || level_here {
                 // Inside the block, stretch by stretch.
                 let from = b * BLOCK;
-                let to = (from + BLOCK).min(weighted.len());
-                for (place, (&w, &unit_cost)) in weighted[from..to].iter().zip(&table.cost[from..to]).enumerate() {
+                let to = (from + BLOCK).min(table.cost.len());
+                for (place, &unit_cost) in table.cost[from..to].iter().enumerate() {
                     let place = from + place;
+                    let w = weight(place);
                     if available.is_none() && w > 0.0 && cost + w * unit_cost >= budget {
                         let take = if unit_cost > 0.0 {
                             ((budget - cost) / unit_cost).min(w)
@@ -350,12 +382,12 @@ pub fn forecast(input: &ForecastInput<'_>) -> Forecast {
         // from anyway).
         let var = if k < SPREAD_EVERY || k % SPREAD_EVERY == 0 {
             // Each owner's own watts (not weighted) shed at the budget's cost.
-            let (until, taken) = cut.unwrap_or((weighted.len(), 0.0));
+            let (until, taken) = cut.unwrap_or((table.cost.len(), 0.0));
             for (&owner, &width) in table.owner[..until].iter().zip(&table.width[..until]) {
                 shed[owner as usize] += width;
             }
-            if let Some(&w) = weighted.get(until).filter(|w| **w > 0.0) {
-                shed[table.owner[until] as usize] += table.width[until] * taken / w;
+            if until < table.cost.len() && weight(until) > 0.0 {
+                shed[table.owner[until] as usize] += table.width[until] * taken / weight(until);
             }
             let mut var: f64 = (0..n)
                 .map(|i| presence[i] * (1.0 - presence[i]) * shed[i] * shed[i])
@@ -505,12 +537,28 @@ struct Sorted<'a> {
     shares: Vec<f64>,
 }
 
-/// Where one job's share of its limit stands among the observed shares: the steps ask for
-/// ever later times, so a cursor moves forward instead of searching each time.
+/// One job's clock, prepared for the steps: what its timing says, and where its share of its
+/// limit stands among the observed shares (the steps ask for ever later times, so a cursor
+/// moves forward instead of searching each time).
 #[derive(Debug, Clone, Copy)]
 struct Tracker {
-    /// The share of jobs that used more than this one has so far (its survival's denominator).
-    now_exceed: f64,
+    queued: bool,
+    /// Seconds run so far (0 for a queued job).
+    elapsed: f64,
+    /// Its limit, s (infinite: none), and its inverse (0: none).
+    limit: f64,
+    inv_limit: f64,
+    /// A queued job: when its start window opens, and the inverse of its width (a uniform
+    /// start); or, with `wait_exp`, an exponential wait of mean `1 / inv_wait`.
+    start_lo: f64,
+    inv_start_width: f64,
+    wait_exp: bool,
+    inv_wait: f64,
+    /// When it is expected to start, s from now.
+    start: f64,
+    /// 1 ÷ the share of jobs that used more of their limit than this one so far (0: longer
+    /// than every job seen: it runs to its limit).
+    inv_now_exceed: f64,
     /// The first observed share above the latest asked.
     cursor: usize,
 }
@@ -522,64 +570,73 @@ impl<'a> Sorted<'a> {
         Self { model, shares }
     }
 
-    fn exceed_from(&self, cursor: usize) -> f64 {
-        (self.shares.len() - cursor.min(self.shares.len())) as f64 / self.shares.len().max(1) as f64
-    }
-
     fn tracker(&self, timing: JobTiming) -> Tracker {
-        let (elapsed, limit) = match timing {
-            JobTiming::Running { elapsed_s, limit_s } => (elapsed_s, limit_s),
-            JobTiming::Queued { limit_s, .. } => (0.0, limit_s),
+        let (queued, elapsed, limit, expected) = match timing {
+            JobTiming::Running { elapsed_s, limit_s } => (false, elapsed_s, limit_s, None),
+            JobTiming::Queued {
+                expected_start_in_s,
+                limit_s,
+            } => (true, 0.0, limit_s, expected_start_in_s.filter(|e| e.is_finite())),
         };
-        let x = limit
-            .filter(|l| l.is_finite() && *l > 0.0)
-            .map_or(0.0, |l| elapsed.max(0.0) / l);
+        let elapsed = if elapsed.is_finite() { elapsed.max(0.0) } else { 0.0 };
+        let limit = limit.filter(|l| l.is_finite() && *l > 0.0);
+        let x = limit.map_or(0.0, |l| elapsed / l);
         let cursor = self.shares.partition_point(|&s| s <= x);
+        let now_exceed = (self.shares.len() - cursor) as f64 / self.shares.len().max(1) as f64;
+        let expected = expected.map(|e| e.max(0.0));
+        let half = expected.map_or(1.0, |e| (self.model.start_spread * e).max(900.0));
         Tracker {
-            now_exceed: self.exceed_from(cursor),
+            queued,
+            elapsed,
+            limit: limit.unwrap_or(f64::INFINITY),
+            inv_limit: limit.map_or(0.0, |l| 1.0 / l),
+            start_lo: expected.map_or(0.0, |e| e - half),
+            inv_start_width: 1.0 / (2.0 * half),
+            wait_exp: expected.is_none(),
+            inv_wait: 1.0 / self.model.mean_wait_s.max(60.0),
+            start: self.model.expected_start_in(expected),
+            inv_now_exceed: if now_exceed > 0.0 { 1.0 / now_exceed } else { 0.0 },
             cursor,
         }
     }
 
-    /// Survival `ahead` on (never asked for an earlier `ahead` than last time).
-    fn survival(&self, tracker: &mut Tracker, elapsed: f64, limit: Option<f64>, ahead: f64) -> f64 {
-        match limit.filter(|l| l.is_finite() && *l > 0.0) {
-            Some(limit) => {
-                let (elapsed, ahead) = (elapsed.max(0.0), ahead.max(0.0));
-                if elapsed + ahead >= limit {
-                    return 0.0;
-                }
-                if tracker.now_exceed <= 0.0 {
-                    return 1.0;
-                }
-                let x = (elapsed + ahead) / limit;
-                while self.shares.get(tracker.cursor).is_some_and(|&s| s <= x) {
-                    tracker.cursor += 1;
-                }
-                (self.exceed_from(tracker.cursor) / tracker.now_exceed).clamp(0.0, 1.0)
+    /// The probability that the job runs `ahead` s from now (`ahead` never decreasing for one
+    /// tracker). The same figures as [`RuntimeModel::started_by`] and
+    /// [`RuntimeModel::survival`], computed from the prepared clock.
+    fn presence(&self, t: &mut Tracker, ahead: f64) -> f64 {
+        let ahead = ahead.max(0.0);
+        let (started, run_for) = if t.queued {
+            let started = if t.wait_exp {
+                1.0 - (-ahead * t.inv_wait).exp()
+            } else {
+                ((ahead - t.start_lo) * t.inv_start_width).clamp(0.0, 1.0)
+            };
+            if started <= 0.0 {
+                return 0.0;
             }
-            None => self.model.survival(elapsed, None, ahead),
+            // Run from its expected start (or from now, if that is later than `ahead`).
+            (started, ahead - t.start.min(ahead))
+        } else {
+            (1.0, ahead)
+        };
+        let at = t.elapsed + run_for;
+        if t.inv_limit == 0.0 {
+            // No limit: the heavy tail.
+            let e = t.elapsed.max(3600.0);
+            return started * e / (e + run_for);
         }
-    }
-
-    /// The probability that a job runs `ahead` s from now (`ahead` never decreasing for one
-    /// tracker).
-    fn presence(&self, timing: JobTiming, tracker: &mut Tracker, ahead: f64) -> f64 {
-        match timing {
-            JobTiming::Running { elapsed_s, limit_s } => self.survival(tracker, elapsed_s, limit_s, ahead),
-            JobTiming::Queued {
-                expected_start_in_s,
-                limit_s,
-            } => {
-                let started = self.model.started_by(expected_start_in_s, ahead);
-                if started <= 0.0 {
-                    return 0.0;
-                }
-                // Run from its expected start (or from now, if that is later than `ahead`).
-                let start = self.model.expected_start_in(expected_start_in_s).min(ahead);
-                started * self.survival(tracker, 0.0, limit_s, ahead - start)
-            }
+        if at >= t.limit {
+            return 0.0;
         }
+        if t.inv_now_exceed == 0.0 {
+            return started;
+        }
+        let x = at * t.inv_limit;
+        while self.shares.get(t.cursor).is_some_and(|&s| s <= x) {
+            t.cursor += 1;
+        }
+        let exceed = (self.shares.len() - t.cursor) as f64 / self.shares.len() as f64;
+        started * (exceed * t.inv_now_exceed).clamp(0.0, 1.0)
     }
 }
 
