@@ -163,6 +163,14 @@ async fn the_dashboard_shows_the_site_live_in_a_real_browser() {
         text_of(&during.dom, "live")
     );
     assert!(during.dom.contains("ev-dash"), "the event is listed");
+    // Its start in the site's zone, the date as ISO 8601 writes it (no 04/12 that a US reader
+    // takes for April 12).
+    let start_shown = chrono::DateTime::parse_from_rfc3339(&start)
+        .expect("the start")
+        .with_timezone(&chrono_tz::America::New_York)
+        .format("%Y-%m-%d %H:%M")
+        .to_string();
+    assert!(during.dom.contains(&start_shown), "{start_shown} in the events table");
     assert!(during.dom.contains(">active<"), "its state is shown");
     let ceiling_shown: f64 = text_of(&during.dom, "ceiling").parse().expect("a ceiling in kW");
     assert!(

@@ -13,12 +13,20 @@ const kw = (w) => (w === null || w === undefined || !Number.isFinite(w) ? "—" 
 const pct = (x) => (x === null || x === undefined || !Number.isFinite(x) ? "—" : (x * 100).toFixed(1));
 const set = (id, text) => { const el = $(id); if (el) el.textContent = text; };
 
+// Times in the site's zone, dates as ISO 8601 writes them (2026-12-04 20:35): no reader takes
+// 04/12 for April 12 or December 4 depending on where they live.
 function clock(ms, withDate, withSeconds) {
-  const options = { hour: "2-digit", minute: "2-digit", hour12: false, timeZone: state.tz };
-  if (withSeconds) options.second = "2-digit";
-  if (withDate) { options.month = "2-digit"; options.day = "2-digit"; }
-  try { return new Intl.DateTimeFormat("en-GB", options).format(new Date(ms)); }
-  catch (_) { return new Date(ms).toISOString().slice(11, 16); }
+  const options = { year: "numeric", month: "2-digit", day: "2-digit", hour: "2-digit", minute: "2-digit",
+    second: "2-digit", hourCycle: "h23", timeZone: state.tz };
+  try {
+    const p = {};
+    new Intl.DateTimeFormat("en-US", options).formatToParts(new Date(ms)).forEach((x) => { p[x.type] = x.value; });
+    const time = `${p.hour}:${p.minute}` + (withSeconds ? `:${p.second}` : "");
+    return withDate ? `${p.year}-${p.month}-${p.day} ${time}` : time;
+  } catch (_) {
+    const iso = new Date(ms).toISOString();
+    return withDate ? `${iso.slice(0, 10)} ${iso.slice(11, withSeconds ? 19 : 16)}` : iso.slice(11, withSeconds ? 19 : 16);
+  }
 }
 
 function cell(row, text, className) {

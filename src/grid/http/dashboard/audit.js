@@ -12,9 +12,13 @@ function cell(row, text, className) {
   row.appendChild(td);
 }
 
+// A date and time in the site's zone as ISO 8601 writes them (2026-12-04 20:35).
 function localTime(iso, tz) {
   try {
-    return new Intl.DateTimeFormat("en-GB", { timeZone: tz, month: "2-digit", day: "2-digit", hour: "2-digit", minute: "2-digit", hour12: false }).format(new Date(iso));
+    const p = {};
+    new Intl.DateTimeFormat("en-US", { timeZone: tz, year: "numeric", month: "2-digit", day: "2-digit", hour: "2-digit",
+      minute: "2-digit", hourCycle: "h23" }).formatToParts(new Date(iso)).forEach((x) => { p[x.type] = x.value; });
+    return `${p.year}-${p.month}-${p.day} ${p.hour}:${p.minute}`;
   } catch (_) { return iso; }
 }
 
