@@ -232,7 +232,14 @@ async fn read_endpoints_answer() {
     assert_eq!(status_body["ha"]["role"], "single", "{status_body}");
     assert!(status_body.get("replication").is_none(), "{status_body}");
     // Every figure is in base units: no kW field left in the API's own views.
-    for path in ["/v1/status", "/v1/jobs", "/v1/events", "/v1/plan", "/v1/flexibility"] {
+    for path in [
+        "/v1/status",
+        "/v1/jobs",
+        "/v1/events",
+        "/v1/plan",
+        "/v1/flexibility",
+        "/v1/forecast",
+    ] {
         let (_, body) = get(&gw, path).await;
         let text = String::from_utf8_lossy(&body);
         assert!(!text.contains("_kw\""), "{path} still has a kW field: {text}");
@@ -1446,6 +1453,68 @@ async fn probing_measures_the_opted_in_jobs_curves_before_the_first_event() {
     }
 }
 
+/// The forecast: made with the flexibility curve, its first step the curve now (at the
+/// ceiling), 192 ordered quarter-hour bands that never narrow, the basis in words, and each
+/// refresh recorded in the ledger with its hourly bands.
+#[tokio::test(start_paused = true)]
+async fn the_forecast_starts_at_the_curve_now_widens_and_is_recorded() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (gw, _sim) = gateway(dir.path(), 16, SimFaults::default()).await;
+    let (code, _) = get(&gw, "/v1/forecast").await;
+    assert_eq!(code, StatusCode::NOT_FOUND, "no forecast before telemetry");
+    gw.driver().tick(true).await.expect("tick");
+    let (code, body) = get(&gw, "/v1/forecast").await;
+    assert_eq!(code, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    let forecast: Value = serde_json::from_slice(&body).expect("json");
+    assert_eq!(forecast["cost_ceiling"], 0.1);
+    assert_eq!(forecast["objective"], "progress");
+    let steps = forecast["steps"].as_array().expect("steps");
+    assert_eq!(steps.len(), 192);
+    let band = |s: &Value, p: &str| s["available_w"][p].as_f64().expect("a figure");
+    // Hour 0 is the curve now: the most it sheds within 10 % of the progress.
+    let curve = gw.read().flexibility().await.expect("a curve");
+    let now_w = flexgate_policies::forecast::available_within(&curve, 0.1);
+    assert!(now_w > 0.0);
+    assert!(
+        (band(&steps[0], "p50") - now_w).abs() < 1e-6 * now_w,
+        "{} vs {now_w}",
+        steps[0]
+    );
+    let mut upper = 0.0;
+    for s in steps {
+        let (p10, p50, p90) = (band(s, "p10"), band(s, "p50"), band(s, "p90"));
+        assert!(0.0 <= p10 && p10 <= p50 && p50 <= p90, "{s}");
+        assert!(p90 - p50 >= upper - 1e-6, "the band never narrows: {s}");
+        upper = p90 - p50;
+        assert_eq!(s["levels"].as_array().map(Vec::len), Some(21));
+    }
+    assert!(band(&steps[191], "p90") > band(&steps[191], "p10"), "wider at 48 h");
+    assert!(
+        forecast["basis"][1].as_str().is_some_and(|b| b.contains("no queue")),
+        "it says what it stands on: {}",
+        forecast["basis"]
+    );
+    let recorded: Vec<Value> = gw
+        .ledger()
+        .iter_from(1)
+        .filter_map(Result::ok)
+        .filter(|r| r.body["entry"] == "forecast")
+        .map(|r| r.body)
+        .collect();
+    assert_eq!(recorded.len(), 1, "one forecast so far");
+    assert_eq!(recorded[0]["hourly"].as_array().map(Vec::len), Some(48));
+    // Fifteen minutes on, it is made (and recorded) again.
+    tokio::time::sleep(Duration::from_secs(901)).await;
+    gw.driver().tick(true).await.expect("tick");
+    let count = gw
+        .ledger()
+        .iter_from(1)
+        .filter_map(Result::ok)
+        .filter(|r| r.body["entry"] == "forecast")
+        .count();
+    assert_eq!(count, 2);
+}
+
 /// The OpenAPI document is generated from the handlers (`utoipa`), so it covers every route;
 /// this checks it stays whole: every operation answers (none documented that is not served),
 /// every answer body has a schema, every `$ref` resolves, and routes are only ever registered
@@ -1565,6 +1634,7 @@ async fn the_generated_openapi_document_is_complete_and_every_operation_is_serve
             "GET /v1/events/{id}/audit",
             "GET /v1/events/{id}/audit.svg",
             "GET /v1/flexibility",
+            "GET /v1/forecast",
             "GET /v1/jobs",
             "GET /v1/ledger/verify",
             "GET /v1/meter/history",

@@ -321,7 +321,7 @@ fn convert(record: &Record) -> Result<Entry, String> {
             other => Err(format!("operator action {other:?}")),
         },
         RecordKind::Startup => as_entry(b, "started"),
-        RecordKind::Trim | RecordKind::Checkpoint => Err("no such record in schema 1".into()),
+        RecordKind::Trim | RecordKind::Checkpoint | RecordKind::Forecast => Err("no such record in schema 1".into()),
     }
 }
 

@@ -329,6 +329,11 @@ impl ReadSide {
         self.board.get().snapshot.flexibility.clone()
     }
 
+    /// The forecast of the hours ahead (`GET /v1/forecast`); `None` without a flexibility curve.
+    pub async fn forecast(&self) -> Option<Arc<flexgate_policies::forecast::Forecast>> {
+        self.board.get().snapshot.forecast.clone()
+    }
+
     /// The counters the HTTP server serving this gateway keeps its connection counts in.
     #[must_use]
     pub fn http_connections(&self) -> Arc<flexgate_httpserve::Counters> {

@@ -642,6 +642,100 @@ impl FlexibilityView {
     }
 }
 
+/// `GET /v1/forecast`: what the site expects it can shed in the next 48 hours.
+///
+/// Percentiles, as statisticians write them: `p10` is the 10th percentile (the figure the site
+/// can shed or more nine times in ten: what the energy trade calls the "P90" or 90 %-exceedance
+/// value), `p50` the median, `p90` the 90th percentile. Declare at `p10` for 90 % confidence.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ForecastView {
+    /// When it was made.
+    pub generated_at: DateTime<Utc>,
+    /// The cost ceiling in use: `available_w` is the most the site can shed at the meter while
+    /// losing at most this share of the objective's value (e.g. 0.1: 10 % of GPU-weighted
+    /// progress).
+    pub cost_ceiling: f64,
+    /// The objective the ceiling is a share of (`progress` or `tokens`).
+    pub objective: String,
+    /// What it stands on, and why it is as wide as it is, in words.
+    pub basis: Vec<String>,
+    /// Quarter-hours from now, 192 of them.
+    pub steps: Vec<ForecastStepView>,
+}
+
+/// One step of the forecast.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ForecastStepView {
+    /// Its start.
+    pub start: DateTime<Utc>,
+    /// Its end.
+    pub end: DateTime<Utc>,
+    /// The most the site can shed at the meter within the cost ceiling, W (10th, 50th, 90th
+    /// percentiles).
+    pub available_w: BandView,
+    /// GPUs expected busy.
+    pub gpus_expected: f64,
+    /// Of those, GPUs held by jobs not known yet.
+    pub gpus_unknown: f64,
+    /// The step's expected curve (21 levels): meter watts shed against the share of the
+    /// objective's value lost.
+    pub levels: Vec<ForecastLevelView>,
+}
+
+/// A distribution's 10th, 50th and 90th percentiles.
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+pub struct BandView {
+    /// 10th percentile (exceeded nine times in ten: the trade's "P90").
+    pub p10: f64,
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+}
+
+/// One level of a step's expected curve.
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+pub struct ForecastLevelView {
+    /// Meter watts shed (expected).
+    pub shed_w: f64,
+    /// The share of the objective's value it costs (expected), 0–1.
+    pub cost: f64,
+}
+
+impl ForecastView {
+    pub(crate) fn build(f: &flexgate_policies::forecast::Forecast, objective: &str) -> Self {
+        Self {
+            generated_at: f.generated_at,
+            cost_ceiling: f.cost_ceiling,
+            objective: objective.to_string(),
+            basis: f.basis.clone(),
+            steps: f
+                .steps
+                .iter()
+                .map(|s| ForecastStepView {
+                    start: s.start,
+                    end: s.end,
+                    available_w: BandView {
+                        p10: s.available_w.p10,
+                        p50: s.available_w.p50,
+                        p90: s.available_w.p90,
+                    },
+                    gpus_expected: s.gpus_expected,
+                    gpus_unknown: s.gpus_unknown,
+                    levels: s
+                        .levels
+                        .iter()
+                        .map(|l| ForecastLevelView {
+                            shed_w: l.shed_w,
+                            cost: l.cost,
+                        })
+                        .collect(),
+                })
+                .collect(),
+        }
+    }
+}
+
 /// `GET /v1/events/{id}`: the summary, and the event as the event book holds it.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct EventDetailView {

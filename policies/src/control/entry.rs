@@ -54,6 +54,8 @@ pub enum EntryKind {
     Checkpoint,
     /// The gateway started.
     Startup,
+    /// What the site expected it could shed in the hours ahead.
+    Forecast,
 }
 
 /// Where a submission came from: the protocol and its details, recorded with the raw input.
@@ -611,6 +613,24 @@ pub struct CapsDrifted {
     pub drifted: Vec<Drifted>,
 }
 
+/// A forecast of the site's flexibility in the hours ahead (`crate::forecast`), as promised
+/// then: an auditor sets it against what the site could shed, and shed, when events came.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ForecastRecorded {
+    /// When it was made.
+    pub at: DateTime<Utc>,
+    /// The objective its cost ceiling is a share of.
+    pub objective: crate::alloc::Objective,
+    /// The cost ceiling: the most sheddable meter watts within this share of the objective's
+    /// value.
+    pub cost_ceiling: f64,
+    /// What it stands on, in words.
+    pub basis: Vec<String>,
+    /// On each hour ahead: the most the site can shed at the meter within the ceiling, W, as its
+    /// 10th, 50th and 90th percentiles.
+    pub hourly: Vec<(DateTime<Utc>, crate::forecast::Band)>,
+}
+
 /// Caps the node agents re-applied by themselves because the GPUs' limits had moved under the
 /// lease (a driver reload or GPU reset, another tool's set): the agents' own correction, which
 /// the gateway reports so that an auditor sees each time a cap had to be put back.
@@ -1144,6 +1164,8 @@ pub enum Entry {
     CapsLost(CapsLost),
     /// Caps the node agents re-applied after their limits moved.
     CapsReapplied(CapsReapplied),
+    /// What the site expected it could shed in the hours ahead.
+    Forecast(ForecastRecorded),
     /// Interval meter data imported.
     MeterImported(MeterImported),
     /// Jobs suspended.
@@ -1213,6 +1235,7 @@ impl Entry {
             Entry::WireSent(_) => EntryKind::Outbound,
             Entry::AdapterOptedOut(_) => EntryKind::Ack,
             Entry::AdapterRegistration(_) | Entry::LedgerMigrated(_) => EntryKind::Checkpoint,
+            Entry::Forecast(_) => EntryKind::Forecast,
         }
     }
 }

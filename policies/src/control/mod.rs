@@ -298,6 +298,8 @@ pub struct Snapshot {
     pub flex_available_kw: Option<f64>,
     /// What shedding each amount would cost now (the curve-aware planner only).
     pub flexibility: Option<Arc<flexibility::SiteFlexibility>>,
+    /// What the site expects it can shed in the hours ahead (with the curve).
+    pub forecast: Option<Arc<crate::forecast::Forecast>>,
     /// Counters.
     pub counters: Counters,
     /// Probe steps in flight.
@@ -351,6 +353,8 @@ pub struct Controller {
     flexibility: Option<Arc<flexibility::SiteFlexibility>>,
     // The planner's curve `flexibility` was converted from: the same `Arc` means the same curve.
     flexibility_source: Option<Arc<FlexibilityCurve>>,
+    // The forecast, made again when the curve changes and every `forecast::REFRESH_S`.
+    forecast: Option<Arc<crate::forecast::Forecast>>,
     counters: Counters,
     /// Observed: each running job's agent re-application counter as last seen, so that only
     /// increases are recorded (`caps_reapplied`).
@@ -394,6 +398,7 @@ impl Controller {
             flex_available_kw: None,
             flexibility: None,
             flexibility_source: None,
+            forecast: None,
             counters: Counters::default(),
         })
     }
@@ -534,6 +539,8 @@ impl Controller {
             // The agents' own corrections: reported, not decided on (the caps stay as they were);
             // imported meter data: for settlement, kept in the interval store.
             Entry::CapsReapplied(_) | Entry::MeterImported(_) => {}
+            // A forecast is what was promised; the next one is made afresh.
+            Entry::Forecast(_) => {}
             Entry::EventInterpreted(e) => {
                 let _ = Arc::make_mut(&mut self.book).upsert(
                     e.event.clone(),
@@ -863,6 +870,89 @@ impl Controller {
                 (self.flexibility, self.flexibility_source) = (None, None);
             }
         }
+        self.refresh_forecast(&plannable, now, effects);
+    }
+
+    /// The forecast of the hours ahead, made again when the flexibility curve changed and at
+    /// least every [`forecast::REFRESH_S`](crate::forecast::REFRESH_S), and recorded.
+    ///
+    /// The backends report no queue and no time limits yet, so it stands on the jobs running
+    /// now alone: when each ends is unknown (the runtime model's heavy tail), and the GPUs they
+    /// free are assumed kept as busy as now by jobs like today's, whose knowledge is unknown.
+    /// The band widens accordingly, and the forecast says so in its `basis`.
+    fn refresh_forecast(&mut self, plannable: &[JobSpec], now: DateTime<Utc>, effects: &mut Vec<Effect>) {
+        use crate::forecast::{
+            DEFAULT_COST_CEILING, Fill, ForecastInput, ForecastParams, JobTiming, REFRESH_S, available_within,
+        };
+        let Some(curve) = self.flexibility.clone() else {
+            self.forecast = None;
+            return;
+        };
+        let due = self
+            .forecast
+            .as_ref()
+            .is_none_or(|f| (now - f.generated_at).num_seconds() >= REFRESH_S || f.generated_at < curve.at);
+        if !due {
+            return;
+        }
+        let profiles = match self.planner.shed_profiles(plannable) {
+            Ok(Some(p)) => p,
+            Ok(None) | Err(_) => {
+                self.forecast = None;
+                return;
+            }
+        };
+        let gpus: Vec<u32> = plannable.iter().map(|j| j.gpus).collect();
+        let timing = vec![
+            JobTiming::Running {
+                elapsed_s: 0.0,
+                limit_s: None
+            };
+            plannable.len()
+        ];
+        let busy: f64 = gpus.iter().map(|&g| f64::from(g)).sum();
+        let fill = Fill::from_mix(profiles.iter().zip(gpus.iter().copied()), busy, 0.5);
+        let meter_per_gpu_w = self
+            .facility
+            .forward_reduction(Watts(1000.0), crate::facility::Timing::Settled)
+            .map_or(1.0, |m| m.lo.value());
+        let runtime = crate::forecast::runtime::RuntimeModel::default();
+        let mut made = crate::forecast::forecast(&ForecastInput {
+            now,
+            profiles: &profiles,
+            gpus: &gpus,
+            timing: &timing,
+            runtime: &runtime,
+            fill: fill.as_ref(),
+            meter_per_gpu_w,
+            now_available_w: Some(available_within(&curve, DEFAULT_COST_CEILING)),
+            params: ForecastParams::default(),
+        });
+        made.basis = vec![
+            format!(
+                "the {} jobs running now ({busy:.0} GPUs), each costed by the plans' own estimate; hour 0 is the flexibility curve now",
+                plannable.len()
+            ),
+            "no queue and no time limits from this backend: when each job ends is unknown (a heavy-tailed guess), and the \
+             GPUs they free are assumed kept as busy as now by jobs like today's, of unknown knowledge: the band widens with \
+             the horizon for that"
+                .to_string(),
+        ];
+        let event = self.binding_event();
+        self.record(
+            effects,
+            Recorded::new(
+                Entry::Forecast(entry::ForecastRecorded {
+                    at: now,
+                    objective: self.planner.objective(),
+                    cost_ceiling: made.cost_ceiling,
+                    basis: made.basis.clone(),
+                    hourly: made.hourly(),
+                }),
+                event,
+            ),
+        );
+        self.forecast = Some(Arc::new(made));
     }
 
     /// Closed loop: once the last dispatch has settled, move the trim on the measured meter.
@@ -1297,6 +1387,7 @@ impl Controller {
             suspended: self.suspended.len(),
             flex_available_kw: self.flex_available_kw,
             flexibility: self.flexibility.clone(),
+            forecast: self.forecast.clone(),
             counters: self.counters,
             probes: Arc::new(self.probes.clone()),
             knowledge: self.knowledge_notes.clone(),

@@ -115,6 +115,25 @@ impl Planner {
     }
 }
 
+impl Planner {
+    /// Each of `jobs`' [`ShedProfile`](crate::alloc::ShedProfile), from the same preparation
+    /// the plans and the flexibility curve use; `None` for the proportional rules.
+    pub(crate) fn shed_profiles(
+        &mut self,
+        jobs: &[JobSpec],
+    ) -> Result<Option<Vec<crate::alloc::ShedProfile>>, PlanError> {
+        let Planner::Curve {
+            policy,
+            cache,
+            flexibility,
+        } = self
+        else {
+            return Ok(None);
+        };
+        Ok(Some(refreshed(policy, cache, flexibility, jobs)?.shed_profiles()))
+    }
+}
+
 /// The preparation for `jobs`, re-estimating only the jobs that changed since the cached one
 /// (and dropping the flexibility curve computed on it).
 fn refreshed<'c>(

@@ -32,7 +32,7 @@ pub mod runtime;
 use crate::alloc::ShedProfile;
 use chrono::{DateTime, Duration, Utc};
 use runtime::RuntimeModel;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The 10th and 90th percentiles of a normal distribution, in standard deviations.
 pub const Z10: f64 = 1.281_551_565_545;
@@ -137,7 +137,7 @@ pub struct ForecastInput<'a> {
 }
 
 /// A distribution's 10th, 50th and 90th percentiles.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Band {
     /// 10th percentile: exceeded nine times in ten (the trade's "P90").
     pub p10: f64,
@@ -148,7 +148,7 @@ pub struct Band {
 }
 
 /// One level of a step's expected curve.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct ForecastLevel {
     /// Meter watts shed (expected).
     pub shed_w: f64,
@@ -157,7 +157,7 @@ pub struct ForecastLevel {
 }
 
 /// One step.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ForecastStep {
     /// Its start.
     pub start: DateTime<Utc>,
@@ -176,7 +176,7 @@ pub struct ForecastStep {
 }
 
 /// The forecast.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Forecast {
     /// When it was made.
     pub generated_at: DateTime<Utc>,
@@ -184,8 +184,31 @@ pub struct Forecast {
     pub cost_ceiling: f64,
     /// The factor the model's figures were scaled by to meet the flexibility curve now.
     pub scale_to_now: f64,
+    /// What it stands on, and why it is as wide as it is, in words (the caller's).
+    #[serde(default)]
+    pub basis: Vec<String>,
     /// The steps.
     pub steps: Vec<ForecastStep>,
+}
+
+/// The cost ceiling the gateway forecasts within by default: 10 % of the objective's value.
+pub const DEFAULT_COST_CEILING: f64 = 0.10;
+
+/// How often the gateway makes a new forecast at the latest, s (and whenever its flexibility
+/// curve changes).
+pub const REFRESH_S: i64 = 900;
+
+impl Forecast {
+    /// Its steps on the hour (every step whose offset from the first is a whole number of
+    /// hours): what the ledger keeps of it.
+    #[must_use]
+    pub fn hourly(&self) -> Vec<(DateTime<Utc>, Band)> {
+        self.steps
+            .iter()
+            .filter(|s| (s.start - self.generated_at).num_seconds() % 3600 == 0)
+            .map(|s| (s.start, s.available_w))
+            .collect()
+    }
 }
 
 /// The spread is computed at each of the first steps and then at every this many.
@@ -442,6 +465,7 @@ pub fn forecast(input: &ForecastInput<'_>) -> Forecast {
         generated_at: input.now,
         cost_ceiling: ceiling,
         scale_to_now: scale,
+        basis: Vec::new(),
         steps,
     }
 }

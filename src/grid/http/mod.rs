@@ -99,6 +99,7 @@ fn routes() -> OpenApiRouter<Api> {
         .routes(routes!(jobs))
         .routes(routes!(plan))
         .routes(routes!(flexibility))
+        .routes(routes!(forecast))
         .routes(routes!(verify_ledger))
         .routes(routes!(metrics))
         .routes(routes!(healthz))
@@ -393,6 +394,30 @@ async fn flexibility(State(api): State<Api>) -> Response {
         None => Problem::new(
             StatusCode::NOT_FOUND,
             "no flexibility curve: no telemetry yet, or the policy is a proportional rule (only `flexgate` costs a curve)",
+        )
+        .into_response(),
+    }
+}
+
+/// What the site expects it can shed at the meter in the next 48 hours, quarter-hour by
+/// quarter-hour, within a cost ceiling (a share of the objective's value), as the 10th, 50th and
+/// 90th percentiles of its distribution: `p10` is what the trade calls "P90" (shed nine times in
+/// ten); declare at `p10` for 90 % confidence. Each step also carries its expected curve. The
+/// first step is the flexibility curve now; `basis` says what the forecast stands on and why it
+/// is as wide as it is. Recorded in the ledger (`forecast` entries) at each refresh (when the
+/// curve changes, and every 15 minutes).
+#[utoipa::path(get, path = "/v1/forecast", tag = "state",
+    responses(
+        (status = 200, description = "The forecast", body = crate::runtime::views::ForecastView),
+        (status = 404, description = "No forecast yet (no flexibility curve: no telemetry, or a proportional policy)", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn forecast(State(api): State<Api>) -> Response {
+    let objective = api.gateway.read().config.gateway.objective.as_str().to_string();
+    match api.gateway.read().forecast().await {
+        Some(f) => axum::Json(crate::runtime::views::ForecastView::build(&f, &objective)).into_response(),
+        None => Problem::new(
+            StatusCode::NOT_FOUND,
+            "no forecast yet: it is made with the flexibility curve (no telemetry yet, or a proportional policy)",
         )
         .into_response(),
     }
