@@ -42,6 +42,7 @@ enum Command {
     Openapi(commands::openapi::OpenApiArgs),
     Ha(commands::ha::HaArgs),
     Settlement(commands::settlement::SettlementArgs),
+    Forecast(commands::forecast::ForecastArgs),
 }
 
 fn main() -> ExitCode {
@@ -62,6 +63,7 @@ fn main() -> ExitCode {
         Command::Openapi(args) => commands::openapi::run(&args),
         Command::Ha(args) => commands::ha::run(&args),
         Command::Settlement(args) => commands::settlement::run(&args),
+        Command::Forecast(args) => commands::forecast::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -59,6 +59,7 @@ fn classify(command: &str) -> (How, Gateway) {
         _ if c.starts_with("flexgate run") => (How::Serve, Stopped),
         _ if c.starts_with("START=") => (run(&[0], "\"opt\":\"in\""), Running),
         _ if c.starts_with("flexgate log verify --gateway") => (run(&[0], "chain intact"), Running),
+        _ if c.starts_with("flexgate forecast --gateway") => (run(&[0], "P10 kW"), Running),
         _ if c.starts_with("flexgate log verify --data") => (run(&[0], "chain intact"), Stopped),
         _ if c.starts_with("flexgate log migrate") => (
             How::Skip(

@@ -27,6 +27,7 @@ pub mod audit;
 pub mod baseline;
 pub mod demo;
 pub mod facility;
+pub mod forecast;
 pub mod ha;
 pub mod log;
 pub mod meter;

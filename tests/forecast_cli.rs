@@ -1,0 +1,112 @@
+//! `flexgate forecast` against a running gateway (the simulated cluster): the table, and the
+//! day-ahead declaration, which agrees with `GET /v1/forecast` hour by hour.
+
+use std::process::Command;
+
+const TOKEN: &str = "forecast-test-token-0123456789";
+
+fn flexgate(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_flexgate"))
+        .args(args)
+        .env_remove("FLEXGATE_LISTEN")
+        .output()
+        .expect("flexgate runs")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_declaration_agrees_with_the_gateways_forecast() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config_file = dir.path().join("flexgate.toml");
+    std::fs::write(
+        &config_file,
+        format!(
+            "[gateway]\ndata_dir = \"{}\"\napi_token = \"{TOKEN}\"\n",
+            dir.path().join("data").display()
+        ),
+    )
+    .expect("config");
+    let config = flexgate::config::Config::load(Some(&config_file)).expect("the configuration loads");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let server = flexgate::serve::Server::start(config, flexgate::clock::Clock::real(), None, listener)
+        .await
+        .expect("gateway");
+    let addr = server.addr.to_string();
+    // The first telemetry pass makes the curve and the forecast.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let r = flexgate::http_client::request(server.addr, "GET", "/v1/forecast", None, None)
+            .await
+            .expect("GET");
+        if r.status == 200 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no forecast: {}", r.text());
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let run = |args: Vec<&'static str>| {
+        let addr = addr.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut all = vec!["forecast", "--gateway", addr.as_str()];
+            all.extend(args);
+            flexgate(&all)
+        })
+    };
+    let table = run(vec![]).await.expect("ran");
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(table.status.success(), "{}", String::from_utf8_lossy(&table.stderr));
+    assert!(
+        text.contains("| hour (UTC) | P10 kW | P50 kW | P90 kW |") && text.contains("no queue"),
+        "{text}"
+    );
+    assert_eq!(text.lines().filter(|l| l.starts_with("| 20")).count(), 48, "{text}");
+    // The declaration at 90 % is each hour's least P10 of the same forecast.
+    let mut agreed = false;
+    for _ in 0..3 {
+        let doc = run(vec!["--format", "json"]).await.expect("ran");
+        let declared = run(vec!["--declare", "--format", "json"]).await.expect("ran");
+        assert!(
+            declared.status.success(),
+            "{}",
+            String::from_utf8_lossy(&declared.stderr)
+        );
+        let doc: serde_json::Value = serde_json::from_slice(&doc.stdout).expect("JSON");
+        let declared: serde_json::Value = serde_json::from_slice(&declared.stdout).expect("JSON");
+        if doc["generated_at"] != declared["forecast_generated_at"] {
+            continue; // refreshed in between: ask again
+        }
+        assert_eq!(declared["schema"], "flexgate.declaration/1");
+        assert_eq!(declared["confidence"], 0.9);
+        let steps = doc["steps"].as_array().expect("steps");
+        let hours = declared["hours"].as_array().expect("hours");
+        assert_eq!(hours.len(), 48);
+        for (h, hour) in hours.iter().enumerate() {
+            let least = steps[h * 4..h * 4 + 4]
+                .iter()
+                .map(|s| s["available_w"]["p10"].as_f64().expect("p10"))
+                .fold(f64::INFINITY, f64::min);
+            let kw = hour["available_kw"].as_f64().expect("kW");
+            assert!((kw - least / 1000.0).abs() < 1e-9, "hour {h}: {kw} vs {least} W");
+        }
+        agreed = true;
+        break;
+    }
+    assert!(agreed, "the forecast kept changing between the two reads");
+    let csv = run(vec!["--declare", "--confidence", "50", "--format", "csv"])
+        .await
+        .expect("ran");
+    let csv = String::from_utf8_lossy(&csv.stdout);
+    assert!(
+        csv.starts_with("hour_start,hour_end,available_kw,confidence,cost_ceiling,objective\n"),
+        "{csv}"
+    );
+    assert_eq!(csv.lines().count(), 49);
+    assert!(
+        csv.lines().nth(1).is_some_and(|l| l.contains(",0.50,0.1,progress")),
+        "{csv}"
+    );
+    // Without a gateway, a clear error.
+    let none = flexgate(&["forecast", "--gateway", "127.0.0.1:9"]);
+    assert!(!none.status.success());
+    assert!(String::from_utf8_lossy(&none.stderr).contains("cannot reach the gateway"));
+    server.shutdown().await;
+}
