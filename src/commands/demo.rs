@@ -358,16 +358,59 @@ fn print_before_after(
         our_progress += n * our_tokens / top.max(1e-9);
         their_progress += n * equal_tokens / top.max(1e-9);
     }
+    // The yardstick: the best plan of the same budget there is, by the oracle that knows every
+    // true curve, for each objective (what was possible, beside what was done).
+    let oracle_specs: Vec<flexgate_policies::alloc::JobSpec> = specs
+        .iter()
+        .filter_map(|spec| {
+            let truth = sim.truth_of(&spec.id)?;
+            Some(flexgate_policies::alloc::JobSpec {
+                elasticity: flexgate_policies::alloc::Elasticity::exact(truth),
+                ..spec.clone()
+            })
+        })
+        .collect();
+    let best = |objective: flexgate_policies::alloc::Objective| -> Option<(f64, f64)> {
+        let oracle = flexgate_policies::alloc::CurveAware::oracle(Arc::new(CurveFamily::h200_generic()))
+            .with_objective(objective);
+        let plan = oracle.plan(&oracle_specs, Budget::Absolute(budget)).ok()?;
+        let (mut progress, mut tokens) = (0.0, 0.0);
+        for (entry, spec) in plan.entries.iter().zip(&oracle_specs) {
+            let truth = sim.truth_of(&entry.job)?;
+            let t = truth.tokens_at_cap(entry.cap).value();
+            tokens += t;
+            progress += f64::from(spec.gpus) * t / truth.uncapped().tokens.value().max(1e-9);
+        }
+        Some((progress, tokens))
+    };
+    let closes = |ours: f64, equal: f64, best: f64| {
+        if best > equal + 1e-9 {
+            format!(
+                "{:.0} % of the room over the equal cut",
+                (ours - equal) / (best - equal) * 100.0
+            )
+        } else {
+            "no room over the equal cut".to_string()
+        }
+    };
     if full > 0.0 && gpus > 0.0 {
+        let best_progress = best(flexgate_policies::alloc::Objective::Progress).map_or(f64::NAN, |b| b.0);
+        let best_tokens = best(flexgate_policies::alloc::Objective::Tokens).map_or(f64::NAN, |b| b.1);
         crate::outln!(
-            "  throughput kept, on the simulated jobs' true curves (objective {}):\n    \
-             GPU-weighted progress: flexgate {:.1} %, an equal cut of the same GPU budget {:.1} %\n    \
-             tokens/s summed:       flexgate {:.1} %, the equal cut {:.1} % ({:+.0} tokens/s fleet-wide)",
+            "  throughput kept, on the simulated jobs' true curves (flexgate planned for {}):\n    \
+             GPU-weighted progress: flexgate {:.1} %, an equal cut of the same GPU budget {:.1} %, the best plan there is \
+             {:.1} % (flexgate takes {})\n    \
+             tokens/s summed:       flexgate {:.1} %, the equal cut {:.1} %, the best plan for tokens {:.1} % \
+             ({:+.0} tokens/s fleet-wide against the equal cut)\n    \
+             (the best plans know every job's true curve, which no gateway does: the yardstick, not a target)",
             plan["objective"].as_str().unwrap_or("tokens"),
             our_progress / gpus * 100.0,
             their_progress / gpus * 100.0,
+            best_progress / gpus * 100.0,
+            closes(our_progress, their_progress, best_progress),
             ours / full * 100.0,
             theirs / full * 100.0,
+            best_tokens / full * 100.0,
             ours - theirs
         );
     }
