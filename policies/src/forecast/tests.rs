@@ -230,3 +230,50 @@ fn a_job_past_its_limit_is_not_counted() {
     assert!(f.steps[1].jobs_expected <= 1.0 + 1e-9, "{:?}", f.steps[1]);
     assert!(f.steps[1].available_w.p50 < f.steps[0].available_w.p50);
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// The forecast's prepared clocks give the runtime model's own figures: a job runs `ahead`
+    /// on with probability started-by × survival, as `RuntimeModel` defines them.
+    #[test]
+    fn the_prepared_clock_agrees_with_the_runtime_model(
+        queued in any::<bool>(),
+        elapsed_h in 0.0..50.0f64,
+        limit_h in prop::option::of(0.5..80.0f64),
+        expected_h in prop::option::of(0.0..40.0f64),
+        learned in any::<bool>(),
+    ) {
+        let mut model = RuntimeModel::default();
+        if learned {
+            for i in 0..40 {
+                model.observe(f64::from(i % 9 + 1) * 1800.0, 6.0 * 3600.0);
+            }
+        }
+        let limit_s = limit_h.map(|h| h * 3600.0);
+        let timing = if queued {
+            JobTiming::Queued { expected_start_in_s: expected_h.map(|h| h * 3600.0), limit_s }
+        } else {
+            JobTiming::Running { elapsed_s: (elapsed_h * 3600.0).min(limit_s.unwrap_or(f64::MAX) * 0.999), limit_s }
+        };
+        let sorted = Sorted::new(&model);
+        let mut tracker = sorted.tracker(timing);
+        for k in 0..192 {
+            let ahead = 900.0 * f64::from(k);
+            let fast = sorted.presence(&mut tracker, ahead);
+            let reference = match timing {
+                JobTiming::Running { elapsed_s, limit_s } => model.survival(elapsed_s, limit_s, ahead),
+                JobTiming::Queued { expected_start_in_s, limit_s } => {
+                    let started = model.started_by(expected_start_in_s, ahead);
+                    if started <= 0.0 {
+                        0.0
+                    } else {
+                        let start = model.expected_start_in(expected_start_in_s).min(ahead);
+                        started * model.survival(0.0, limit_s, ahead - start)
+                    }
+                }
+            };
+            prop_assert!((fast - reference).abs() < 1e-9, "step {k}: {fast} vs {reference} for {timing:?}");
+        }
+    }
+}
