@@ -1,7 +1,7 @@
 //! `flexgate forecast`: what a running gateway expects the site can shed in the hours ahead,
 //! and the day-ahead declaration made from it.
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use serde_json::Value;
 use std::fmt::Write as _;
@@ -122,24 +122,7 @@ fn hours(forecast: &Value) -> Result<Vec<Hour>> {
 
 /// Run the command.
 pub fn run(args: &ForecastArgs) -> Result<()> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the runtime")?;
-    let addr = args.gateway;
-    let response = runtime
-        .block_on(crate::http_client::request(addr, "GET", "/v1/forecast", None, None))
-        .with_context(|| format!("cannot reach the gateway at {addr}"))?;
-    if response.status != 200 {
-        bail!(
-            "the gateway at {addr} answered {}: {}",
-            response.status,
-            response.text().trim()
-        );
-    }
-    let forecast = response
-        .json()
-        .with_context(|| format!("the gateway at {addr} did not answer JSON"))?;
+    let forecast = super::gateway_json(args.gateway, "/v1/forecast")?;
     let hours = hours(&forecast)?;
     let ceiling = forecast["cost_ceiling"].as_f64().unwrap_or(f64::NAN);
     let objective = forecast["objective"].as_str().unwrap_or("?");

@@ -256,29 +256,7 @@ fn verify_anchors(dir: &std::path::Path, config: &std::path::Path) -> Result<()>
 
 /// `log verify --gateway`: the running gateway walks its own chain.
 fn verify_live(addr: std::net::SocketAddr) -> Result<()> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the runtime")?;
-    let response = runtime
-        .block_on(crate::http_client::request(
-            addr,
-            "GET",
-            "/v1/ledger/verify",
-            None,
-            None,
-        ))
-        .with_context(|| format!("cannot reach the gateway at {addr}"))?;
-    if response.status != 200 {
-        bail!(
-            "the gateway at {addr} answered {}: {}",
-            response.status,
-            response.text().trim()
-        );
-    }
-    let answer = response
-        .json()
-        .with_context(|| format!("the gateway at {addr} did not answer JSON"))?;
+    let answer = super::gateway_json(addr, "/v1/ledger/verify")?;
     if answer["intact"] == serde_json::Value::Bool(true) {
         crate::outln!(
             "ok: {} records, chain intact, head {} (verified by the gateway at {addr})",

@@ -74,6 +74,29 @@ pub fn read_input(path: &Path) -> Result<String> {
 }
 
 /// Write an output file, naming the path on failure.
+/// `GET path` on the running gateway at `addr`, from a command (its own runtime): the JSON it
+/// answers, or an error saying what went wrong in the reader's terms (not reachable, a refusal
+/// with the gateway's words, not JSON).
+pub(crate) fn gateway_json(addr: std::net::SocketAddr, path: &str) -> Result<serde_json::Value> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
+    let response = runtime
+        .block_on(crate::http_client::request(addr, "GET", path, None, None))
+        .with_context(|| format!("cannot reach the gateway at {addr}"))?;
+    if response.status != 200 {
+        anyhow::bail!(
+            "the gateway at {addr} answered {}: {}",
+            response.status,
+            response.text().trim()
+        );
+    }
+    response
+        .json()
+        .with_context(|| format!("the gateway at {addr} did not answer JSON"))
+}
+
 pub fn write_output(path: &Path, contents: &str) -> Result<()> {
     std::fs::write(path, contents).with_context(|| format!("cannot write {}", path.display()))
 }
