@@ -1,9 +1,10 @@
 //! The operator dashboard in a real headless Chromium (Debian's `chromium`, installed by
 //! `tests/peers/setup.sh`; missing, the test fails loudly): the overview, the same page with an
-//! event in progress, and the event's audit page. Each page must load with no console message
-//! at all (an error, a refused resource, a CSP violation would print one), show live values
-//! that change when the event runs, and be written as a screenshot for a reviewer:
-//! `target/dashboard-screenshots/{overview,event,audit}.png`.
+//! event in progress, the event's audit page, and the overview's 48-hour forecast panel. Each
+//! page must load with no console message at all (an error, a refused resource, a CSP violation
+//! would print one), show live values that change when the event runs, and be written as a
+//! screenshot for a reviewer:
+//! `target/dashboard-screenshots/{overview,event,audit,forecast}.png`.
 //!
 //! Chromium runs with a virtual-time budget, so the page's scripts run to completion; the
 //! live stream is bounded with `?updates=N` (the page closes it after N updates), so the dump
@@ -12,7 +13,7 @@
 
 mod common;
 
-use common::chromium::{load_async, screenshot, text_of};
+use common::chromium::{load_async, run_chromium, screenshot, text_of};
 use flexgate::clock::Clock;
 use flexgate::config::Config;
 use flexgate::serve::Server;
@@ -29,6 +30,36 @@ async fn screenshot_async(url: String, profile: &Path, file: PathBuf) {
         .expect("chromium");
 }
 
+/// One browser test at a time: two gateways and two Chromiums at once on a small machine slow
+/// each other's live stream.
+static BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A screenshot of a window `height` pixels tall (the page down to a panel far below the fold:
+/// a headless screenshot shows the window, not a scrolled view), on the blocking pool.
+async fn tall_screenshot_async(url: String, profile: &Path, file: PathBuf, height: u32) {
+    let profile = profile.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        let _ = std::fs::remove_file(&file);
+        // The last --window-size given wins over the helper's own.
+        let (_, stderr) = run_chromium(
+            &url,
+            &profile,
+            &[
+                format!("--screenshot={}", file.display()),
+                format!("--window-size=1400,{height}"),
+            ],
+        );
+        let size = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
+        assert!(
+            size > 20_000,
+            "no screenshot at {} ({size} bytes): {stderr}",
+            file.display()
+        );
+    })
+    .await
+    .expect("chromium");
+}
+
 async fn status(addr: std::net::SocketAddr) -> serde_json::Value {
     let r = flexgate::http_client::request(addr, "GET", "/v1/status", None, None)
         .await
@@ -38,6 +69,7 @@ async fn status(addr: std::net::SocketAddr) -> serde_json::Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_shows_the_site_live_in_a_real_browser() {
+    let _browser = BROWSER.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let shots = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/dashboard-screenshots");
     std::fs::create_dir_all(&shots).expect("screenshot directory");
@@ -255,5 +287,176 @@ async fn the_dashboard_shows_the_site_live_in_a_real_browser() {
     .expect("POST");
     assert_eq!(refused.status, 401);
     eprintln!("screenshots in {}", shots.display());
+    server.shutdown().await;
+}
+
+/// The numbers of an SVG `points` attribute of the first element with `class` in a dumped DOM.
+fn points_of(dom: &str, class: &str) -> Vec<(f64, f64)> {
+    let at = dom
+        .find(&format!("class=\"{class}\""))
+        .unwrap_or_else(|| panic!("no {class} in the page"));
+    let rest = &dom[at..];
+    let open = rest.find("points=\"").expect("a points attribute") + "points=\"".len();
+    let rest = &rest[open..];
+    rest[..rest.find('"').expect("the attribute ends")]
+        .split_whitespace()
+        .map(|p| {
+            let (x, y) = p.split_once(',').expect("x,y");
+            (x.parse().expect("x"), y.parse().expect("y"))
+        })
+        .collect()
+}
+
+/// Issue 33, what the site can promise tomorrow: the overview draws `GET /v1/forecast` as a band
+/// chart (the kW the site can shed at the meter over the next 48 h, P10–P90 shaded, the median
+/// drawn, now marked), names the cost ceiling, when the forecast was made and what it stands on,
+/// with no console message; written as `target/dashboard-screenshots/forecast.png`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_shows_the_48_hour_forecast() {
+    let _browser = BROWSER.lock().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let shots = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/dashboard-screenshots");
+    std::fs::create_dir_all(&shots).expect("screenshot directory");
+    let mut config = Config::default();
+    config.gateway.data_dir = dir.path().join("data");
+    config.gateway.api_token = TOKEN.into();
+    config.gateway.telemetry_interval_s = 1;
+    config.gateway.site = "dc-east".into();
+    config.site.time_zone = "America/New_York".into();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let server = Server::start(config, Clock::real(), None, listener)
+        .await
+        .expect("gateway");
+    let addr = server.addr;
+    // The first telemetry pass makes the flexibility curve, and the forecast with it.
+    let read_forecast = || async move {
+        let r = flexgate::http_client::request(addr, "GET", "/v1/forecast", None, None)
+            .await
+            .expect("GET /v1/forecast");
+        (r.status == 200).then(|| r.json().expect("JSON"))
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let forecast = loop {
+        if let Some(f) = read_forecast().await {
+            break f;
+        }
+        assert!(Instant::now() < deadline, "no forecast from the gateway");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let steps = forecast["steps"].as_array().expect("steps");
+    assert_eq!(steps.len(), 192, "48 h of quarter-hours");
+    let band = |s: &serde_json::Value, p: &str| s["available_w"][p].as_f64().expect("a percentile") / 1000.0;
+    let profile = dir.path().join("chromium-profile");
+    let base = format!("http://{addr}");
+
+    let page = load_async(format!("{base}/dashboard/?updates=1"), &profile).await;
+    assert!(
+        page.console.is_empty(),
+        "console output on the overview with a forecast: {:#?}",
+        page.console
+    );
+    let dom = &page.dom;
+    assert!(dom.contains("id=\"forecast\""), "the forecast panel is on the page");
+    assert!(dom.contains("Forecast: the next 48 h"), "its title");
+    // The band: each quarter-hour a flat step of P90 out and P10 back; the median likewise.
+    let band_points = points_of(dom, "forecast-band");
+    let p50_points = points_of(dom, "forecast-p50");
+    assert_eq!(band_points.len(), 4 * steps.len(), "the band's outline");
+    assert_eq!(p50_points.len(), 2 * steps.len(), "the median's steps");
+    // Inside the chart (viewBox 1200 × 320, zero kW at y = 258), left to right, and the median inside the band
+    // (SVG's y grows downwards: P90's edge above, P10's below).
+    for (i, &(x, y)) in p50_points.iter().enumerate() {
+        assert!((0.0..=1200.0).contains(&x) && (0.0..=320.0).contains(&y), "{x},{y}");
+        if i > 0 {
+            assert!(x >= p50_points[i - 1].0, "the median runs left to right");
+        }
+        let upper = band_points[i].1;
+        let lower = band_points[band_points.len() - 1 - i].1;
+        assert!(
+            upper <= y + 1e-6 && y <= lower + 1e-6,
+            "P10 ≤ P50 ≤ P90 at point {i}: {upper} {y} {lower}"
+        );
+    }
+    assert!(
+        p50_points.iter().any(|&(_, y)| y < 258.0 - 1.0),
+        "the median stands above zero kW: {p50_points:?}"
+    );
+    assert!(dom.contains("class=\"forecast-now\""), "now is marked");
+    // The labels: the legend, the kW axis, the cost ceiling, in the objective's words.
+    for label in [
+        "P10–P90",
+        "P50 (median)",
+        "kW sheddable at the meter",
+        "the trade's “P90”",
+    ] {
+        assert!(dom.contains(label), "{label} on the page");
+    }
+    let words = if forecast["objective"] == "tokens" {
+        "tokens/s"
+    } else {
+        "GPU-weighted progress"
+    };
+    let ceiling = forecast["cost_ceiling"].as_f64().expect("the cost ceiling");
+    assert_eq!(
+        text_of(dom, "forecast-ceiling"),
+        format!(
+            "Cost ceiling in use: at most {} % of {words} lost.",
+            (ceiling * 1000.0).round() / 10.0
+        ),
+        "the cost ceiling"
+    );
+    assert!(
+        text_of(dom, "forecast-ceiling").contains("at most 10 % of GPU-weighted progress lost"),
+        "the default ceiling and objective"
+    );
+    // Dates as ISO 8601 in the site's zone: now, and the next midnight on the time axis.
+    let new_york = |at: &serde_json::Value| {
+        chrono::DateTime::parse_from_rfc3339(at.as_str().expect("a time"))
+            .expect("RFC 3339")
+            .with_timezone(&chrono_tz::America::New_York)
+    };
+    let first = new_york(&steps[0]["start"]);
+    let now_label = format!("now {}", first.format("%Y-%m-%d %H:%M"));
+    assert!(dom.contains(&now_label), "{now_label} on the chart");
+    let tomorrow = (first.date_naive() + chrono::Days::new(1))
+        .format("%Y-%m-%d")
+        .to_string();
+    assert!(
+        dom.contains(&format!(">{tomorrow}</text>")),
+        "tomorrow's midnight, {tomorrow}, on the time axis"
+    );
+    let caption = text_of(dom, "forecast-caption");
+    assert!(
+        caption.starts_with("Made 20") && caption.contains("is our P10") && caption.contains("not measurements"),
+        "{caption}"
+    );
+    // What it stands on, each line listed.
+    let basis = forecast["basis"].as_array().expect("basis");
+    assert!(!basis.is_empty(), "the forecast says what it stands on");
+    for line in basis {
+        let line = line.as_str().expect("a line");
+        let escaped = line.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+        assert!(dom.contains(&format!("<li>{escaped}</li>")), "the basis line {line:?}");
+    }
+    // The figures match the API's, where the gateway made no new forecast meanwhile.
+    let after = read_forecast().await.expect("still a forecast");
+    if after["generated_at"] == forecast["generated_at"] {
+        let made = new_york(&forecast["generated_at"]).format("%Y-%m-%d %H:%M").to_string();
+        assert!(
+            caption.starts_with(&format!("Made {made} (America/New_York)")),
+            "{caption}"
+        );
+        let last = steps.last().expect("a last step");
+        for p in ["p10", "p50", "p90"] {
+            let shown = format!("P{} {:.1}<", &p[1..], band(last, p));
+            assert!(dom.contains(&shown), "{shown} at the end of the chart");
+        }
+    } else {
+        eprintln!("a new forecast while the page loaded: its figures are not compared with the API's");
+    }
+
+    let file = shots.join("forecast.png");
+    tall_screenshot_async(format!("{base}/dashboard/?updates=1"), &profile, file.clone(), 2000).await;
+    eprintln!("forecast screenshot: {}", file.display());
     server.shutdown().await;
 }

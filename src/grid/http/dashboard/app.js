@@ -6,7 +6,7 @@
 const SVG = "http://www.w3.org/2000/svg";
 const HISTORY_S = 3600;
 // `now` is the gateway's clock (its status time), which runs faster than the wall in the demo.
-const state = { tz: "UTC", points: [], events: [], updates: 0, now: null };
+const state = { tz: "UTC", points: [], events: [], updates: 0, now: null, forecastDrawn: false };
 
 const $ = (id) => document.getElementById(id);
 const kw = (w) => (w === null || w === undefined || !Number.isFinite(w) ? "—" : (w / 1000).toFixed(1));
@@ -375,6 +375,163 @@ async function loadFlexibility() {
   }
 }
 
+// ---- the forecast ------------------------------------------------------------------------
+
+// What the share of the objective is a share of, in the operator's words.
+const objectiveWords = (objective) => (objective === "tokens" ? "tokens/s" : "GPU-weighted progress");
+// A share as a percentage without trailing noise (0.1 → "10").
+const share = (x) => String(+(x * 100).toFixed(1));
+
+// The local quarter-hours of the forecast's span that start an hour divisible by `every`
+// (checked in the site's zone, so half-hour zones and daylight saving get true local hours).
+function localHours(from, to, every) {
+  const out = [];
+  const q = 15 * 60000;
+  for (let t = Math.ceil(from / q) * q; t <= to; t += q) {
+    const hm = clock(t, false);
+    if (hm.endsWith(":00") && Number(hm.slice(0, 2)) % every === 0) out.push({ t, hm, date: clock(t, true).slice(0, 10) });
+  }
+  return out;
+}
+
+function noForecast(why) {
+  $("forecast-chart").textContent = `No forecast yet: ${why}`;
+  set("forecast-ceiling", "—");
+  $("forecast-basis").replaceChildren();
+  state.forecastDrawn = false;
+}
+
+function drawForecast(f) {
+  const host = $("forecast-chart");
+  const steps = f.steps.map((s) => {
+    const w = (s && s.available_w) || {};
+    const kwOf = (v) => (typeof v === "number" ? v / 1000 : NaN);
+    return {
+      from: Date.parse(s && s.start), to: Date.parse(s && s.end),
+      p10: kwOf(w.p10), p50: kwOf(w.p50), p90: kwOf(w.p90),
+      gpus: Number(s && s.gpus_expected), unknown: Number(s && s.gpus_unknown),
+    };
+  });
+  // A figure the chart cannot place would draw nothing and complain in the console: say so.
+  if (!steps.every((s) => [s.from, s.to, s.p10, s.p50, s.p90].every(Number.isFinite) && s.to > s.from)) {
+    noForecast("the gateway's answer has a quarter-hour without its times or figures.");
+    return;
+  }
+  const W = 1200, H = 320, L = 64, R = 84, T = 22, B = 62;
+  const from = steps[0].from, to = steps[steps.length - 1].to;
+  const top = Math.max(1, ...steps.map((s) => s.p90)) * 1.08;
+  const ystep = niceStep(top, 5);
+  const maxKw = Math.ceil(top / ystep) * ystep;
+  const x = (t) => L + ((t - from) / (to - from)) * (W - L - R);
+  const y = (v) => H - B - (Math.max(0, v) / maxKw) * (H - T - B);
+  const svg = el("svg", { viewBox: `0 0 ${W} ${H}`, role: "presentation" });
+  // Gridlines: kW, then every 3 local hours (days darker), labelled every 6 with the date at midnight.
+  for (let v = 0; v <= maxKw + 1e-9; v += ystep) {
+    svg.appendChild(el("line", { x1: L, x2: W - R, y1: y(v), y2: y(v), stroke: "#e4e4e4" }));
+    svg.appendChild(el("text", { x: L - 6, y: y(v) + 4, "text-anchor": "end", "font-size": 12, fill: "#333" }, v.toFixed(ystep < 1 ? 1 : 0)));
+  }
+  for (const h of localHours(from, to, 3)) {
+    const midnight = h.hm === "00:00";
+    svg.appendChild(el("line", { x1: x(h.t), x2: x(h.t), y1: T, y2: H - B, stroke: midnight ? "#9a9a9a" : "#e4e4e4" }));
+    if (Number(h.hm.slice(0, 2)) % 6 !== 0) continue;
+    svg.appendChild(el("text", { x: x(h.t), y: H - B + 16, "text-anchor": "middle", "font-size": 12, fill: "#333" }, h.hm));
+    if (midnight) {
+      svg.appendChild(el("text", { class: "forecast-date", x: x(h.t), y: H - B + 31, "text-anchor": "middle", "font-size": 12,
+        "font-weight": 600, fill: "#111" }, h.date));
+    }
+  }
+  // Now: the first quarter-hour (the flexibility curve now), dated.
+  svg.appendChild(el("rect", { class: "forecast-now", x: x(from), y: T, width: Math.max(2, x(steps[0].to) - x(from)),
+    height: H - T - B, fill: "#e69f00", "fill-opacity": 0.45 }));
+  svg.appendChild(el("text", { x: x(from) + 2, y: T - 7, "font-size": 12, "font-weight": 600, fill: "#6b4500" },
+    `now ${clock(from, true)}`));
+  // The band, P10 (the trade's "P90") dashed, and the median, each quarter-hour a flat step.
+  const stepped = (key) => steps.flatMap((s) => [`${x(s.from)},${y(s[key])}`, `${x(s.to)},${y(s[key])}`]);
+  const band = el("polygon", { class: "forecast-band", points: stepped("p90").concat(stepped("p10").reverse()).join(" "),
+    fill: "#0072b2", "fill-opacity": 0.2, stroke: "none" });
+  band.appendChild(el("title", {}, "P10–P90: 8 outcomes in 10 fall in the band"));
+  svg.appendChild(band);
+  const p10 = el("polyline", { class: "forecast-p10", points: stepped("p10").join(" "), stroke: "#00466e", "stroke-width": 1.4,
+    "stroke-dasharray": "5 3", fill: "none" });
+  p10.appendChild(el("title", {}, "P10 = the trade's \u201cP90\u201d: the site sheds at least this 9 times in 10"));
+  svg.appendChild(p10);
+  const p50 = el("polyline", { class: "forecast-p50", points: stepped("p50").join(" "), stroke: "#0072b2", "stroke-width": 2.4, fill: "none" });
+  p50.appendChild(el("title", {}, "P50 (median)"));
+  svg.appendChild(p50);
+  // The figures at 48 h, at the right end, kept apart when the band is narrow.
+  const end = steps[steps.length - 1];
+  let below = Infinity;
+  for (const [key, name] of [["p10", "P10"], ["p50", "P50"], ["p90", "P90"]]) {
+    const at = Math.min(y(end[key]) + 4, below - 13);
+    below = at;
+    svg.appendChild(el("text", { class: `forecast-end-${key}`, x: W - R + 6, y: at, "font-size": 12, fill: "#00466e",
+      "font-weight": key === "p50" ? 700 : 400 }, `${name} ${end[key].toFixed(1)}`));
+  }
+  svg.appendChild(el("circle", { cx: x(from), cy: y(steps[0].p50), r: 4.5, fill: "#fff", stroke: "#b36b00", "stroke-width": 2.2 }));
+  // Each quarter-hour's figures on hover.
+  for (const s of steps) {
+    const hover = el("rect", { x: x(s.from), y: T, width: x(s.to) - x(s.from), height: H - T - B, fill: "transparent" });
+    hover.appendChild(el("title", {}, `${clock(s.from, true)}–${clock(s.to, false)}: P10 ${s.p10.toFixed(1)} · P50 ${s.p50.toFixed(1)} · `
+      + `P90 ${s.p90.toFixed(1)} kW; ${s.gpus.toFixed(0)} GPUs busy, ${s.unknown.toFixed(0)} of them by jobs not known yet`));
+    svg.appendChild(hover);
+  }
+  svg.appendChild(el("path", { d: `M${L} ${T} V${H - B} H${W - R}`, stroke: "#555", fill: "none" }));
+  svg.appendChild(el("text", { class: "forecast-y-label", x: 14, y: T + (H - T - B) / 2, transform: `rotate(-90 14 ${T + (H - T - B) / 2})`,
+    "text-anchor": "middle", "font-size": 12, fill: "#333" }, "kW sheddable at the meter"));
+  svg.appendChild(el("text", { x: L + (W - L - R) / 2, y: H - 6, "text-anchor": "middle", "font-size": 12, fill: "#333" },
+    `local time, ${state.tz}`));
+  host.replaceChildren(svg);
+
+  const words = objectiveWords(f.objective);
+  set("forecast-ceiling", `Cost ceiling in use: at most ${share(f.cost_ceiling)} % of ${words} lost.`);
+  const last = end;
+  const least = Math.min(...steps.map((s) => s.p10));
+  set("forecast-caption", `Made ${clock(Date.parse(f.generated_at), true)} (${state.tz}); the gateway makes a new one every 15 minutes. `
+    + "Each figure is the most the site can shed at the revenue meter within the cost ceiling. "
+    + `Now ${steps[0].p50.toFixed(1)} kW; at ${Math.round((to - from) / 3600000)} h P10 ${last.p10.toFixed(1)} · P50 ${last.p50.toFixed(1)} · P90 ${last.p90.toFixed(1)} kW. `
+    + `The trade's \u201cP90\u201d (shed at least this 9 times in 10) is our P10: ${least.toFixed(1)} kW at the least over the span. `
+    + "Estimates from the planner's curves, not measurements.");
+  const basis = $("forecast-basis");
+  basis.replaceChildren(...(f.basis || []).map((b) => {
+    const li = document.createElement("li");
+    li.textContent = b;
+    return li;
+  }));
+  state.forecastDrawn = true;
+}
+
+// GET /v1/forecast: 404 (or another refusal, or an empty answer) until the gateway has made one.
+async function loadForecast() {
+  let r;
+  try {
+    r = await fetch("/v1/forecast");
+  } catch (_) {
+    if (state.forecastDrawn) set("forecast-caption", "The gateway did not answer; the forecast shown is the last one read.");
+    else noForecast("the gateway did not answer.");
+    return;
+  }
+  let body = null;
+  try {
+    const text = await r.text();
+    body = text ? JSON.parse(text) : null;
+  } catch (_) {
+    body = null;
+  }
+  if (!r.ok) {
+    // The gateway's own reason, without saying "no forecast yet" twice.
+    const why = body && typeof body.detail === "string" ? body.detail.replace(/^no forecast yet:\s*/i, "") : "";
+    noForecast(why ? `${why}.` : `the gateway answered HTTP ${r.status}.`);
+  } else if (!body || !Array.isArray(body.steps) || body.steps.length === 0) {
+    noForecast("the gateway's answer holds no quarter-hours.");
+  } else {
+    try {
+      drawForecast(body);
+    } catch (_) {
+      noForecast("the gateway's answer could not be read.");
+    }
+  }
+}
+
 // ---- live updates ------------------------------------------------------------------------
 
 function onState(message) {
@@ -464,5 +621,11 @@ document.addEventListener("DOMContentLoaded", () => {
   if (saved) $("opt-token").value = saved;
   $("verify-button").addEventListener("click", verifyLedger);
   $("opt-out").addEventListener("submit", optOut);
-  loadHistory().then(() => { verifyLedger(); connect(); });
+  loadHistory().then(() => {
+    verifyLedger();
+    connect();
+    loadForecast();
+    // The gateway makes a new forecast every 15 minutes; a minute is soon enough to show it.
+    setInterval(loadForecast, 60000);
+  });
 });
