@@ -45,6 +45,76 @@ pub struct Config {
     /// The programs the site is settled in, with their baseline methods and prices (absent: no
     /// program; the audit's PJM CBL and meter before/after only).
     pub settlement: crate::settlement::SettlementConfig,
+    /// The forecast of the site's flexibility: its cost ceiling, the declaration's confidence,
+    /// and how the scheduler's queue is read.
+    pub forecast: ForecastConfig,
+}
+
+/// `[forecast]`: what the site forecasts and declares, and how the queue is read.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ForecastConfig {
+    /// The cost ceiling: the largest share of the objective's value the site accepts to lose
+    /// for a shed, in (0, 1] (default 0.1: 10 % of GPU-weighted progress). `available_w` in the
+    /// forecast is the most the site can shed within it.
+    pub cost_ceiling: f64,
+    /// The confidence a declaration is made at by default, percent: 90 declares each hour's
+    /// 10th percentile (exceeded nine times in ten), 50 its median.
+    pub confidence: u8,
+    /// How often the scheduler's queue is read, s (default 60). Off the control path.
+    pub queue_poll_s: u64,
+    /// How long one read of the queue may take, s (default 10): past it, the read is given up,
+    /// and the forecast says the queue is unknown.
+    pub queue_deadline_s: u64,
+    /// A change of the queue makes a new forecast at most this often, s (default 60; each
+    /// forecast is a ledger record).
+    pub min_refresh_s: u64,
+}
+
+impl Default for ForecastConfig {
+    fn default() -> Self {
+        Self {
+            cost_ceiling: flexgate_policies::forecast::DEFAULT_COST_CEILING,
+            confidence: 90,
+            queue_poll_s: 60,
+            queue_deadline_s: 10,
+            min_refresh_s: 60,
+        }
+    }
+}
+
+impl ForecastConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |field, message: String| Err(ConfigError::Invalid { field, message });
+        if !(self.cost_ceiling.is_finite() && self.cost_ceiling > 0.0 && self.cost_ceiling <= 1.0) {
+            return invalid(
+                "forecast.cost_ceiling",
+                format!(
+                    "must be a share in (0, 1] (0.1: 10 % of the objective), got {}",
+                    self.cost_ceiling
+                ),
+            );
+        }
+        if !matches!(self.confidence, 50 | 90) {
+            return invalid(
+                "forecast.confidence",
+                format!(
+                    "must be 90 (declare the 10th percentile) or 50 (the median), got {}",
+                    self.confidence
+                ),
+            );
+        }
+        if !(1..=3600).contains(&self.queue_poll_s) {
+            return invalid("forecast.queue_poll_s", "must be 1 to 3600 s".into());
+        }
+        if !(1..=120).contains(&self.queue_deadline_s) {
+            return invalid("forecast.queue_deadline_s", "must be 1 to 120 s".into());
+        }
+        if !(1..=86_400).contains(&self.min_refresh_s) {
+            return invalid("forecast.min_refresh_s", "must be 1 to 86400 s".into());
+        }
+        Ok(())
+    }
 }
 
 impl Default for Config {
@@ -66,6 +136,7 @@ impl Default for Config {
             ha: None,
             settlement: crate::settlement::SettlementConfig::default(),
             meter: None,
+            forecast: ForecastConfig::default(),
         }
     }
 }
@@ -316,6 +387,7 @@ impl Config {
         self.probe
             .validate()
             .map_err(|(field, message)| ConfigError::Invalid { field, message })?;
+        self.forecast.validate()?;
         self.facility.validate().map_err(|e| ConfigError::Invalid {
             field: "facility",
             message: e.to_string(),

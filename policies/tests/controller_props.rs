@@ -140,6 +140,8 @@ impl ModelCluster {
                 tier: self.probing.then(|| Arc::from("batch")),
                 cap_unreliable: self.unreliable.contains(&j.id),
                 cap_reapplied: self.reapplied.get(&j.id).copied().unwrap_or(0),
+                started_at: None,
+                time_limit_s: None,
             })
             .collect()
     }
@@ -283,6 +285,7 @@ fn settings_probing(probing: bool) -> Settings {
         },
         // A program settled on CAISO's 10-in-10: its day-of adjustment reads 4 h to 1 h before
         // an event, which probes must leave alone.
+        forecast: flexgate_policies::control::ForecastSettings::default(),
         settlement_methods: if probing {
             vec![flexgate_policies::baseline::Method::Caiso10In10]
         } else {

@@ -16,7 +16,9 @@ pub mod sim;
 
 use serde::Serialize;
 
-pub use flexgate_policies::control::cluster::{CapCommand, CapOutcome, CapResult, JobState, JobTelemetry, Telemetry};
+pub use flexgate_policies::control::cluster::{
+    CapCommand, CapOutcome, CapResult, JobState, JobTelemetry, QueuedJob, Telemetry,
+};
 
 pub use sim::{SimCluster, SimConfig, SimError, SimFaults};
 
@@ -79,6 +81,13 @@ pub trait ClusterBackend: Send + Sync {
     /// `flexgate_agent_up` and its alert). Backends without agents have none.
     fn agents_answering(&self) -> Vec<(String, bool)> {
         Vec::new()
+    }
+
+    /// The jobs the scheduler holds in its queue, with their expected starts and time limits,
+    /// for the forecast. `None`: this backend has no scheduler queue (the forecast then says
+    /// so and widens). Called off the control path, under a deadline: it may be slow.
+    async fn queue(&self) -> Option<Result<Vec<QueuedJob>, BackendError>> {
+        None
     }
 
     /// Resume a job suspended by [`ClusterBackend::suspend`] (at the end of the curtailment).

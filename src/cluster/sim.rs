@@ -50,6 +50,18 @@ const UNKNOWN_STREAM: u64 = 0x554E_4B4E; // "UNKN"
 const NOISE_STREAM: u64 = 0x4E4F_4953; // "NOIS"
 const FAULT_STREAM: u64 = 0x4641_554C; // "FAUL"
 const METER_STREAM: u64 = 0x4D45_5452; // "METR"
+const CLOCK_STREAM: u64 = 0x434C_4F43; // "CLOC"
+const QUEUE_STREAM: u64 = 0x5155_4555; // "QUEU"
+
+/// Time limits the simulated scheduler gives its jobs, hours (users ask for round figures).
+const LIMITS_H: [f64; 4] = [24.0, 48.0, 72.0, 96.0];
+
+/// A queued job whose expected start has come but finds no room starts this much later by the
+/// scheduler's new estimate, s (as Slurm's backfill slides a start when a job overruns).
+const START_SLIDE_S: i64 = 900;
+
+/// The first number of the simulated scheduler's queued jobs (`job-901-…`).
+const QUEUE_NUMBERS_FROM: u64 = 901;
 
 /// Configuration of the simulated cluster (the `[cluster.sim]` table of the gateway's TOML).
 ///
@@ -86,6 +98,11 @@ pub struct SimConfig {
     /// `[probe] tiers = ["batch"]` on the simulated site.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tier: Option<String>,
+    /// Jobs waiting in the simulated scheduler's queue at start (default 6, at most 1000), so
+    /// that the forecast has a queue to read. The jobs filled at start have time limits of a day
+    /// or more and ran for some hours before; a job reaching its limit ends (as Slurm ends it),
+    /// and the queue's head starts on the nodes it frees.
+    pub queued_jobs: u32,
 }
 
 impl Default for SimConfig {
@@ -101,6 +118,7 @@ impl Default for SimConfig {
             faults: SimFaults::default(),
             facility: FacilityParams::default(),
             tier: None,
+            queued_jobs: 6,
         }
     }
 }
@@ -196,6 +214,9 @@ impl SimConfig {
             );
         }
         validate_faults(&self.faults, self.nodes)?;
+        if self.queued_jobs > 1000 {
+            return invalid("queued_jobs", format!("must be at most 1000, got {}", self.queued_jobs));
+        }
         self.facility.validate().map_err(|e| SimError::InvalidConfig {
             field: "facility",
             problem: e.to_string(),
@@ -330,6 +351,23 @@ struct SimJob {
     signature: Option<Arc<str>>,
     /// Its flex tier (see [`SimCluster::set_tier`]); [`SimConfig::tier`] at start.
     tier: Option<Arc<str>>,
+    /// When it started (wall clock), and its time limit, s (`None`: unlimited; the jobs a test
+    /// or the demo starts run until ended).
+    started_at: DateTime<Utc>,
+    time_limit_s: Option<f64>,
+}
+
+/// A job in the simulated scheduler's queue.
+#[derive(Debug, Clone)]
+struct SimQueued {
+    /// The template it will run.
+    template: usize,
+    /// The job number it will take.
+    number: u64,
+    /// The scheduler's expected start.
+    expected_start: DateTime<Utc>,
+    /// Its time limit, s.
+    limit_s: f64,
 }
 
 /// Draw of a suspended job's GPU (memory held, no compute), W.
@@ -362,6 +400,8 @@ struct State {
     throughput: JobWindows,
     /// The latest aggregate per job, for the inventory between telemetry samples.
     throughput_now: std::collections::HashMap<JobId, MeasuredThroughput>,
+    /// The scheduler's queue, soonest first.
+    queue: Vec<SimQueued>,
 }
 
 impl State {
@@ -372,7 +412,9 @@ impl State {
             let number = self.next_job;
             self.next_job += 1;
             let prefix = format!("job-{number:03}-");
-            if !self.jobs.iter().any(|j| j.spec.id.starts_with(&prefix)) {
+            if !self.jobs.iter().any(|j| j.spec.id.starts_with(&prefix))
+                && !self.queue.iter().any(|q| q.number == number)
+            {
                 return number;
             }
         }
@@ -453,11 +495,13 @@ impl SimCluster {
                     usize::try_from(config.nodes).unwrap_or(usize::MAX),
                 ),
                 throughput_now: std::collections::HashMap::new(),
+                queue: Vec::new(),
             }),
             templates,
             config,
         };
         sim.fill(now);
+        sim.schedule();
         Ok(Arc::new(sim))
     }
 
@@ -528,6 +572,106 @@ impl SimCluster {
         job
     }
 
+    /// Give the jobs filled at start a past and a limit, and queue `queued_jobs` more, each
+    /// expected to start when a running job's limit frees its nodes (the scheduler's estimate).
+    fn schedule(&self) {
+        let wall = self.epoch.0;
+        let mut state = self.lock();
+        let mut draw = SplitMix64::derive(self.config.seed, CLOCK_STREAM);
+        for job in &mut state.jobs {
+            let ran_h = 1.0 + 19.0 * draw.next_f64();
+            let limit_h = LIMITS_H.iter().copied().find(|l| *l >= ran_h + 6.0).unwrap_or(96.0);
+            job.started_at = wall - TimeDelta::seconds((ran_h * 3600.0) as i64);
+            job.time_limit_s = Some(limit_h * 3600.0);
+        }
+        let mut ends: Vec<(DateTime<Utc>, u32)> = state
+            .jobs
+            .iter()
+            .filter_map(|j| {
+                let limit = TimeDelta::seconds(j.time_limit_s? as i64);
+                Some((j.started_at + limit, j.spec.gpus))
+            })
+            .collect();
+        ends.sort();
+        let mut pick = SplitMix64::derive(self.config.seed, QUEUE_STREAM);
+        for i in 0..self.config.queued_jobs as usize {
+            let free_at = ends.get(i % ends.len().max(1)).map_or(wall, |e| e.0)
+                + TimeDelta::hours(24 * (i / ends.len().max(1)) as i64);
+            // A job that fits on what the one ending frees (same size or smaller).
+            let room = ends
+                .get(i % ends.len().max(1))
+                .map_or(self.config.gpus_per_node, |e| e.1);
+            let fitting: Vec<usize> = (0..self.templates.len())
+                .filter(|&t| self.config.nodes_for(self.templates[t].template.gpus) <= self.config.nodes_for(room))
+                .collect();
+            if fitting.is_empty() {
+                break;
+            }
+            let template = fitting[(pick.next_f64() * fitting.len() as f64) as usize];
+            // Queued jobs are numbered apart (from 901), so that the jobs a test or the demo
+            // starts keep the numbers they always had.
+            let number = QUEUE_NUMBERS_FROM + i as u64;
+            let limit_h = LIMITS_H[(pick.next_f64() * 2.0) as usize];
+            state.queue.push(SimQueued {
+                template,
+                number,
+                expected_start: free_at,
+                limit_s: limit_h * 3600.0,
+            });
+        }
+        state.queue.sort_by_key(|q| q.expected_start);
+    }
+
+    /// The scheduler at `wall`: jobs past their limit end; the queue's head starts when its
+    /// time has come and its nodes are free, and its expected start slides when they are not.
+    fn run_scheduler(&self, state: &mut State, now: Instant) {
+        let wall = self.wall_clock(now);
+        let over: Vec<JobId> = state
+            .jobs
+            .iter()
+            .filter(|j| {
+                j.time_limit_s
+                    .is_some_and(|l| j.started_at + TimeDelta::seconds(l as i64) <= wall)
+            })
+            .map(|j| j.spec.id.clone())
+            .collect();
+        for id in over {
+            Self::remove_job(state, &id);
+        }
+        while let Some(head) = state.queue.first().cloned() {
+            if head.expected_start > wall {
+                break;
+            }
+            let gpus = self.templates[head.template].template.gpus;
+            if self.config.nodes_for(gpus) > state.free_nodes() {
+                state.queue[0].expected_start = wall + TimeDelta::seconds(START_SLIDE_S);
+                state.queue.sort_by_key(|q| q.expected_start);
+                break;
+            }
+            state.queue.remove(0);
+            let unknown = SplitMix64::derive(self.config.seed ^ UNKNOWN_STREAM, head.number).next_f64()
+                < self.config.unknown_elasticity_share;
+            let mut job = self.template_job(state, head.template, head.number, unknown, now);
+            job.started_at = wall;
+            job.time_limit_s = Some(head.limit_s);
+            state.jobs.push(job);
+        }
+    }
+
+    /// Take a job out: it leaves the inventory and telemetry, and its nodes are free.
+    fn remove_job(state: &mut State, job: &str) -> bool {
+        let Some(index) = state.jobs.iter().position(|j| &*j.spec.id == job) else {
+            return false;
+        };
+        let ended = state.jobs.remove(index);
+        state.throughput.forget(&ended.spec.id);
+        state.throughput_now.remove(&ended.spec.id);
+        for n in ended.nodes {
+            state.busy[n as usize] = false;
+        }
+        true
+    }
+
     fn new_job(spec: JobSpec, truth: PowerCurve, nodes: Vec<u32>, now: Instant) -> SimJob {
         let cap = spec.cap_range.max;
         let point = (truth.power_at_cap(cap), truth.tokens_at_cap(cap));
@@ -544,6 +688,8 @@ impl SimCluster {
             suspended: false,
             signature: None,
             tier: None,
+            started_at: crate::clock::wall_now(),
+            time_limit_s: None,
         }
     }
 
@@ -628,19 +774,11 @@ impl SimCluster {
     /// End a job: it leaves the inventory and telemetry at once and its nodes become free
     /// (their GPUs are counted idle at 0 W).
     pub fn end_job(&self, job: &str) -> Result<(), SimError> {
-        let mut state = self.lock();
-        let index = state
-            .jobs
-            .iter()
-            .position(|j| &*j.spec.id == job)
-            .ok_or_else(|| SimError::UnknownJob(job.to_string()))?;
-        let ended = state.jobs.remove(index);
-        state.throughput.forget(&ended.spec.id);
-        state.throughput_now.remove(&ended.spec.id);
-        for n in ended.nodes {
-            state.busy[n as usize] = false;
+        if Self::remove_job(&mut self.lock(), job) {
+            Ok(())
+        } else {
+            Err(SimError::UnknownJob(job.to_string()))
         }
-        Ok(())
     }
 
     /// A GPU reset or driver reload under `job`: its GPUs fall back to their maximum limit
@@ -777,7 +915,8 @@ impl ClusterBackend for SimCluster {
     async fn inventory(&self) -> Result<Vec<JobState>, BackendError> {
         let now = Instant::now();
         let settle = self.settle();
-        let state = self.lock();
+        let mut state = self.lock();
+        self.run_scheduler(&mut state, now);
         Ok(state
             .jobs
             .iter()
@@ -795,9 +934,32 @@ impl ClusterBackend for SimCluster {
                     tier: j.tier.clone(),
                     cap_unreliable: false,
                     cap_reapplied: 0,
+                    started_at: Some(j.started_at),
+                    time_limit_s: j.time_limit_s,
                 }
             })
             .collect())
+    }
+
+    async fn queue(&self) -> Option<Result<Vec<super::QueuedJob>, BackendError>> {
+        let state = self.lock();
+        Some(Ok(state
+            .queue
+            .iter()
+            .map(|q| {
+                let Template { template, label } = &self.templates[q.template];
+                super::QueuedJob {
+                    id: format!("job-{:03}-{label}", q.number).into(),
+                    gpus: template.gpus,
+                    signature: Some(format!("{label}/{}gpu", template.gpus).into()),
+                    pfi: None,
+                    max_slowdown: template.max_slowdown.map(|f| f.value()),
+                    priority: 1.0,
+                    expected_start: Some(q.expected_start),
+                    time_limit_s: Some(q.limit_s),
+                }
+            })
+            .collect()))
     }
 
     async fn apply(&self, commands: &[CapCommand]) -> Vec<CapResult> {
@@ -1006,6 +1168,40 @@ mod tests {
         (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn jobs_end_at_their_limit_and_the_queue_head_starts_where_one_ended() {
+        let sim = sim(SimConfig::default());
+        let queue = sim.queue().await.expect("a queue").expect("an answer");
+        assert_eq!(queue.len(), 6);
+        assert!(
+            queue.windows(2).all(|w| w[0].expected_start <= w[1].expected_start),
+            "soonest first"
+        );
+        let jobs = sim.inventory().await.expect("inventory");
+        let end_of =
+            |j: &JobState| j.started_at.expect("a start") + TimeDelta::seconds(j.time_limit_s.expect("a limit") as i64);
+        let now = sim.wall_clock(Instant::now());
+        assert!(
+            jobs.iter().all(|j| j.started_at.is_some_and(|s| s < now)),
+            "they ran before"
+        );
+        let first = jobs.iter().min_by_key(|j| end_of(j)).expect("a job");
+        let head = &queue[0];
+        assert_eq!(
+            head.expected_start,
+            Some(end_of(first)),
+            "expected when the first limit frees nodes"
+        );
+        assert!(head.id.starts_with("job-901-"), "{}", head.id);
+        let wait = (end_of(first) - now).to_std().expect("in the future") + Duration::from_secs(1);
+        tokio::time::advance(wait).await;
+        let after = sim.inventory().await.expect("inventory");
+        assert!(after.iter().all(|j| j.spec.id != first.spec.id), "ended at its limit");
+        let started = after.iter().find(|j| j.spec.id == head.id).expect("the head started");
+        assert_eq!(started.time_limit_s, head.time_limit_s);
+        assert_eq!(sim.queue().await.expect("a queue").expect("an answer").len(), 5);
+    }
+
     #[tokio::test]
     async fn the_fleet_is_deterministic_for_a_seed_and_differs_between_seeds() {
         let seeded = |seed| {
@@ -1014,12 +1210,21 @@ mod tests {
                 ..SimConfig::default()
             })
         };
-        let a = seeded(7).inventory().await.expect("inventory");
-        let b = seeded(7).inventory().await.expect("inventory");
+        // Start times are relative to the simulation's own start, which differs by microseconds.
+        let fleet = |jobs: Vec<JobState>| -> Vec<JobState> {
+            jobs.into_iter()
+                .map(|mut j| {
+                    j.started_at = None;
+                    j
+                })
+                .collect()
+        };
+        let a = fleet(seeded(7).inventory().await.expect("inventory"));
+        let b = fleet(seeded(7).inventory().await.expect("inventory"));
         assert_eq!(a, b);
         let mut different = false;
         for seed in 8..12 {
-            different |= seeded(seed).inventory().await.expect("inventory") != a;
+            different |= fleet(seeded(seed).inventory().await.expect("inventory")) != a;
         }
         assert!(different, "other seeds should give other fleets");
     }

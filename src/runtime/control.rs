@@ -18,6 +18,7 @@ impl Driver {
     /// Run until `shutdown` resolves.
     pub async fn control_loop(self: Arc<Self>, shutdown: impl Future<Output = ()>) {
         tokio::pin!(shutdown);
+        let _queue_reader = self.spawn_queue_reader();
         let interval = ChronoDuration::seconds(i64::try_from(self.config.gateway.telemetry_interval_s).unwrap_or(5));
         let mut next_tick = self.clock.now();
         loop {
@@ -66,6 +67,9 @@ impl Driver {
                 }
                 Err(e) => tracing::warn!("telemetry missing: {e}; keeping the last reading"),
             }
+        }
+        if let Some(queue) = self.take_scheduler_answer() {
+            self.feed(queue).await?;
         }
         self.feed(Input::Tick { measured: measure }).await
     }

@@ -157,6 +157,8 @@ pub struct Driver {
     /// supervisor at each renewal). Nothing is decided or sent after it, even before the
     /// supervisor notices: a process paused past its term (SIGSTOP, a frozen VM) wakes up here.
     pub(crate) term_deadline: std::sync::Mutex<Option<std::time::Instant>>,
+    /// The scheduler's latest answer, waiting for the next control pass (see `queue.rs`).
+    pub(crate) scheduler_answer: std::sync::Mutex<Option<flexgate_policies::control::cluster::SchedulerView>>,
 }
 
 impl Driver {

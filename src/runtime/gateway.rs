@@ -121,6 +121,10 @@ impl Gateway {
             facility: config.facility.clone(),
             probe: config.probe.clone(),
             settlement_methods: config.settlement.methods(),
+            forecast: flexgate_policies::control::ForecastSettings {
+                cost_ceiling: config.forecast.cost_ceiling,
+                min_refresh_s: i64::try_from(config.forecast.min_refresh_s).unwrap_or(i64::MAX),
+            },
         };
         let controller = Controller::new(settings.clone()).map_err(|e| StartError::Facility(e.to_string()))?;
         // Beside the ledger, in the same data directory.
@@ -180,6 +184,7 @@ impl Gateway {
             events_seen: std::sync::atomic::AtomicUsize::new(0),
             role: role_rx,
             term_deadline: std::sync::Mutex::new(None),
+            scheduler_answer: std::sync::Mutex::new(None),
         });
         Ok(Arc::new(Self {
             driver,

@@ -15,6 +15,7 @@ mod gateway;
 pub mod metrics;
 mod read_side;
 pub(crate) use read_side::Published;
+mod queue;
 mod recovery;
 mod role;
 pub mod views;

@@ -330,6 +330,11 @@ pub struct JobView {
     /// Times the node agents re-applied a cap on this job's GPUs after its limit moved, since
     /// they started.
     pub cap_reapplied: u64,
+    /// When the job started, as the scheduler says (`null`: not said).
+    pub started_at: Option<DateTime<Utc>>,
+    /// Its time limit as the scheduler says, s (`null`: unlimited or not said); the forecast
+    /// counts it as ended by then at the latest.
+    pub time_limit_s: Option<f64>,
     /// Generation of the last cap sent.
     pub generation: u64,
     /// Measured power.
@@ -376,6 +381,8 @@ impl JobView {
                 .map(Unconfirmed::as_str),
             cap_unreliable: job.cap_unreliable,
             cap_reapplied: job.cap_reapplied,
+            started_at: job.started_at,
+            time_limit_s: job.time_limit_s,
             generation: applied.map_or(job.generation, |a| a.generation),
             measured_power_w: job.measured_power.value(),
             measured_tokens_per_s: job.measured_tokens.map(TokensPerSec::value),

@@ -404,6 +404,7 @@ mod tests {
             flex: Default::default(),
             start_time: None,
             time_limit_minutes: None,
+            gpus_requested: None,
             warnings: vec![],
         };
         let (ok, errors) = conf.job_gpus(&job);

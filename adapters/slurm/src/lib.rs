@@ -30,6 +30,7 @@
 //! Modules, one job each:
 //! - [`model`]: [`SlurmJob`], [`NodeGpus`], [`JobState`], [`JobSnapshot`].
 //! - [`gres`]: `gres_detail` strings (`gpu:h100:3(IDX:2-4)`).
+//! - [`request`]: the GPUs a job asked for (its TRES request), for the jobs still pending.
 //! - [`tags`]: the `flexgate:tier=…,pfi=…,max_slowdown=…` comment format.
 //! - [`wire`]: tolerant JSON reading for every slurmrestd version from v0.0.38 to v0.0.41, and
 //!   `squeue --json`.
@@ -51,6 +52,7 @@ pub mod gres_conf;
 pub mod hostlist;
 pub mod inventory;
 pub mod model;
+pub mod request;
 pub mod rest;
 pub mod tags;
 pub mod token;

@@ -33,10 +33,16 @@ pub struct SlurmJob {
     pub admin_comment: String,
     /// Flex tags read from `comment` and `admin_comment` ([`crate::tags`]).
     pub flex: FlexTags,
-    /// When the job started running, if it has.
+    /// When the job started running, if it has; for a pending job, when Slurm's backfill
+    /// scheduler expects it to start (`squeue --start`), once it has estimated one.
     pub start_time: Option<DateTime<Utc>>,
     /// Wall-clock limit in minutes; `None` for no limit (`INFINITE`) or not reported.
     pub time_limit_minutes: Option<u64>,
+    /// GPUs the job asked for, over all its nodes (`--gres=gpu:N` per node, `--gpus=N` per
+    /// job, `--gpus-per-task`), from its TRES request; `None` when it asked for none or the
+    /// request could not be read. What a pending job will hold once it starts.
+    #[serde(default)]
+    pub gpus_requested: Option<u32>,
     /// Problems found in this job's record: flex tags ignored, a `gres_detail` that did not
     /// parse, node and GRES lists of different lengths. The job is still reported; a node whose
     /// GPUs could not be read has `indices_known == false`.

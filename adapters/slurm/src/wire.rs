@@ -129,6 +129,12 @@ pub(crate) struct WireJob {
     nodes: LStr,
     start_time: NoVal,
     time_limit: NoVal,
+    tres_per_job: LStr,
+    tres_per_node: LStr,
+    tres_per_task: LStr,
+    tres_req_str: LStr,
+    node_count: NoVal,
+    num_tasks: NoVal,
 }
 
 /// The top level of a job list.
@@ -315,6 +321,22 @@ fn convert(w: WireJob) -> Result<SlurmJob, String> {
         NoVal::Int(m) if (0..NO_VAL32).contains(&m) => Some(m as u64),
         _ => None,
     };
+    let node_count = match w.node_count {
+        NoVal::Int(n) if n > 0 && n < NO_VAL32 => Some(n as u64),
+        _ => None,
+    };
+    let tasks = match w.num_tasks {
+        NoVal::Int(n) if n > 0 && n < NO_VAL32 => Some(n as u64),
+        _ => None,
+    };
+    let gpus_requested = crate::request::requested_gpus(&crate::request::GpuRequest {
+        per_job: &w.tres_per_job.0,
+        per_node: &w.tres_per_node.0,
+        per_task: &w.tres_per_task.0,
+        req_str: &w.tres_req_str.0,
+        node_count,
+        tasks,
+    });
     Ok(SlurmJob {
         id,
         name: w.name.0,
@@ -327,6 +349,7 @@ fn convert(w: WireJob) -> Result<SlurmJob, String> {
         flex: tags.tags,
         start_time,
         time_limit_minutes,
+        gpus_requested,
         warnings,
     })
 }

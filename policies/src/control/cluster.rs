@@ -53,11 +53,57 @@ pub struct JobState {
     /// gateway records each increase (`caps_reapplied`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cap_reapplied: u64,
+    /// When the job started, as the scheduler says (`None`: not said). With its time limit it
+    /// tells the forecast when the job will have ended at the latest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<DateTime<Utc>>,
+    /// The job's time limit, s (`None`: unlimited, or not said). Read through
+    /// [`crate::forecast::screen`] before use: a scheduler may say nonsense.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_limit_s: Option<f64>,
 }
 
 #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
 fn is_zero(n: &u64) -> bool {
     *n == 0
+}
+
+/// A job the scheduler holds in its queue: what the forecast needs of it (it holds no GPU yet,
+/// so nothing is capped or measured).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueuedJob {
+    /// The scheduler's id.
+    pub id: JobId,
+    /// GPUs it asked for.
+    pub gpus: u32,
+    /// Its profile key, formed as for a running job (Slurm: name, GPU count, `profile=` tag), so
+    /// that a re-run of a configuration measured before is costed by what was measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<Arc<str>>,
+    /// A PFI the scheduler was told (Slurm's `pfi=` flex tag), used where nothing was measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pfi: Option<f64>,
+    /// Its QoS tier's largest slowdown, if tagged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_slowdown: Option<f64>,
+    /// Its priority (1 unless tagged).
+    pub priority: f64,
+    /// When the scheduler expects to start it (`None`: it does not say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_start: Option<DateTime<Utc>>,
+    /// Its time limit, s (`None`: unlimited, or not said).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_limit_s: Option<f64>,
+}
+
+/// What the scheduler said of its queue, read off the control path.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SchedulerView {
+    /// When it was read.
+    pub at: DateTime<Utc>,
+    /// The queue, or why there is none: the backend has no scheduler queue, it did not answer
+    /// within its deadline, or it failed.
+    pub queue: Result<Vec<QueuedJob>, String>,
 }
 
 impl JobState {

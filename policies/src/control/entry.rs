@@ -629,6 +629,9 @@ pub struct ForecastRecorded {
     /// On each hour ahead: the most the site can shed at the meter within the ceiling, W, as its
     /// 10th, 50th and 90th percentiles.
     pub hourly: Vec<(DateTime<Utc>, crate::forecast::Band)>,
+    /// Queued jobs it counted (`None` in records written before the queue was read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued_jobs: Option<usize>,
 }
 
 /// Caps the node agents re-applied by themselves because the GPUs' limits had moved under the
@@ -785,6 +788,22 @@ pub struct JobsChanged {
     pub jobs_started: Vec<JobId>,
     /// Jobs that ended.
     pub jobs_ended: Vec<JobId>,
+    /// Of the jobs that ended, those whose start and time limit the scheduler gave: how long
+    /// each ran against its limit, what the forecast learns when jobs end from.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runtimes: Vec<EndedRuntime>,
+}
+
+/// How long a job ran against its time limit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EndedRuntime {
+    /// The job.
+    pub job: JobId,
+    /// Seconds it ran (as seen by the gateway: from the scheduler's start to the first
+    /// inventory without it).
+    pub runtime_s: f64,
+    /// Its time limit, s.
+    pub limit_s: f64,
 }
 
 /// What the planner knows of each job's elasticity, where it changed.

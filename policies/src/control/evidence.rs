@@ -632,7 +632,9 @@ impl Controller {
         }
         // Jobs nothing is known of take the fleet's measured PFIs as their prior.
         let pfis: Vec<f64> = fresh.values().filter_map(|(_, l)| l.as_ref()?.pfi).collect();
-        if let Some((prior, note)) = fleet_prior(&pfis) {
+        let prior = fleet_prior(&pfis);
+        self.outlook.fleet_prior = prior.as_ref().map(|(p, _)| p.clone());
+        if let Some((prior, note)) = prior {
             for job in &mut jobs {
                 if job.spec.elasticity == Elasticity::Unknown {
                     job.spec.elasticity = prior.clone();

@@ -540,6 +540,7 @@ mod tests {
             hedge_tolerance: Some(crate::alloc::curve_aware::REGRET_TOLERANCE),
             facility: FacilityParams::for_nodes(8),
             probe: crate::control::probe::ProbeConfig::default(),
+            forecast: crate::control::ForecastSettings::default(),
             settlement_methods: Vec::new(),
         };
         let mut controller = Controller::new(settings).expect("controller");

@@ -35,12 +35,14 @@ pub mod evidence;
 pub mod flexibility;
 mod intake;
 pub mod job_cost;
+mod outlook;
 mod planner;
 pub mod probe;
 mod reconcile;
 pub mod trim;
 
 pub use intake::{Intake, IntakeDecision, OperatorError};
+pub use outlook::ForecastSettings;
 
 use crate::alloc::bounds::FloorModel;
 use crate::alloc::curve_aware::FlexibilityCurve;
@@ -102,6 +104,8 @@ pub struct Settings {
     /// steps keep out of each one's pre-event window before an announced event
     /// ([`crate::baseline::Method::event_day_window`]), besides `site.baseline_window_s`.
     pub settlement_methods: Vec<crate::baseline::Method>,
+    /// How the site forecasts its flexibility (`[forecast]`).
+    pub forecast: ForecastSettings,
 }
 
 /// Why the controller could not be built.
@@ -271,6 +275,8 @@ pub enum Input {
         /// Per job.
         outcomes: Vec<SuspendOutcome>,
     },
+    /// The scheduler's queue, read off the control path (or why it could not be).
+    Scheduler(cluster::SchedulerView),
 }
 
 /// A consistent, cheap copy of what the read side shows (status, events, jobs, plan, metrics).
@@ -355,6 +361,8 @@ pub struct Controller {
     flexibility_source: Option<Arc<FlexibilityCurve>>,
     // The forecast, made again when the curve changes and every `forecast::REFRESH_S`.
     forecast: Option<Arc<crate::forecast::Forecast>>,
+    // What the forecast needs besides the jobs: the queue, runtimes, the usual load.
+    outlook: outlook::Outlook,
     counters: Counters,
     /// Observed: each running job's agent re-application counter as last seen, so that only
     /// increases are recorded (`caps_reapplied`).
@@ -399,6 +407,7 @@ impl Controller {
             flexibility: None,
             flexibility_source: None,
             forecast: None,
+            outlook: outlook::Outlook::default(),
             counters: Counters::default(),
         })
     }
@@ -613,6 +622,9 @@ impl Controller {
                 }
             }
             Entry::JobsChanged(c) => {
+                for r in &c.runtimes {
+                    self.outlook.runtime.observe(r.runtime_s, r.limit_s);
+                }
                 let caps = Arc::make_mut(&mut self.caps);
                 for job in &c.jobs_ended {
                     caps.remove(job);
@@ -755,6 +767,11 @@ impl Controller {
                     ),
                 );
             }
+            Input::Scheduler(view) => {
+                self.observe_scheduler(view);
+                let (plannable, _) = self.plannable();
+                self.refresh_forecast(&plannable, now, &mut effects);
+            }
         }
         effects
     }
@@ -871,88 +888,6 @@ impl Controller {
             }
         }
         self.refresh_forecast(&plannable, now, effects);
-    }
-
-    /// The forecast of the hours ahead, made again when the flexibility curve changed and at
-    /// least every [`forecast::REFRESH_S`](crate::forecast::REFRESH_S), and recorded.
-    ///
-    /// The backends report no queue and no time limits yet, so it stands on the jobs running
-    /// now alone: when each ends is unknown (the runtime model's heavy tail), and the GPUs they
-    /// free are assumed kept as busy as now by jobs like today's, whose knowledge is unknown.
-    /// The band widens accordingly, and the forecast says so in its `basis`.
-    fn refresh_forecast(&mut self, plannable: &[JobSpec], now: DateTime<Utc>, effects: &mut Vec<Effect>) {
-        use crate::forecast::{
-            DEFAULT_COST_CEILING, Fill, ForecastInput, ForecastParams, JobTiming, REFRESH_S, available_within,
-        };
-        let Some(curve) = self.flexibility.clone() else {
-            self.forecast = None;
-            return;
-        };
-        let due = self
-            .forecast
-            .as_ref()
-            .is_none_or(|f| (now - f.generated_at).num_seconds() >= REFRESH_S || f.generated_at < curve.at);
-        if !due {
-            return;
-        }
-        let profiles = match self.planner.shed_profiles(plannable) {
-            Ok(Some(p)) => p,
-            Ok(None) | Err(_) => {
-                self.forecast = None;
-                return;
-            }
-        };
-        let gpus: Vec<u32> = plannable.iter().map(|j| j.gpus).collect();
-        let timing = vec![
-            JobTiming::Running {
-                elapsed_s: 0.0,
-                limit_s: None
-            };
-            plannable.len()
-        ];
-        let busy: f64 = gpus.iter().map(|&g| f64::from(g)).sum();
-        let fill = Fill::from_mix(profiles.iter().zip(gpus.iter().copied()), busy, 0.5);
-        let meter_per_gpu_w = self
-            .facility
-            .forward_reduction(Watts(1000.0), crate::facility::Timing::Settled)
-            .map_or(1.0, |m| m.lo.value());
-        let runtime = crate::forecast::runtime::RuntimeModel::default();
-        let mut made = crate::forecast::forecast(&ForecastInput {
-            now,
-            profiles: &profiles,
-            gpus: &gpus,
-            timing: &timing,
-            runtime: &runtime,
-            fill: fill.as_ref(),
-            meter_per_gpu_w,
-            now_available_w: Some(available_within(&curve, DEFAULT_COST_CEILING)),
-            params: ForecastParams::default(),
-        });
-        made.basis = vec![
-            format!(
-                "the {} jobs running now ({busy:.0} GPUs), each costed by the plans' own estimate; hour 0 is the flexibility curve now",
-                plannable.len()
-            ),
-            "no queue and no time limits from this backend: when each job ends is unknown (a heavy-tailed guess), and the \
-             GPUs they free are assumed kept as busy as now by jobs like today's, of unknown knowledge: the band widens with \
-             the horizon for that"
-                .to_string(),
-        ];
-        let event = self.binding_event();
-        self.record(
-            effects,
-            Recorded::new(
-                Entry::Forecast(entry::ForecastRecorded {
-                    at: now,
-                    objective: self.planner.objective(),
-                    cost_ceiling: made.cost_ceiling,
-                    basis: made.basis.clone(),
-                    hourly: made.hourly(),
-                }),
-                event,
-            ),
-        );
-        self.forecast = Some(Arc::new(made));
     }
 
     /// Closed loop: once the last dispatch has settled, move the trim on the measured meter.

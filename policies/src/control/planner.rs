@@ -132,6 +132,22 @@ impl Planner {
         };
         Ok(Some(refreshed(policy, cache, flexibility, jobs)?.shed_profiles()))
     }
+
+    /// Each of `jobs`' profile from a preparation of their own, leaving the plans' cache as it
+    /// is: for jobs that do not run yet (the queue), so that forecasting them never makes the
+    /// next plan estimate the running jobs again. `None` for the proportional rules.
+    pub(crate) fn shed_profiles_apart(
+        &self,
+        jobs: &[JobSpec],
+    ) -> Result<Option<Vec<crate::alloc::ShedProfile>>, PlanError> {
+        let Planner::Curve { policy, .. } = self else {
+            return Ok(None);
+        };
+        if jobs.is_empty() {
+            return Ok(Some(Vec::new()));
+        }
+        Ok(Some(policy.prepare_owned(jobs.to_vec())?.shed_profiles()))
+    }
 }
 
 /// The preparation for `jobs`, re-estimating only the jobs that changed since the cached one

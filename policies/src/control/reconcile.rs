@@ -95,6 +95,10 @@ impl Controller {
         }
         let order_changed =
             self.jobs.len() == jobs.len() && self.jobs.iter().zip(&jobs).any(|(a, b)| a.spec.id != b.spec.id);
+        let runtimes = {
+            let gone: Vec<&JobState> = self.jobs.iter().filter(|j| !after.contains(&j.spec.id)).collect();
+            Self::ended_runtimes(&gone, now)
+        };
         if !started.is_empty() || !ended_all.is_empty() {
             self.record(
                 effects,
@@ -103,6 +107,7 @@ impl Controller {
                         at: now,
                         jobs_started: started.clone(),
                         jobs_ended: ended_all,
+                        runtimes,
                     }),
                     None,
                 ),
@@ -114,6 +119,7 @@ impl Controller {
         self.detect_drift(&jobs, now, effects);
         self.record_reapplied(&jobs, now, effects);
         self.record_elasticity(&jobs, now, effects);
+        self.observe_busy(&jobs, now);
         self.jobs = Arc::new(jobs);
         self.flex_available_kw = self.flex_available_kw();
     }

@@ -28,6 +28,7 @@
 //! later step by the same factor, so the forecast and the curve never disagree about now.
 
 pub mod runtime;
+pub mod screen;
 
 use crate::alloc::ShedProfile;
 use chrono::{DateTime, Duration, Utc};

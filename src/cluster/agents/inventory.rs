@@ -114,6 +114,8 @@ impl AgentsBackend {
                             priority: 1.0,
                             signature: None,
                             tier: None,
+                            started_at: None,
+                            time_limit_s: None,
                         }),
                         // A node that did not answer keeps its job, with its GPUs unknown, as
                         // under Slurm: its draw counts at the maximum and its caps stay wanted,
@@ -164,6 +166,8 @@ impl AgentsBackend {
                 priority: job.flex.priority.unwrap_or(1.0),
                 signature: Some(profile),
                 tier: job.flex.tier.as_deref().map(Arc::from),
+                started_at: job.start_time,
+                time_limit_s: job.time_limit_minutes.map(|m| m as f64 * 60.0),
             });
         }
         // MIG: jobs on instances of one GPU share its one power limit; plan them as one unit.
@@ -277,8 +281,40 @@ impl AgentsBackend {
             tier: job.tier.clone(),
             cap_unreliable: statuses.iter().flatten().any(|s| s.cap_unreliable),
             cap_reapplied: statuses.iter().flatten().map(|s| s.drift_corrections).sum(),
+            started_at: job.started_at,
+            time_limit_s: job.time_limit_s,
         }
     }
+}
+
+/// Slurm's pending jobs as the forecast needs them: the GPUs each asked for, its profile key
+/// (formed as a running job's, so a re-run finds what was measured), its tags, Slurm's expected
+/// start (`squeue --start`, once the backfill scheduler has estimated one) and its limit.
+pub(super) async fn queued_jobs(
+    inventory: &flexgate_slurm::SlurmInventory,
+) -> Result<Vec<flexgate_policies::control::cluster::QueuedJob>, BackendError> {
+    let snapshot = inventory
+        .all_jobs()
+        .await
+        .map_err(|e| BackendError::Unreachable(format!("Slurm: {e}")))?;
+    Ok(snapshot
+        .jobs
+        .iter()
+        .filter(|j| j.state == flexgate_slurm::JobState::Pending)
+        .map(|job| {
+            let gpus = job.gpus_requested.unwrap_or(0);
+            flexgate_policies::control::cluster::QueuedJob {
+                id: JobId::from(job.id.to_string()),
+                gpus,
+                signature: Some(signature(&job.name, gpus as usize, job.flex.profile.as_deref())),
+                pfi: job.flex.pfi.filter(|p| p.is_finite() && *p > 0.0),
+                max_slowdown: job.flex.max_slowdown,
+                priority: job.flex.priority.unwrap_or(1.0),
+                expected_start: job.start_time,
+                time_limit_s: job.time_limit_minutes.map(|m| m as f64 * 60.0),
+            }
+        })
+        .collect())
 }
 
 /// A Slurm job's profile key: `name/Ngpu`, and `/profile` when its flex tags name one. A

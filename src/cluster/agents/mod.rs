@@ -69,6 +69,9 @@ struct MappedJob {
     signature: Option<Arc<str>>,
     /// Its flex tier (`tier=` tag).
     tier: Option<Arc<str>>,
+    /// When it started and its time limit, s, as Slurm says (`None` without Slurm).
+    started_at: Option<DateTime<Utc>>,
+    time_limit_s: Option<f64>,
 }
 
 /// A lease the gateway wants on one node.
@@ -202,6 +205,12 @@ fn all_failed<T>(what: &str, results: &[Result<T, String>]) -> Option<String> {
 impl ClusterBackend for AgentsBackend {
     async fn inventory(&self) -> Result<Vec<JobState>, BackendError> {
         self.read_inventory().await
+    }
+
+    /// Slurm's pending jobs (none without Slurm: one job per node has no queue).
+    async fn queue(&self) -> Option<Result<Vec<super::QueuedJob>, BackendError>> {
+        let (inventory, _) = self.slurm.as_ref()?;
+        Some(inventory::queued_jobs(inventory).await)
     }
 
     async fn apply(&self, commands: &[CapCommand]) -> Vec<CapResult> {

@@ -93,6 +93,8 @@ fn unit(members: Vec<MappedJob>) -> MappedJob {
         priority,
         signature: None,
         tier,
+        started_at: members.iter().filter_map(|m| m.started_at).min(),
+        time_limit_s: None,
     }
 }
 
@@ -111,6 +113,8 @@ mod tests {
             priority: 1.0,
             signature: Some("sig".into()),
             tier: None,
+            started_at: None,
+            time_limit_s: None,
         }
     }
 
