@@ -166,6 +166,65 @@ async fn an_event_is_planned_capped_and_acknowledged() {
         flex > 0.0 && flex < before["meter_kw"].as_f64().unwrap_or(0.0),
         "{before}"
     );
+    // The 48-hour forecast rides along (issue 33): every sample has the key, `null` until the
+    // gateway has made one; then 48 hours from when it was made, each with the meter kW the site
+    // can shed within the cost ceiling at P10 <= P50 <= P90, as the gateway holds it.
+    let (sample, forecast) = {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let message = utility.next_on(&format!("dr/{SITE}/telemetry"), 10).await;
+            let f = message
+                .get("forecast")
+                .expect("the forecast key is always there")
+                .clone();
+            if f.is_object() {
+                break (message, f);
+            }
+            assert!(f.is_null(), "{message}");
+            assert!(Instant::now() < deadline, "no telemetry with a forecast: {message}");
+        }
+    };
+    let hourly = forecast["hourly"].as_array().expect("hourly");
+    assert_eq!(hourly.len(), 48, "{forecast}");
+    assert_eq!(forecast["objective"], "progress", "{forecast}");
+    let ceiling_share = forecast["cost_ceiling"].as_f64().expect("cost ceiling");
+    assert!(ceiling_share > 0.0 && ceiling_share <= 1.0, "{forecast}");
+    let at = |v: &Value| -> chrono::DateTime<chrono::Utc> {
+        v.as_str()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("an instant: {v}"))
+    };
+    let made = at(&forecast["generated_at"]);
+    assert!(made <= at(&sample["ts"]), "{sample}");
+    assert_eq!(at(&hourly[0]["start"]), made, "hour 0 is the forecast's now");
+    for (h, hour) in hourly.iter().enumerate() {
+        assert_eq!(at(&hour["start"]), made + chrono::Duration::hours(h as i64), "{hour}");
+        assert_eq!(at(&hour["end"]), made + chrono::Duration::hours(h as i64 + 1), "{hour}");
+        let band = |p: &str| {
+            hour["available_kw"][p]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{p}: {hour}"))
+        };
+        let (p10, p50, p90) = (band("p10"), band("p50"), band("p90"));
+        assert!(0.0 <= p10 && p10 <= p50 && p50 <= p90, "ordered bands: {hour}");
+    }
+    let held = server.gateway.read().forecast().await.expect("the gateway's forecast");
+    let held_hourly = held.hourly();
+    if held.generated_at == made {
+        for (hour, (start, band)) in hourly.iter().zip(&held_hourly) {
+            assert_eq!(at(&hour["start"]), *start);
+            let p10 = hour["available_kw"]["p10"].as_f64().unwrap_or(f64::NAN);
+            assert!(
+                (p10 - band.p10.round() / 1000.0).abs() < 1e-9,
+                "{hour} against {band:?} W"
+            );
+        }
+    }
+    let bytes = serde_json::to_vec(&sample).expect("json").len();
+    assert!(
+        bytes < 16 * 1024,
+        "a sample with its forecast stays small: {bytes} bytes"
+    );
     let ceiling = (0.8 * meter).round();
     utility.publish("ev-1", &event("ev-1", 1, ceiling, 0, false)).await;
     let ack = utility.next_on(&format!("dr/{SITE}/acks/ev-1"), 10).await;

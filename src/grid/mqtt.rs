@@ -1,5 +1,6 @@
 //! MQTT wiring: `dr.event/1` events from `{prefix}/{site}/events/+` into the gateway, and acks,
-//! retained status, telemetry out.
+//! retained status, telemetry out. Each `dr.telemetry/1` sample carries the flexibility curve
+//! now and the 48-hour forecast by the hour (`telemetry_forecast` says why every sample).
 //!
 //! The protocol work (topics, payloads, signatures, the persistent session with manual acks)
 //! lives in `flexgate-mqtt`; this task only connects it to the gateway, keeping the one rule
@@ -18,13 +19,15 @@ use crate::grid::dr_event::ack_payload;
 use crate::ledger::{Entry, Recorded};
 use crate::runtime::{EventView, Gateway, SubmitError, Transport};
 use flexgate_mqtt::{
-    AckPayload, GatewayState, IncomingEvent, MqttLink, MqttSettings, Opt, Refusal, ReportInterval, ReportPayload,
-    Screen, Secret, SignaturePolicy, StatusPayload, TelemetryPayload, TlsFiles, Topics, TrustedKeys,
+    AckPayload, ForecastHour, GatewayState, IncomingEvent, KwBand, MqttLink, MqttSettings, Opt, Refusal,
+    ReportInterval, ReportPayload, Screen, Secret, SignaturePolicy, StatusPayload, TelemetryForecast, TelemetryPayload,
+    TlsFiles, Topics, TrustedKeys,
 };
 use flexgate_policies::control::entry::{
     AdapterOptedOut, PeerAnswer, WireContent, WireProtocol, WireReceived, WireSent,
 };
 use flexgate_policies::event::Phase;
+use flexgate_policies::forecast::Forecast;
 use flexgate_policies::ids::EventId;
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
@@ -336,10 +339,51 @@ impl MqttBridge {
                 })
                 .collect()
         });
+        let read = self.intake.gateway.read();
+        sample.forecast = read
+            .forecast()
+            .await
+            .and_then(|f| telemetry_forecast(&f, read.config.gateway.objective.as_str()));
         if let Err(e) = self.link.publish_telemetry(&sample) {
             tracing::debug!("MQTT telemetry skipped: {e}");
         }
     }
+}
+
+/// The forecast as `dr.telemetry/1` carries it (`forecast`): the hours of the 48 (the
+/// forecast's steps on the hour, as the ledger keeps them, `Forecast::hourly`), each with the
+/// meter kW the site can shed within the cost ceiling at P10/P50/P90.
+///
+/// It goes out with **every** sample, not only when the forecast is remade: telemetry is neither
+/// retained nor replayed, so a subscriber that connects, or misses a sample, would otherwise
+/// wait up to 15 minutes for the next forecast, and a sample's `forecast: null` would mean both
+/// "none" and "unchanged". Hourly, in kW to the watt (48 hours, about 6 KB of JSON), rather than
+/// the 192 quarter-hours with their curves (over 250 KB) keeps that cheap: a sample stays well
+/// under the 64 KiB a broker is advised to allow. An hour whose figures are not finite, negative
+/// or out of order (the forecast makes none: it is property-tested) is left out rather than
+/// sent, and a forecast without any hour left is `null`.
+fn telemetry_forecast(f: &Forecast, objective: &str) -> Option<TelemetryForecast> {
+    let hourly: Vec<ForecastHour> = f
+        .hourly()
+        .into_iter()
+        .filter(|(_, b)| [b.p10, b.p50, b.p90].iter().all(|w| w.is_finite() && *w >= 0.0))
+        .filter(|(_, b)| b.p10 <= b.p50 && b.p50 <= b.p90)
+        .map(|(start, b)| ForecastHour {
+            start,
+            end: start + chrono::Duration::hours(1),
+            available_kw: KwBand {
+                p10: b.p10.round() / 1000.0,
+                p50: b.p50.round() / 1000.0,
+                p90: b.p90.round() / 1000.0,
+            },
+        })
+        .collect();
+    (!hourly.is_empty() && f.cost_ceiling.is_finite()).then(|| TelemetryForecast {
+        generated_at: f.generated_at,
+        cost_ceiling: f.cost_ceiling,
+        objective: Some(objective.to_string()),
+        hourly,
+    })
 }
 
 /// The oldest event in flight's decision, once it is made. Cancel-safe: a `JoinHandle` keeps
@@ -656,6 +700,95 @@ mod tests {
             revision: 1,
         });
         assert_eq!(refusal_code(&repeat), 409);
+    }
+
+    /// A 48-hour forecast of quarter-hours as the controller makes it, `p10(k)` W at step k.
+    fn forecast(p10: impl Fn(usize) -> f64) -> Forecast {
+        use flexgate_policies::forecast::{Band, ForecastLevel, ForecastStep};
+        let at: chrono::DateTime<chrono::Utc> = "2026-07-14T19:07:30Z".parse().unwrap();
+        let steps = (0..flexgate_policies::forecast::STEPS_48H)
+            .map(|k| {
+                let start = at + chrono::Duration::seconds(900 * k as i64);
+                let w = p10(k);
+                ForecastStep {
+                    start,
+                    end: start + chrono::Duration::seconds(900),
+                    available_w: Band {
+                        p10: w,
+                        p50: w + 100_000.0,
+                        p90: w + 250_000.0,
+                    },
+                    jobs_expected: 10.0,
+                    gpus_expected: 80.0,
+                    gpus_unknown: 0.0,
+                    levels: (0..21)
+                        .map(|i| ForecastLevel {
+                            shed_w: 1_234.567_891 * f64::from(i),
+                            cost: 0.001_234_567 * f64::from(i),
+                        })
+                        .collect(),
+                }
+            })
+            .collect();
+        Forecast {
+            generated_at: at,
+            cost_ceiling: 0.1,
+            scale_to_now: 1.0,
+            basis: vec!["the jobs running now".into()],
+            steps,
+        }
+    }
+
+    #[test]
+    fn the_forecast_goes_out_by_the_hour_in_kw() {
+        let f = forecast(|k| 1_000_000.0 - 1000.0 * k as f64);
+        let t = telemetry_forecast(&f, "progress").expect("a forecast");
+        assert_eq!((t.generated_at, t.cost_ceiling), (f.generated_at, 0.1));
+        assert_eq!(t.objective.as_deref(), Some("progress"));
+        assert_eq!(t.hourly.len(), 48);
+        for (h, hour) in t.hourly.iter().enumerate() {
+            assert_eq!(hour.start, f.steps[4 * h].start);
+            assert_eq!(hour.end - hour.start, chrono::Duration::hours(1));
+            let b = hour.available_kw;
+            assert!((b.p10 - (1000.0 - 4.0 * h as f64)).abs() < 1e-9, "{b:?}");
+            assert!(b.p10 <= b.p50 && b.p50 <= b.p90, "{b:?}");
+        }
+        // Cheap enough for every sample: a few KB, where the quarter-hours with their curves
+        // would be a hundred times that.
+        let sent = flexgate_mqtt::payloads::to_json(&t).unwrap().len();
+        let whole = serde_json::to_vec(&f).unwrap().len();
+        assert!(sent < 8 * 1024, "{sent} bytes");
+        assert!(whole > 20 * sent, "{whole} bytes against {sent}");
+    }
+
+    #[test]
+    fn a_forecast_figure_that_json_cannot_carry_leaves_its_hour_out() {
+        let f = forecast(|k| match k {
+            4 => f64::NAN,
+            8 => f64::INFINITY,
+            12 => -5.0,
+            _ => 500_000.0,
+        });
+        let t = telemetry_forecast(&f, "tokens").expect("the other hours");
+        assert_eq!(t.hourly.len(), 45);
+        assert!(
+            !t.hourly
+                .iter()
+                .any(|h| [f.steps[4].start, f.steps[8].start, f.steps[12].start].contains(&h.start))
+        );
+        let mut sample = TelemetryPayload::new("s", f.generated_at, None, None, None);
+        sample.forecast = Some(t);
+        flexgate_mqtt::payloads::to_json(&sample).expect("serialises");
+        // Out of order: left out too.
+        let mut f = forecast(|_| 500_000.0);
+        f.steps[0].available_w.p50 = 400_000.0;
+        assert_eq!(telemetry_forecast(&f, "progress").unwrap().hourly.len(), 47);
+        // Nothing left, or no steps at all: no forecast.
+        let f = forecast(|_| f64::NAN);
+        assert!(telemetry_forecast(&f, "progress").is_none());
+        let mut f = forecast(|_| 1.0);
+        f.steps.clear();
+        assert!(telemetry_forecast(&f, "progress").is_none());
     }
 
     #[test]

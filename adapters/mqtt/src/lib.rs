@@ -21,7 +21,9 @@
 //! Every published document has a JSON Schema (draft 2020-12): [`payloads::DR_ACK_JSON_SCHEMA`]
 //! and its siblings, shipped as `deploy/schemas/dr.*.schema.json`. Fields are always present
 //! (`null` when unknown) and unknown fields are refused; power is in kW, instants are RFC 3339
-//! UTC.
+//! UTC. Fields are only ever added to a document, never renamed or removed: `dr.telemetry/1`
+//! gained `flexibility` (the flexibility curve now, [`FlexOffer`]) and `forecast` (what the site
+//! can shed in the next 48 hours, by the hour, at P10/P50/P90: [`TelemetryForecast`]).
 //!
 //! # Signatures ([`signature`])
 //!
@@ -105,8 +107,8 @@ pub use flexgate_dr::payloads;
 
 pub use link::{AckHandle, AckOutcome, ConnectionState, Incoming, IncomingEvent, LinkError, LinkStats, MqttLink};
 pub use payloads::{
-    AckPayload, FlexOffer, GatewayState, KwRange, Opt, Phase, ReportInterval, ReportPayload, StatusPayload,
-    TelemetryPayload,
+    AckPayload, FlexOffer, ForecastHour, GatewayState, KwBand, KwRange, Opt, Phase, ReportInterval, ReportPayload,
+    StatusPayload, TelemetryForecast, TelemetryPayload,
 };
 pub use screen::{EventHeader, Refusal, Rejection, Screen, ScreenConfig};
 pub use settings::{Backoff, BrokerAddr, MqttSettings, Secret, SettingsError};

@@ -24,6 +24,7 @@ pub use event::{
 };
 pub use payloads::{
     AckPayload, DR_ACK_JSON_SCHEMA, DR_ACK_SCHEMA, DR_REPORT_JSON_SCHEMA, DR_REPORT_SCHEMA, DR_STATUS_JSON_SCHEMA,
-    DR_STATUS_SCHEMA, DR_TELEMETRY_JSON_SCHEMA, DR_TELEMETRY_SCHEMA, FlexOffer, GatewayState, KwRange, Opt,
-    PayloadError, Phase, ReportInterval, ReportPayload, StatusPayload, TelemetryPayload, to_json,
+    DR_STATUS_SCHEMA, DR_TELEMETRY_JSON_SCHEMA, DR_TELEMETRY_SCHEMA, FlexOffer, ForecastHour, GatewayState, KwBand,
+    KwRange, Opt, PayloadError, Phase, ReportInterval, ReportPayload, StatusPayload, TelemetryForecast,
+    TelemetryPayload, to_json,
 };

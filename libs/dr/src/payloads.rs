@@ -256,6 +256,58 @@ pub struct TelemetryPayload {
     /// proportional policy). Absent in samples of older gateways.
     #[serde(default)]
     pub flexibility: Option<Vec<FlexOffer>>,
+    /// What the site expects it can shed at the meter in the next 48 hours, hour by hour; `null`
+    /// when the gateway has none (no flexibility curve yet, or a proportional policy). Absent in
+    /// samples of older gateways.
+    #[serde(default)]
+    pub forecast: Option<TelemetryForecast>,
+}
+
+/// The site's flexibility forecast in `dr.telemetry/1`: hour by hour over the next 48 hours, the
+/// most the site can shed at the meter while losing at most `cost_ceiling` of the objective's
+/// value, as the 10th, 50th and 90th percentiles of its distribution.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetryForecast {
+    /// When the gateway made it (it makes one at least every 15 minutes, and whenever its
+    /// flexibility curve changes).
+    pub generated_at: DateTime<Utc>,
+    /// The largest share of the objective's value (0–1) the figures allow the jobs to lose.
+    #[serde(serialize_with = "finite")]
+    pub cost_ceiling: f64,
+    /// The objective the ceiling is a share of (`progress` or `tokens`); `null` when unknown.
+    pub objective: Option<String>,
+    /// The hours, in time order, from `generated_at`.
+    pub hourly: Vec<ForecastHour>,
+}
+
+/// One hour of a [`TelemetryForecast`].
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForecastHour {
+    /// Its start.
+    pub start: DateTime<Utc>,
+    /// Its end (exclusive).
+    pub end: DateTime<Utc>,
+    /// The most the site can shed at the meter within the cost ceiling, kW.
+    pub available_kw: KwBand,
+}
+
+/// A distribution's 10th, 50th and 90th percentiles, kW: `p10 <= p50 <= p90`. `p10` is exceeded
+/// nine times in ten (what the energy trade calls the "P90"): declare at `p10` for 90 %
+/// confidence.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KwBand {
+    /// 10th percentile, kW.
+    #[serde(serialize_with = "finite")]
+    pub p10: f64,
+    /// Median, kW.
+    #[serde(serialize_with = "finite")]
+    pub p50: f64,
+    /// 90th percentile, kW.
+    #[serde(serialize_with = "finite")]
+    pub p90: f64,
 }
 
 /// One level of the flexibility curve in `dr.telemetry/1`.
@@ -294,6 +346,7 @@ impl TelemetryPayload {
             gpu_board_kw,
             flex_available_kw,
             flexibility: None,
+            forecast: None,
         }
     }
 }
@@ -475,7 +528,7 @@ pub const DR_TELEMETRY_JSON_SCHEMA: &str = r##"{
   "description": "A periodic power sample of a flexgate site, published with QoS 1 on {prefix}/{site}/telemetry. Every field is present; unknown values are null.",
   "type": "object",
   "additionalProperties": false,
-  "required": ["schema", "site", "ts", "meter_kw", "meter_quality", "gpu_board_kw", "flex_available_kw", "flexibility"],
+  "required": ["schema", "site", "ts", "meter_kw", "meter_quality", "gpu_board_kw", "flex_available_kw", "flexibility", "forecast"],
   "properties": {
     "schema": { "const": "dr.telemetry/1" },
     "site": { "type": "string", "minLength": 1, "maxLength": 128 },
@@ -496,6 +549,41 @@ pub const DR_TELEMETRY_JSON_SCHEMA: &str = r##"{
           "progress_lost": { "type": "number", "minimum": 0, "description": "Expected GPU-weighted progress lost (0 = none, 1 = every job stopped)." },
           "tokens_lost_per_s": { "type": "number", "minimum": 0, "description": "Expected tokens/s lost, summed over the jobs." },
           "jobs_capped": { "type": "integer", "minimum": 0, "description": "Jobs the plan for this level would cap." }
+        }
+      }
+    },
+    "forecast": {
+      "type": ["object", "null"],
+      "description": "What the site expects it can shed at the meter in the next 48 hours, hour by hour, within a cost ceiling; null when the gateway has none (no flexibility curve yet, or a proportional policy).",
+      "additionalProperties": false,
+      "required": ["generated_at", "cost_ceiling", "objective", "hourly"],
+      "properties": {
+        "generated_at": { "type": "string", "format": "date-time", "description": "When the gateway made the forecast (at least every 15 minutes, and whenever its flexibility curve changes)." },
+        "cost_ceiling": { "type": "number", "minimum": 0, "description": "The largest share of the objective's value (0-1) the figures allow the jobs to lose." },
+        "objective": { "type": ["string", "null"], "description": "The objective the ceiling is a share of: progress (GPU-weighted progress) or tokens (tokens/s)." },
+        "hourly": {
+          "type": "array",
+          "description": "The hours from generated_at, in time order (48 of them).",
+          "items": {
+            "type": "object",
+            "additionalProperties": false,
+            "required": ["start", "end", "available_kw"],
+            "properties": {
+              "start": { "type": "string", "format": "date-time" },
+              "end": { "type": "string", "format": "date-time", "description": "Exclusive." },
+              "available_kw": {
+                "type": "object",
+                "description": "The most the site can shed at the meter within the cost ceiling, kW: the 10th, 50th and 90th percentiles, p10 <= p50 <= p90. p10 is exceeded nine times in ten (the energy trade's P90): declare at p10 for 90 % confidence.",
+                "additionalProperties": false,
+                "required": ["p10", "p50", "p90"],
+                "properties": {
+                  "p10": { "type": "number", "minimum": 0 },
+                  "p50": { "type": "number", "minimum": 0 },
+                  "p90": { "type": "number", "minimum": 0 }
+                }
+              }
+            }
+          }
         }
       }
     }
@@ -658,6 +746,24 @@ mod tests {
         s
     }
 
+    fn sample_forecast() -> TelemetryForecast {
+        let hour = |h: u32, p10: f64| ForecastHour {
+            start: t("2026-07-14T19:05:00Z") + chrono::Duration::hours(i64::from(h)),
+            end: t("2026-07-14T20:05:00Z") + chrono::Duration::hours(i64::from(h)),
+            available_kw: KwBand {
+                p10,
+                p50: p10 + 150.0,
+                p90: p10 + 320.0,
+            },
+        };
+        TelemetryForecast {
+            generated_at: t("2026-07-14T19:05:00Z"),
+            cost_ceiling: 0.1,
+            objective: Some("progress".into()),
+            hourly: vec![hour(0, 1180.0), hour(1, 1010.5)],
+        }
+    }
+
     fn sample_report() -> ReportPayload {
         let intervals = vec![
             ReportInterval::measured(
@@ -720,6 +826,52 @@ mod tests {
             check(&schema, &schema, &doc, "$").is_err(),
             "a negative count is refused"
         );
+        tele.forecast = Some(sample_forecast());
+        validate(DR_TELEMETRY_JSON_SCHEMA, &tele).unwrap();
+        let doc = serde_json::to_value(&tele).unwrap();
+        assert_eq!(serde_json::from_value::<TelemetryPayload>(doc.clone()).unwrap(), tele);
+        // The forecast's objects: every field required and described, nothing else allowed.
+        fn sorted(mut keys: Vec<&str>) -> Vec<&str> {
+            keys.sort_unstable();
+            keys
+        }
+        let forecast = &schema["properties"]["forecast"];
+        let hour = &forecast["properties"]["hourly"]["items"];
+        let band = &hour["properties"]["available_kw"];
+        let f = &doc["forecast"];
+        for (sub, v) in [
+            (forecast, f),
+            (hour, &f["hourly"][0]),
+            (band, &f["hourly"][0]["available_kw"]),
+        ] {
+            let fields = sorted(v.as_object().unwrap().keys().map(String::as_str).collect());
+            let required = sorted(
+                sub["required"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .collect(),
+            );
+            let described = sorted(
+                sub["properties"]
+                    .as_object()
+                    .unwrap()
+                    .keys()
+                    .map(String::as_str)
+                    .collect(),
+            );
+            assert_eq!((&fields, &fields), (&required, &described));
+            assert_eq!(sub["additionalProperties"], Value::Bool(false));
+        }
+        let mut bad = doc.clone();
+        bad["forecast"]["hourly"][0]["available_kw"]["p10"] = (-1.0).into();
+        assert!(check(&schema, &schema, &bad, "$").is_err(), "a negative kW is refused");
+        let mut nan = tele.clone();
+        if let Some(f) = nan.forecast.as_mut() {
+            f.hourly[1].available_kw.p50 = f64::NAN;
+        }
+        assert!(to_json(&nan).is_err(), "NaN is never serialised");
         validate(DR_REPORT_JSON_SCHEMA, &sample_report()).unwrap();
     }
 
