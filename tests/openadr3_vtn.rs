@@ -342,5 +342,117 @@ async fn the_gateway_follows_a_real_openadr3_vtn() {
         "{}",
         refused.body
     );
+
+    // 5. A report request alone (issue 33): an event without intervals whose report descriptor
+    // asks for a forecast of the shed available. The gateway posts its 48-hour forecast: one
+    // interval per hour from when the forecast was made (hour 0 now, the rest in the future),
+    // each with LOAD_SHED_DELTA_AVAILABLE (the firm figure, P10) and the band P10 <= P50 <= P90
+    // in kW, reading type FORECAST; and it puts nothing in its book for the request.
+    assert!(
+        reports
+            .iter()
+            .all(|r| !r["reportName"].as_str().unwrap_or("").contains("forecast")),
+        "an event that did not ask got no forecast: {reports:?}"
+    );
+    let asked_at = Utc::now();
+    let (status, created) = vtn
+        .bl(
+            "POST",
+            "/events",
+            Some(json!({
+                "objectType": "EVENT", "programID": program, "eventName": "forecast request",
+                "targets": ["site-a"],
+                "reportDescriptors": [{
+                    "payloadType": "LOAD_SHED_DELTA_AVAILABLE", "readingType": "FORECAST", "units": "KW",
+                    "historical": false, "reportIntervals": "OPEN_INTERVALS",
+                }],
+                "intervals": [],
+            })),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().expect("event id").to_string();
+    let forecast = eventually("the forecast report", 20, async || {
+        let (status, reports) = vtn.bl("GET", "/reports", None).await;
+        (status == 200).then_some(())?;
+        reports
+            .as_array()?
+            .iter()
+            .find(|r| r["eventID"] == id.as_str())
+            .cloned()
+    })
+    .await;
+    let name = forecast["reportName"].as_str().unwrap_or_default();
+    assert!(
+        name.contains("forecast") && name.contains("% of progress"),
+        "{forecast}"
+    );
+    let described: Vec<(&str, &str, u64)> = forecast["payloadDescriptors"]
+        .as_array()
+        .expect("payload descriptors")
+        .iter()
+        .filter_map(|d| {
+            Some((
+                d["payloadType"].as_str()?,
+                d["readingType"].as_str()?,
+                d["confidence"].as_u64()?,
+            ))
+        })
+        .collect();
+    assert_eq!(
+        described,
+        [
+            ("LOAD_SHED_DELTA_AVAILABLE", "FORECAST", 90),
+            ("X_FLEXGATE_SHED_AVAILABLE_P10", "FORECAST", 90),
+            ("X_FLEXGATE_SHED_AVAILABLE_P50", "FORECAST", 50),
+            ("X_FLEXGATE_SHED_AVAILABLE_P90", "FORECAST", 10),
+        ],
+        "{forecast}"
+    );
+    let intervals = forecast["resources"][0]["intervals"].as_array().expect("intervals");
+    assert_eq!(intervals.len(), 48, "{forecast}");
+    let start_of = |i: &Value| -> chrono::DateTime<Utc> {
+        i["intervalPeriod"]["start"]
+            .as_str()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("an interval start: {i}"))
+    };
+    let first = start_of(&intervals[0]);
+    assert!(
+        first <= asked_at && first + chrono::Duration::hours(1) > asked_at,
+        "hour 0 is the forecast's now ({first}, asked at {asked_at})"
+    );
+    for (h, interval) in intervals.iter().enumerate() {
+        let start = start_of(interval);
+        assert_eq!(start, first + chrono::Duration::hours(h as i64), "hourly: {interval}");
+        assert!(h == 0 || start > asked_at, "in the future: {interval}");
+        assert_eq!(interval["intervalPeriod"]["duration"], "PT1H", "{interval}");
+        let value = |kind: &str| -> f64 {
+            interval["payloads"]
+                .as_array()
+                .and_then(|p| p.iter().find(|p| p["type"] == kind))
+                .and_then(|p| p["values"][0].as_f64())
+                .unwrap_or_else(|| panic!("{kind}: {interval}"))
+        };
+        let (p10, p50, p90) = (
+            value("X_FLEXGATE_SHED_AVAILABLE_P10"),
+            value("X_FLEXGATE_SHED_AVAILABLE_P50"),
+            value("X_FLEXGATE_SHED_AVAILABLE_P90"),
+        );
+        assert!(0.0 <= p10 && p10 <= p50 && p50 <= p90, "ordered: {interval}");
+        assert_eq!(value("LOAD_SHED_DELTA_AVAILABLE"), p10, "{interval}");
+    }
+    assert!(
+        gw.read().event(&id).await.is_none(),
+        "a report request is not an event for the book"
+    );
+    let recorded = eventually("the forecast report in the ledger", 10, async || {
+        gw.ledger()
+            .iter_from(0)
+            .filter_map(Result::ok)
+            .find(|r| r.event.as_deref() == Some(id.as_str()) && r.body["message"] == "forecast report")
+    })
+    .await;
+    assert_eq!(recorded.body["answer"]["answer"], "accepted", "{}", recorded.body);
     server.shutdown().await;
 }
