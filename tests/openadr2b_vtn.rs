@@ -452,6 +452,32 @@ async fn usage_reports_keep_flowing_when_the_stock_vtn_refuses_status_reports() 
         capacity > 0.0 && (capacity - most).abs() <= 0.01 * most,
         "{capacity} kW vs the curve's {most} kW"
     );
+    // That figure is all 2.0b carries of the site's flexibility: the forecast has no honest
+    // 2.0b report (issue 33; `src/grid/openadr/ven2b.rs` says why), so the VEN offers its two
+    // telemetry reports and nothing projected, while the gateway does hold a forecast.
+    assert!(gw.read().forecast().await.is_some(), "the gateway has a forecast");
+    let offered = site.vtn.state().await["reports_offered"].clone();
+    let reports: Vec<&Value> = offered
+        .as_object()
+        .into_iter()
+        .flat_map(|vens| vens.values())
+        .filter_map(Value::as_array)
+        .flatten()
+        .collect();
+    let mut names: Vec<&str> = reports.iter().filter_map(|r| r["report_name"].as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names, ["TELEMETRY_STATUS", "TELEMETRY_USAGE"], "{offered}");
+    let reading_types: Vec<&str> = reports
+        .iter()
+        .filter_map(|r| r["report_descriptions"].as_array())
+        .flatten()
+        .filter_map(|d| d["reading_type"].as_str())
+        .collect();
+    assert!(
+        !reading_types.is_empty() && !reading_types.contains(&"Projected"),
+        "{reading_types:?}"
+    );
     // And the usage data was taken by the VTN (an accepted answer), not refused along with the
     // status: sent together, every update would have been refused.
     let accepted_usage = eventually("an accepted TELEMETRY_USAGE update in the ledger", 20, async || {

@@ -4,6 +4,29 @@
 //! executes its actions: HTTP exchanges, persisting the registration, recording every
 //! non-trivial message in the ledger (both directions), turning event changes into
 //! `GridEvent`s for the book, and answering with the gateway's opt decisions.
+//!
+//! **No forecast in 2.0b (issue 33).** The gateway's 48-hour forecast goes out in
+//! `dr.telemetry/1` and in OpenADR 3 reports (reading type `FORECAST`, see `ven3.rs`), not here:
+//! 2.0b has the means for a forecast point (reading type `Projected`, "reading is in the future,
+//! and has not yet been measured"; `ei:confidence` per payload) but no report it fits honestly.
+//!
+//! - Report names: 2.0b defines `TELEMETRY_USAGE`, `TELEMETRY_STATUS`, `HISTORY_USAGE` and
+//!   `HISTORY_GREENBUTTON` (with their `METADATA_` forms): the present and the past. A telemetry
+//!   report's intervals are its sampling slots, so future intervals in one would misread. A
+//!   private `x-` report name is schema-valid, but a VTN requests only the reports it knows:
+//!   openleadr 0.5.36 skips any other in oadrRegisterReport ("not yet supported. Skipping report")
+//!   and has no way to send oadrCreateReport for it, so it would be registered and never asked
+//!   for.
+//! - Report types: the only "capacity available" ones are `upRegulationCapacityAvailable` and
+//!   `downRegulationCapacityAvailable`: capacity for regulation, an ancillary service that follows
+//!   a dispatch signal both ways within seconds, not a shed held for hours within a cost ceiling.
+//!   For a load, shedding is *up* regulation, so `downRegulationCapacityAvailable` would even
+//!   offer the opposite (consuming more). `deltaDemand` with `Projected` would read as a change
+//!   the site plans to make against its baseline: a commitment, not what it could shed.
+//!
+//! So 2.0b keeps its one flexibility figure: the TELEMETRY_STATUS point's
+//! `oadrLoadControlState/oadrCapacity/oadrCurrent`, the most the flexibility curve can shed at the
+//! meter now. A VTN that needs the forecast reads it over MQTT or OpenADR 3.
 
 use super::map::{Labels, MapPolicy, Timing, cancellation, grid_event};
 use crate::config::{Config, OpenAdr2bConfig};
