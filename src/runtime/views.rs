@@ -680,6 +680,9 @@ pub struct ForecastStepView {
     /// The most the site can shed at the meter within the cost ceiling, W (10th, 50th, 90th
     /// percentiles).
     pub available_w: BandView,
+    /// Known jobs (running or queued now) expected to run, summed as probabilities: a job past
+    /// its time limit counts 0.
+    pub jobs_expected: f64,
     /// GPUs expected busy.
     pub gpus_expected: f64,
     /// Of those, GPUs held by jobs not known yet.
@@ -727,6 +730,7 @@ impl ForecastView {
                         p50: s.available_w.p50,
                         p90: s.available_w.p90,
                     },
+                    jobs_expected: s.jobs_expected,
                     gpus_expected: s.gpus_expected,
                     gpus_unknown: s.gpus_unknown,
                     levels: s

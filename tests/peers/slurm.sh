@@ -264,7 +264,7 @@ GresTypes=gpu
 ReturnToService=2
 MpiDefault=none
 MailProg=/bin/true
-SchedulerParameters=sched_interval=1
+SchedulerParameters=sched_interval=1,bf_interval=1
 Prolog=$base/prolog.sh
 Epilog=$base/epilog.sh
 PrologFlags=Alloc

@@ -246,6 +246,38 @@ async fn real_slurm_22_05_jobs_gpus_tags_auth_and_suspend() {
     assert_eq!(job(&cli, a), ja);
     assert_eq!(job(&cli, b), jb);
 
+    // What each job asked for (the running ones' too), and a pending job's request, limit and
+    // the start Slurm's backfill expects for it, alike over REST and squeue.
+    assert_eq!((ja.gpus_requested, jb.gpus_requested), (Some(2), Some(3)));
+    let c = sbatch(&conf, &["--gres=gpu:4", "-t", "30", "-J", "fg-c", "--wrap", "sleep 120"]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (rest_c, cli_c) = loop {
+        let (r, q) = (
+            rest_inv.all_jobs().await.expect("REST jobs"),
+            cli_only.all_jobs().await.expect("squeue jobs"),
+        );
+        let (jr, jq) = (job(&r, c).clone(), job(&q, c).clone());
+        if jr.start_time.is_some() && jq.start_time.is_some() {
+            break (jr, jq);
+        }
+        assert!(Instant::now() < deadline, "no expected start for the pending job: {jr:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert_eq!(rest_c.state, JobState::Pending);
+    assert_eq!((rest_c.gpus_requested, rest_c.time_limit_minutes), (Some(4), Some(30)));
+    assert!(rest_c.nodes.is_empty(), "no allocation yet: {rest_c:?}");
+    assert_eq!(rest_c.start_time, cli_c.start_time, "REST and squeue agree");
+    assert!(
+        rest_c.start_time.is_some_and(|t| t > chrono::Utc::now()),
+        "expected in the future (when a running job's limit frees 4 GPUs): {rest_c:?}"
+    );
+    let cancelled = Command::new("scancel")
+        .env("SLURM_CONF", &conf)
+        .arg(c.to_string())
+        .output()
+        .expect("scancel runs");
+    assert!(cancelled.status.success(), "{}", show(&cancelled));
+
     // A wrong token: the clear error, from REST alone, and in the snapshot when squeue answers.
     let wrong = RestClient::new(&rest_cfg(&tcp_url, TokenSource::Value("not-a-valid-token".into()))).expect("client");
     let e = wrong.jobs().await.expect_err("wrong token");
