@@ -9,14 +9,17 @@
 //! - `forecast_48h_prepared/10k+10k`: the same with every job's curve estimated first and its
 //!   profile taken (what a refresh costs when the set of jobs changed);
 //! - `flexibility_curve_21/10k`: the site's flexibility curve now, 21 levels, over the 10 000
-//!   running jobs: the yardstick the forecast is set against in the same run.
+//!   running jobs: the yardstick the forecast is set against in the same run;
+//! - `screen_queue/100k`: reading a scheduler's answer of 100 000 queued jobs (a third with
+//!   absurd times) down to the 10 000 expected soonest, as the gateway does before a forecast.
 use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
 use flexgate_lab::rng::SplitMix64;
 use flexgate_lab::{TruthFamily, published_groups, synthetic_templates};
 use flexgate_policies::alloc::{CurveAware, Elasticity, JobSpec, Objective};
+use flexgate_policies::control::cluster::{QueuedJob, SchedulerView};
 use flexgate_policies::estimate::CurveFamily;
 use flexgate_policies::forecast::runtime::RuntimeModel;
-use flexgate_policies::forecast::{Fill, ForecastInput, ForecastParams, JobTiming, forecast};
+use flexgate_policies::forecast::{Fill, ForecastInput, ForecastParams, JobTiming, forecast, screen};
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Duration;
@@ -122,6 +125,32 @@ fn benches(c: &mut Criterion) {
     let running = policy.prepare(&jobs[..RUNNING]).expect("valid jobs");
     group.bench_function("flexibility_curve_21/10k", |b| {
         b.iter(|| black_box(running.flexibility_curve(black_box(21))));
+    });
+    let now = chrono::DateTime::UNIX_EPOCH + chrono::Duration::days(20_000);
+    let mut rng = SplitMix64::new(0x0E0E);
+    let answer = SchedulerView {
+        at: now,
+        queue: Ok((0..100_000u32)
+            .map(|i| QueuedJob {
+                id: format!("q{i}").into(),
+                gpus: 8,
+                signature: Some(format!("cfg-{}", i % 50).into()),
+                pfi: None,
+                max_slowdown: None,
+                priority: 1.0,
+                expected_start: Some(
+                    now + chrono::Duration::seconds((rng.next_f64() * 7.0 * 86_400.0) as i64 - 86_400),
+                ),
+                time_limit_s: Some(if i % 3 == 0 {
+                    1e9
+                } else {
+                    3600.0 * (1.0 + 47.0 * rng.next_f64())
+                }),
+            })
+            .collect()),
+    };
+    group.bench_function("screen_queue/100k", |b| {
+        b.iter(|| black_box(screen::queue(Some(black_box(&answer)), now)));
     });
     group.finish();
 }
