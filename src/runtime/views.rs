@@ -56,8 +56,10 @@ pub struct StatusView {
     /// Latest ledger hash (the checkpoint echoed in acks).
     pub log_checkpoint: String,
     /// How far the site could lower its meter power now, W (every job at its floor; the
-    /// facility model's lower bound of the reduction, so never an over-promise). `null`
-    /// without telemetry.
+    /// facility model's lower bound of the reduction, so never an over-promise). While an
+    /// event's caps are in force (`gpu_budget_w` set), how much *more* it could lower it from
+    /// the caps in force: the deepest level of `GET /v1/flexibility` (`from: current_caps`).
+    /// `null` without telemetry.
     pub flex_available_w: Option<f64>,
     /// Probe steps in flight outside events (`[probe]`): job, cap W per GPU, lease end.
     pub probes_in_flight: Vec<ProbeView>,
@@ -580,6 +582,12 @@ impl PlanView {
 }
 
 /// `GET /v1/flexibility`: the site's flexibility curve now.
+///
+/// Outside events (`from: uncapped`) each level is shed from the jobs' uncapped draw. While an
+/// event's caps are in force (`from: current_caps`) each level is how much **more** the site
+/// can shed from where it stands, the caps in force: what a utility asking for a deeper cut
+/// needs; its costs are what the deeper cut adds to what the caps already cost
+/// (`from_value_lost`).
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct FlexibilityView {
     /// When it was computed (the telemetry it is based on).
@@ -589,16 +597,28 @@ pub struct FlexibilityView {
     /// Always `planner_estimate`: the costs are the planner's curves, not measurements.
     #[schema(value_type = String, example = "planner_estimate")]
     pub source: &'static str,
+    /// Where the levels are measured from: `uncapped` (no event's caps in force: the jobs'
+    /// uncapped draw) or `current_caps` (an event's caps in force: each level is shed beyond
+    /// them).
+    #[schema(value_type = String, example = "current_caps")]
+    pub from: &'static str,
     /// The plannable jobs' uncapped draw, W.
     pub uncapped_power_w: f64,
     /// The plannable jobs' value uncapped under the objective (Σ tokens/s, or Σ GPUs ×
     /// priority): what each level's `value_lost` and `value_lost_range` are a share of.
     pub uncapped_value: f64,
-    /// From no shed to every plannable job at its floor (21 levels, 5 % steps).
+    /// The plannable jobs' draw the levels start from, W: `uncapped_power_w` from uncapped;
+    /// from the caps, their draw under the caps in force (cap × GPUs, the planner's figure).
+    pub from_power_w: f64,
+    /// What the starting point already costs, in the objective's units: 0 from uncapped; from
+    /// the caps, the caps in force's expected loss. Each level's `value_lost` comes on top.
+    pub from_value_lost: f64,
+    /// From no shed (at the starting point) to every plannable job at its floor (21 levels,
+    /// 5 % steps of the room there is; every level 0 when no job stands above its floor).
     pub points: Vec<FlexibilityPointView>,
 }
 
-/// One shed level of the flexibility curve.
+/// One shed level of the flexibility curve, from the curve's starting point (`from`).
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct FlexibilityPointView {
     /// GPU-board power shed, W.
@@ -614,9 +634,9 @@ pub struct FlexibilityPointView {
     /// Expected loss in the objective's units (tokens/s, or GPUs × priority × share).
     pub value_lost: f64,
     /// `[low, high]` of the objective's loss over the plausible curve shapes, when the
-    /// planner hedges.
+    /// planner hedges (`null` from the caps in force).
     pub value_lost_range: Option<[f64; 2]>,
-    /// Jobs the plan would cap.
+    /// Jobs the plan would cap (from the caps in force: whose caps it would lower further).
     pub jobs_capped: usize,
     /// The QoS tiers (largest slowdowns, fractions) of the capped jobs, ascending.
     pub tiers_touched: Vec<f64>,
@@ -628,8 +648,11 @@ impl FlexibilityView {
             at: curve.at,
             objective: curve.objective.as_str().to_string(),
             source: curve.source,
+            from: curve.from.as_str(),
             uncapped_power_w: curve.uncapped_power_w,
             uncapped_value: curve.uncapped_value,
+            from_power_w: curve.from_power_w,
+            from_value_lost: curve.from_value_lost,
             points: curve
                 .points
                 .iter()

@@ -872,13 +872,43 @@ impl Controller {
     /// curve until the jobs or what is known of them change, and the meter conversion is redone
     /// only for a new curve, so most ticks cost one comparison; an unchanged curve keeps the
     /// time it was computed at.
+    ///
+    /// While an event's plan is in force the curve is how much more the site can shed from the
+    /// caps in force (issue 33: the curve from uncapped would offer again the watts already
+    /// shed), made again when the planner's curve changes or the caps move; outside events it
+    /// is the planner's curve from uncapped. The status's flexibility-now figure follows it.
     fn refresh_flexibility(&mut self, now: DateTime<Utc>, effects: &mut Vec<Effect>) {
         let (plannable, _) = self.plannable();
         match self.planner.flexibility(&plannable, flexibility::FLEXIBILITY_LEVELS) {
             Ok(Some(curve)) => {
-                if !self.flexibility_source.as_ref().is_some_and(|c| Arc::ptr_eq(c, &curve)) {
-                    self.flexibility = Some(Arc::new(flexibility::at_the_meter(&curve, &self.facility, now)));
-                    self.flexibility_source = Some(curve);
+                let draws = self.plan.is_some().then(|| self.draws_under_caps(&plannable));
+                let same_curve = self.flexibility_source.as_ref().is_some_and(|c| Arc::ptr_eq(c, &curve));
+                let same_start = self.flexibility.as_ref().is_some_and(|f| match &draws {
+                    None => f.from == flexibility::FlexFrom::Uncapped,
+                    Some(d) => f.from == flexibility::FlexFrom::CurrentCaps && f.from_draws_w == *d,
+                });
+                if !(same_curve && same_start) {
+                    let site = match draws {
+                        None => Some(flexibility::at_the_meter(&curve, &self.facility, now)),
+                        Some(draws) => match self.planner.shed_profiles(&plannable) {
+                            Ok(Some(profiles)) => Some(flexibility::more_from_caps(
+                                &plannable,
+                                &profiles,
+                                &draws,
+                                self.planner.objective(),
+                                flexibility::FLEXIBILITY_LEVELS,
+                                &self.facility,
+                                now,
+                            )),
+                            Ok(None) => None,
+                            Err(e) => {
+                                effects.push(Effect::Warn(format!("flexibility curve not computed: {e}")));
+                                None
+                            }
+                        },
+                    };
+                    self.flexibility = site.map(Arc::new);
+                    self.flexibility_source = self.flexibility.as_ref().map(|_| curve);
                 }
             }
             Ok(None) => (self.flexibility, self.flexibility_source) = (None, None),
@@ -887,7 +917,21 @@ impl Controller {
                 (self.flexibility, self.flexibility_source) = (None, None);
             }
         }
+        self.flex_available_kw = self.flex_available_kw();
         self.refresh_forecast(&plannable, now, effects);
+    }
+
+    /// Each of `jobs`' draw under the cap in force, W, by the planner's figure (cap × GPUs, at
+    /// most its uncapped draw); its uncapped draw where no cap of ours holds it.
+    fn draws_under_caps(&self, jobs: &[JobSpec]) -> Vec<f64> {
+        jobs.iter()
+            .map(|j| {
+                let uncapped = j.uncapped_power.value();
+                self.caps
+                    .get(&j.id)
+                    .map_or(uncapped, |c| (c.cap.value() * f64::from(j.gpus)).min(uncapped))
+            })
+            .collect()
     }
 
     /// Closed loop: once the last dispatch has settled, move the trim on the measured meter.
@@ -1287,8 +1331,35 @@ impl Controller {
     /// floor (cap minimum, or the flex tier's slowdown limit): the metered power now minus the
     /// facility model's *upper* estimate of the meter with the GPUs at those floors, so the
     /// figure does not promise more than the site can deliver. `None` without telemetry.
+    ///
+    /// While an event's caps are in force, how much more the site can shed from them: the
+    /// deepest level of the flexibility curve from the caps (every plannable job from its cap
+    /// to its floor, the facility model's lower bound of that reduction). The figure above
+    /// would carry the model's whole error on the meter's level, larger than what a deeper cut
+    /// has left, and read 0 while the GPUs stand well above their floors (issue 33). Without a
+    /// curve (a proportional policy) the same room is converted here.
     pub(crate) fn flex_available_kw(&self) -> Option<f64> {
         let telemetry = self.telemetry.as_ref()?;
+        if self.plan.is_some() {
+            if let Some(curve) = self
+                .flexibility
+                .as_ref()
+                .filter(|c| c.from == flexibility::FlexFrom::CurrentCaps)
+            {
+                return Some(curve.most_meter_shed_kw());
+            }
+            let (plannable, _) = self.plannable();
+            let room: f64 = plannable
+                .iter()
+                .zip(self.draws_under_caps(&plannable))
+                .map(|(j, draw)| (draw - self.floors.floor(j).0.value()).max(0.0))
+                .sum();
+            return self
+                .facility
+                .forward_reduction(Watts(room), crate::facility::Timing::Settled)
+                .ok()
+                .map(|m| m.lo.value().max(0.0));
+        }
         let at_floors: f64 = self
             .jobs
             .iter()

@@ -85,7 +85,7 @@ function showStatus(s) {
   set("gpu-power", kw(s.measured_gpu_w));
   set("gpu-budget", kw(s.gpu_budget_w));
   set("trim", kw(s.trim_w));
-  set("flex", kw(s.flex_available_w));
+  showFlexNow(s);
   set("ledger-head", s.log_checkpoint || "—");
   const compliance = $("compliance");
   const note = $("compliance-note");
@@ -306,6 +306,25 @@ function drawChart() {
 
 // ---- the flexibility curve --------------------------------------------------------------
 
+// Whether an event's caps are in force: the gateway then measures the curve and the
+// Flexibility now figure from them (how much more the site can shed), not from uncapped.
+const capsInForce = (s) => s.gpu_budget_w !== null && s.gpu_budget_w !== undefined;
+
+// The Flexibility now card: its figure, and what it is measured from.
+function showFlexNow(s) {
+  set("flex", kw(s.flex_available_w));
+  const note = $("flex").closest(".card").querySelector(".note");
+  if (note) {
+    note.id = "flex-note";
+    note.textContent = capsInForce(s)
+      ? "more, from the caps in force: every job from its cap to its floor (the facility model's lower bound)"
+      : "from the meter now to the model's highest meter with every job at its floor";
+  }
+  // The curve follows the caps: fetch it again when an event's caps come or go.
+  const from = capsInForce(s) ? "current_caps" : "uncapped";
+  if (state.flexFrom !== undefined && state.flexFrom !== from) state.flexStale = true;
+}
+
 // Shares of the objective lost at each level: expected, and its range over the plausible
 // shapes when the planner hedges (the API gives both in the objective's units, with the jobs'
 // uncapped value they are shares of).
@@ -323,6 +342,9 @@ function flexSeries(curve) {
 function drawFlexibility(curve) {
   const host = $("flex-chart");
   const pts = flexSeries(curve);
+  const more = curve.from === "current_caps";
+  state.flexFrom = more ? "current_caps" : "uncapped";
+  state.flexStale = false;
   if (pts.length < 2) { host.textContent = "No curve yet."; return; }
   const W = 1200, H = 300, L = 64, R = 16, T = 14, B = 40;
   const maxKw = Math.max(1, ...pts.map((p) => p.kw)) * 1.02;
@@ -344,7 +366,7 @@ function drawFlexibility(curve) {
   svg.appendChild(el("text", { x: 14, y: T + (H - T - B) / 2, transform: `rotate(-90 14 ${T + (H - T - B) / 2})`,
     "text-anchor": "middle", "font-size": 12, fill: "#333" }, `% of ${curve.objective === "tokens" ? "tokens/s" : "GPU-weighted progress"} lost`));
   svg.appendChild(el("text", { x: L + (W - L - R) / 2, y: H - 6, "text-anchor": "middle", "font-size": 12, fill: "#333" },
-    "kW shed at the meter (lower bound)"));
+    more ? "kW more shed at the meter, from the caps in force (lower bound)" : "kW shed at the meter (lower bound)"));
   const ranged = pts.filter((p) => p.range);
   if (ranged.length === pts.length) {
     const upper = pts.map((p) => `${x(p.kw)},${y(p.range[1])}`);
@@ -358,6 +380,16 @@ function drawFlexibility(curve) {
   }
   host.replaceChildren(svg);
   const last = pts[pts.length - 1];
+  if (more) {
+    const already = curve.uncapped_value > 0 ? curve.from_value_lost / curve.uncapped_value : null;
+    set("flex-caption", `The flexibility curve at ${clock(Date.parse(curve.at), false)} (objective ${curve.objective}), an event's caps in force: `
+      + `how much more the site can shed, from the caps in force: up to ${last.kw.toFixed(1)} kW more at the meter (the facility model's lower bound, cooling settled), `
+      + `expected to cost a further ${(last.lost * 100).toFixed(1)} % with every job at its floor`
+      + (already === null ? ". " : ` (the caps in force already cost ${(already * 100).toFixed(1)} %). `)
+      + `Estimates from the planner's curves (source ${curve.source}), not measurements. `
+      + "The Flexibility now card is this curve's deepest level.");
+    return;
+  }
   set("flex-caption", `The flexibility curve at ${clock(Date.parse(curve.at), false)} (objective ${curve.objective}): `
     + `up to ${last.kw.toFixed(1)} kW at the meter (the facility model's lower bound, cooling settled), expected to cost `
     + `${(last.lost * 100).toFixed(1)} % with every job at its floor. Estimates from the planner's curves (source ${curve.source}), not measurements. `
@@ -367,8 +399,12 @@ function drawFlexibility(curve) {
 async function loadFlexibility() {
   try {
     const r = await fetch("/v1/flexibility");
-    if (r.status === 404) { $("flex-chart").textContent = "No curve yet: no telemetry, or a proportional policy."; return; }
-    if (!r.ok) return;
+    if (r.status === 404) {
+      $("flex-chart").textContent = "No curve yet: no telemetry, or a proportional policy.";
+      state.flexStale = true;
+      return;
+    }
+    if (!r.ok) { state.flexStale = true; return; }
     drawFlexibility(await r.json());
   } catch (_) {
     set("flex-caption", "The flexibility curve could not be read.");
@@ -549,8 +585,10 @@ function onState(message) {
     }
   }
   drawChart();
-  // The curve changes with the jobs and what is known of them, not with every reading.
-  if (state.updates % 20 === 0) loadFlexibility();
+  // The curve changes with the jobs, what is known of them and the caps in force, not with
+  // every reading: fetched every 20 updates, and at once while there is none yet or when an
+  // event's caps came or went.
+  if (state.updates % 20 === 0 || state.flexStale) loadFlexibility();
   state.updates += 1;
   const live = $("live");
   live.dataset.updates = String(state.updates);
