@@ -1272,7 +1272,7 @@ async fn the_forecast_follows_slurms_queue_and_the_declaration_agrees_with_it() 
     assert!(
         runtimes
             .iter()
-            .any(|r| r["job"] == b.to_string() && r["limit_s"] == 3600.0),
+            .any(|r| r["job"].as_str() == Some(b.to_string().as_str()) && r["limit_s"] == 3600.0),
         "the job that ended is learned from: {changed:?}"
     );
     server.shutdown().await;

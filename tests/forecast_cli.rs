@@ -104,6 +104,76 @@ async fn the_declaration_agrees_with_the_gateways_forecast() {
         csv.lines().nth(1).is_some_and(|l| l.contains(",0.50,0.1,progress")),
         "{csv}"
     );
+    // Recorded on the gateway, with an operator's figure and reason for the first hour.
+    let doc: serde_json::Value =
+        serde_json::from_slice(&run(vec!["--format", "json"]).await.expect("ran").stdout).expect("JSON");
+    let first = doc["steps"][0]["start"].as_str().expect("start").to_string();
+    let record = |args: Vec<String>, token: Option<&'static str>| {
+        let addr = addr.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut command = Command::new(env!("CARGO_BIN_EXE_flexgate"));
+            command
+                .args([
+                    "forecast",
+                    "--gateway",
+                    addr.as_str(),
+                    "--declare",
+                    "--record",
+                    "--operator",
+                    "ana",
+                ])
+                .args(args)
+                .env_remove("FLEXGATE_LISTEN")
+                .env_remove("FLEXGATE_API_TOKEN");
+            if let Some(t) = token {
+                command.env("FLEXGATE_API_TOKEN", t);
+            }
+            command.output().expect("flexgate runs")
+        })
+    };
+    let no_token = record(Vec::new(), None).await.expect("ran");
+    assert!(!no_token.status.success());
+    assert!(String::from_utf8_lossy(&no_token.stderr).contains("FLEXGATE_API_TOKEN"));
+    let no_reason = record(vec!["--override".into(), format!("{first}=2.5")], Some(TOKEN))
+        .await
+        .expect("ran");
+    assert!(!no_reason.status.success());
+    assert!(String::from_utf8_lossy(&no_reason.stderr).contains("no reason given"));
+    let recorded = record(
+        vec![
+            "--override".into(),
+            format!("{first}=2.5:chiller maintenance"),
+            "--format".into(),
+            "csv".into(),
+        ],
+        Some(TOKEN),
+    )
+    .await
+    .expect("ran");
+    assert!(
+        recorded.status.success(),
+        "{}",
+        String::from_utf8_lossy(&recorded.stderr)
+    );
+    let csv = String::from_utf8_lossy(&recorded.stdout);
+    assert!(
+        csv.starts_with("hour_start,hour_end,available_kw,forecast_kw,from,reason\n"),
+        "{csv}"
+    );
+    assert!(
+        csv.lines()
+            .nth(1)
+            .is_some_and(|l| l.contains(",2.500,") && l.contains(",operator,\"chiller maintenance\"")),
+        "{csv}"
+    );
+    assert_eq!(csv.lines().count(), 49);
+    let in_force = flexgate::http_client::request(server.addr, "GET", "/v1/declarations", None, None)
+        .await
+        .expect("GET")
+        .json()
+        .expect("JSON");
+    assert_eq!(in_force["hours"][0]["available_w"], 2500.0, "{in_force}");
+    assert_eq!(in_force["hours"][0]["operator"], "ana");
     // Without a gateway, a clear error.
     let none = flexgate(&["forecast", "--gateway", "127.0.0.1:9"]);
     assert!(!none.status.success());

@@ -45,6 +45,8 @@ async fn gateway_on(
         settle_ms: 0,
         faults,
         facility,
+        // The same jobs throughout hours of paused time (the forecast's test has its queue).
+        time_limits: false,
         ..SimConfig::default()
     })
     .expect("sim");
@@ -239,6 +241,7 @@ async fn read_endpoints_answer() {
         "/v1/plan",
         "/v1/flexibility",
         "/v1/forecast",
+        "/v1/declarations",
     ] {
         let (_, body) = get(&gw, path).await;
         let text = String::from_utf8_lossy(&body);
@@ -960,7 +963,7 @@ async fn back_to_back_events_end_with_every_job_at_its_uncapped_limit() {
     let (status, ack) = post(&gw, &event("ev-a", 1, baseline * 0.8, 0, Some(600)), Some(TOKEN)).await;
     assert_eq!(status, StatusCode::OK, "{ack}");
     // Event A: 300 s ramp, 600 s window, 300 s recovery.
-    for _ in 0..300 {
+    for _ in 0..330 {
         tokio::time::sleep(Duration::from_secs(5)).await;
         gw.driver().tick(true).await.expect("tick");
         if gw
@@ -1459,7 +1462,19 @@ async fn probing_measures_the_opted_in_jobs_curves_before_the_first_event() {
 #[tokio::test(start_paused = true)]
 async fn the_forecast_starts_at_the_curve_now_widens_and_is_recorded() {
     let dir = tempfile::tempdir().expect("dir");
-    let (gw, _sim) = gateway(dir.path(), 16, SimFaults::default()).await;
+    let sim = SimCluster::new(SimConfig {
+        nodes: 16,
+        seed: 3,
+        settle_ms: 0,
+        facility: facility_for_nodes(16),
+        ..SimConfig::default()
+    })
+    .expect("sim");
+    let ledger = Ledger::open(&dir.path().join("ledger")).await.expect("ledger");
+    let backend: Arc<dyn ClusterBackend> = sim;
+    let gw = Gateway::start(config(dir.path(), 16), Clock::real(), ledger, backend)
+        .await
+        .expect("gateway");
     let (code, _) = get(&gw, "/v1/forecast").await;
     assert_eq!(code, StatusCode::NOT_FOUND, "no forecast before telemetry");
     gw.driver().tick(true).await.expect("tick");
@@ -1542,6 +1557,138 @@ async fn the_forecast_starts_at_the_curve_now_widens_and_is_recorded() {
         first["started_at"].is_string() && first["time_limit_s"].as_f64().is_some_and(|l| l >= 86_400.0),
         "the simulated scheduler gives its jobs a start and a limit: {first}"
     );
+}
+
+/// `POST` to any path through the real router.
+async fn post_to(gw: &Arc<Gateway>, path: &str, body: &Value, token: Option<&str>) -> (StatusCode, Value) {
+    let router = flexgate::grid::http::router(gw.clone(), TOKEN);
+    let mut req = Request::post(path).header("content-type", "application/json");
+    if let Some(t) = token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    let response = router
+        .oneshot(req.body(Body::from(body.to_string())).expect("request"))
+        .await
+        .expect("response");
+    let status = response.status();
+    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await.expect("body");
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+/// Declaring, then delivering (issue 33): a declaration is refused without a forecast, a token
+/// or a sane override (nothing recorded), then recorded from the forecast with an operator's
+/// override and its reason; an event in the overridden hour is set, in the audit and in the
+/// season's settlement report, against the declared figure, what the site could shed when it
+/// came, and what it delivered.
+#[tokio::test(start_paused = true)]
+async fn a_declaration_is_recorded_with_an_operators_override_and_set_against_the_event() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (gw, _sim) = gateway(dir.path(), 16, SimFaults::default()).await;
+    let (code, body) = post_to(&gw, "/v1/declarations", &json!({"operator": "ana"}), Some(TOKEN)).await;
+    assert_eq!(code, StatusCode::CONFLICT, "no forecast yet: {body}");
+    for _ in 0..3 {
+        gw.driver().tick(true).await.expect("tick");
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+    let (_, forecast) = get(&gw, "/v1/forecast").await;
+    let forecast: Value = serde_json::from_slice(&forecast).expect("json");
+    let hour0 = forecast["steps"][0]["start"].as_str().expect("start").to_string();
+    let (code, _) = post_to(&gw, "/v1/declarations", &json!({"operator": "ana"}), None).await;
+    assert_eq!(code, StatusCode::UNAUTHORIZED);
+    for bad in [
+        json!({"operator": "ana", "overrides": [{"start": hour0, "available_w": -1.0, "reason": "x"}]}),
+        json!({"operator": "ana", "overrides": [{"start": hour0, "available_w": 3500.0, "reason": " "}]}),
+        json!({"operator": "ana", "overrides": [{"start": "2020-01-01T00:00:00Z", "available_w": 3500.0, "reason": "x"}]}),
+        json!({"operator": "ana", "confidence": 75}),
+        json!({"operator": "", "confidence": 90}),
+        json!({"operator": "ana", "kw": 3}),
+    ] {
+        let (code, body) = post_to(&gw, "/v1/declarations", &bad, Some(TOKEN)).await;
+        assert_eq!(code, StatusCode::BAD_REQUEST, "{bad}: {body}");
+    }
+    let declared_records = || {
+        gw.ledger()
+            .iter_from(1)
+            .filter_map(Result::ok)
+            .filter(|r| r.body["entry"] == "declared")
+            .count()
+    };
+    assert_eq!(declared_records(), 0, "nothing recorded for a refused declaration");
+    let (code, declared) = post_to(
+        &gw,
+        "/v1/declarations",
+        &json!({"operator": "ana", "overrides": [{"start": hour0, "available_w": 3500.0, "reason": "chiller maintenance this hour"}]}),
+        Some(TOKEN),
+    )
+    .await;
+    assert_eq!(code, StatusCode::CREATED, "{declared}");
+    assert_eq!(declared_records(), 1);
+    let hours = declared["hours"].as_array().expect("hours");
+    assert_eq!(hours.len(), 48);
+    assert_eq!(
+        (hours[0]["from"].as_str(), hours[0]["available_w"].as_f64()),
+        (Some("operator"), Some(3500.0))
+    );
+    assert_eq!(hours[0]["reason"], "chiller maintenance this hour");
+    assert_eq!(hours[1]["from"], "forecast");
+    // Hour 1 is its least quarter-hour's P10, as the export makes it.
+    let least = forecast["steps"].as_array().expect("steps")[4..8]
+        .iter()
+        .filter_map(|s| s["available_w"]["p10"].as_f64())
+        .fold(f64::INFINITY, f64::min);
+    assert!((hours[1]["available_w"].as_f64().expect("W") - least).abs() < 1e-6);
+    let (_, in_force) = get(&gw, "/v1/declarations").await;
+    let in_force: Value = serde_json::from_slice(&in_force).expect("json");
+    assert_eq!(in_force["hours"].as_array().map(Vec::len), Some(48));
+    assert_eq!(in_force["hours"][0]["operator"], "ana");
+
+    // An event in the overridden hour, run to its end.
+    let meter = gw.read().status().await.meter_kw().expect("meter");
+    let (status, ack) = post(&gw, &event("ev-decl", 1, meter - 8.0, 60, Some(900)), Some(TOKEN)).await;
+    assert_eq!(status, StatusCode::OK, "{ack}");
+    // Lead, ramp, hold, recovery and the window after it for the baseline.
+    for _ in 0..330 {
+        gw.driver().tick(true).await.expect("tick");
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+    let records: Vec<_> = gw.ledger().iter_from(1).filter_map(Result::ok).collect();
+    let audit = flexgate::reports::audit::build(&records, "ev-decl", 300, chrono_tz::Tz::UTC)
+        .expect("typed entries")
+        .expect("the event is in the ledger");
+    let d = audit.declared.as_ref().expect("declared for the event");
+    assert_eq!((d.declared_kw, d.operator.as_str(), d.confidence), (3.5, "ana", 90));
+    assert_eq!(d.overridden.len(), 1, "{d:?}");
+    let could = d.could_shed_kw.expect("the curve when the event came");
+    assert!(
+        could > 3.5,
+        "the site could shed more than the operator declared: {could}"
+    );
+    let delivered = audit
+        .delivered_kw
+        .unwrap_or_else(|| panic!("delivered: {:?} {:?}", audit.baseline, audit.intervals));
+    assert!(delivered > 0.0, "{delivered}");
+    let md = audit.to_markdown();
+    assert!(
+        md.contains("Declared (by ana") && md.contains("chiller maintenance"),
+        "{md}"
+    );
+    // The season report reads the same from the interval store.
+    let today = Utc::now().date_naive();
+    let path = format!(
+        "/v1/settlement?from={}&to={}",
+        today - chrono::Days::new(1),
+        today + chrono::Days::new(2)
+    );
+    let (code, body) = get(&gw, &path).await;
+    assert_eq!(code, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    let report: Value = serde_json::from_slice(&body).expect("json");
+    let event = report["events"]
+        .as_array()
+        .and_then(|e| e.iter().find(|e| e["event_id"] == "ev-decl"))
+        .expect("the event in the season report");
+    assert_eq!(event["declared"]["declared_kw"], 3.5, "{event}");
+    assert_eq!(event["declared"]["could_shed_kw"].as_f64(), Some(could));
+    eprintln!("declared 3.5 kW (operator), could shed {could:.1} kW when the event came, delivered {delivered:.1} kW");
 }
 
 /// The OpenAPI document is generated from the handlers (`utoipa`), so it covers every route;
@@ -1658,6 +1805,7 @@ async fn the_generated_openapi_document_is_complete_and_every_operation_is_serve
             "GET /metrics",
             "GET /openapi.json",
             "GET /v1/baseline",
+            "GET /v1/declarations",
             "GET /v1/events",
             "GET /v1/events/{id}",
             "GET /v1/events/{id}/audit",
@@ -1673,6 +1821,7 @@ async fn the_generated_openapi_document_is_complete_and_every_operation_is_serve
             "GET /v1/settlement.html",
             "GET /v1/status",
             "GET /v1/stream",
+            "POST /v1/declarations",
             "POST /v1/events",
             "POST /v1/meter/import",
             "POST /v1/operator/opt-out",

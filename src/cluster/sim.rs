@@ -103,6 +103,10 @@ pub struct SimConfig {
     /// or more and ran for some hours before; a job reaching its limit ends (as Slurm ends it),
     /// and the queue's head starts on the nodes it frees.
     pub queued_jobs: u32,
+    /// Whether the jobs filled at start have time limits and end at them (default true). Off,
+    /// they run until a test or the demo ends them, and there is no queue: for tests that run
+    /// hours of simulated time and count on the same jobs throughout.
+    pub time_limits: bool,
 }
 
 impl Default for SimConfig {
@@ -119,6 +123,7 @@ impl Default for SimConfig {
             facility: FacilityParams::default(),
             tier: None,
             queued_jobs: 6,
+            time_limits: true,
         }
     }
 }
@@ -575,6 +580,9 @@ impl SimCluster {
     /// Give the jobs filled at start a past and a limit, and queue `queued_jobs` more, each
     /// expected to start when a running job's limit frees its nodes (the scheduler's estimate).
     fn schedule(&self) {
+        if !self.config.time_limits {
+            return;
+        }
         let wall = self.epoch.0;
         let mut state = self.lock();
         let mut draw = SplitMix64::derive(self.config.seed, CLOCK_STREAM);

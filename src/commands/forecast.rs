@@ -19,10 +19,17 @@ use std::path::PathBuf;
 /// the chosen confidence (90: the P10; 50: the median) within the ceiling, as Markdown, CSV or
 /// JSON.
 ///
+/// With --declare --record: the declaration is recorded on the gateway (POST /v1/declarations,
+/// the `declared` ledger entry the audit and the settlement report set each event against),
+/// under --operator's name; --override replaces an hour's figure with the operator's own and a
+/// reason (an hour's start as the export lists it). Needs the API token (FLEXGATE_API_TOKEN).
+///
 /// Examples:
 ///   flexgate forecast --gateway 127.0.0.1:8080
 ///   flexgate forecast --gateway 127.0.0.1:8080 --declare --format csv -o offer.csv
 ///   flexgate forecast --gateway 127.0.0.1:8080 --declare --confidence 50 --format json
+///   FLEXGATE_API_TOKEN=… flexgate forecast --declare --record --operator ana \
+///       --override "2026-12-06T02:15:00Z=40:chiller maintenance"
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub struct ForecastArgs {
@@ -42,6 +49,129 @@ pub struct ForecastArgs {
     /// Where to write (default: stdout).
     #[arg(long, short, value_name = "FILE")]
     output: Option<PathBuf>,
+    /// With --declare: record the declaration on the gateway (needs --operator and the token).
+    #[arg(long, requires = "declare", requires = "operator")]
+    record: bool,
+    /// With --record: who declares (recorded).
+    #[arg(long, value_name = "NAME")]
+    operator: Option<String>,
+    /// With --record: declare an hour at the operator's own figure, with a reason:
+    /// `START=KW:REASON` (START as the export lists the hour). Repeatable.
+    #[arg(long = "override", value_name = "START=KW:REASON", requires = "record")]
+    overrides: Vec<String>,
+    /// Bearer token for --record (prefer the environment variable: command lines are visible to
+    /// other users).
+    #[arg(long, env = "FLEXGATE_API_TOKEN", value_name = "TOKEN", hide_env_values = true)]
+    api_token: Option<String>,
+}
+
+/// `START=KW:REASON` as the body of an override.
+fn parse_override(text: &str) -> Result<serde_json::Value> {
+    let (start, rest) = text
+        .split_once('=')
+        .with_context(|| format!("--override {text:?}: expected START=KW:REASON"))?;
+    let (kw, reason) = rest
+        .split_once(':')
+        .with_context(|| format!("--override {text:?}: expected START=KW:REASON (no reason given)"))?;
+    let start = chrono::DateTime::parse_from_rfc3339(start.trim())
+        .with_context(|| format!("--override {text:?}: START must be an RFC 3339 time, e.g. 2026-12-06T02:15:00Z"))?;
+    let kw: f64 = kw
+        .trim()
+        .parse()
+        .ok()
+        .filter(|k: &f64| k.is_finite() && *k >= 0.0)
+        .with_context(|| format!("--override {text:?}: KW must be a number ≥ 0"))?;
+    Ok(serde_json::json!({"start": start.to_rfc3339(), "available_w": kw * 1000.0, "reason": reason.trim()}))
+}
+
+/// Record the declaration on the gateway; its answer (the hours as recorded).
+fn record(args: &ForecastArgs) -> Result<Value> {
+    let token = args
+        .api_token
+        .as_deref()
+        .context("--record needs the gateway's API token: set FLEXGATE_API_TOKEN")?;
+    let overrides = args
+        .overrides
+        .iter()
+        .map(|o| parse_override(o))
+        .collect::<Result<Vec<_>>>()?;
+    let body = serde_json::json!({
+        "operator": args.operator,
+        "confidence": args.confidence.percent(),
+        "overrides": overrides,
+    });
+    let body = serde_json::to_vec(&body)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
+    let addr = args.gateway;
+    let response = runtime
+        .block_on(crate::http_client::request(
+            addr,
+            "POST",
+            "/v1/declarations",
+            Some(token),
+            Some(&body),
+        ))
+        .with_context(|| format!("cannot reach the gateway at {addr}"))?;
+    if response.status != 201 {
+        anyhow::bail!(
+            "the gateway at {addr} did not record the declaration ({}): {}",
+            response.status,
+            response.text().trim()
+        );
+    }
+    response
+        .json()
+        .with_context(|| format!("the gateway at {addr} did not answer JSON"))
+}
+
+/// The recorded declaration in `format`.
+fn recorded_text(recorded: &Value, format: Format) -> Result<String> {
+    let hours = recorded["hours"].as_array().context("the answer has no hours")?;
+    let field = |h: &Value, k: &str| h[k].as_str().unwrap_or_default().to_string();
+    let num = |h: &Value, k: &str| h[k].as_f64().unwrap_or(f64::NAN);
+    Ok(match format {
+        Format::Json => serde_json::to_string_pretty(recorded)? + "\n",
+        Format::Csv => {
+            let mut out = String::from("hour_start,hour_end,available_kw,forecast_kw,from,reason\n");
+            for h in hours {
+                let reason = field(h, "reason").replace('"', "\"\"");
+                let _ = writeln!(
+                    out,
+                    "{},{},{:.3},{:.3},{},\"{reason}\"",
+                    field(h, "start"),
+                    field(h, "end"),
+                    num(h, "available_w") / 1000.0,
+                    num(h, "forecast_w") / 1000.0,
+                    field(h, "from")
+                );
+            }
+            out
+        }
+        Format::Md => {
+            let first = hours.first();
+            let mut out = format!(
+                "Declaration recorded at {} by {} ({} % confidence).\n\n| hour (UTC) | declared kW | forecast kW | from | reason |\n|---|---|---|---|---|\n",
+                first.map(|h| field(h, "declared_at")).unwrap_or_default(),
+                first.map(|h| field(h, "operator")).unwrap_or_default(),
+                first.and_then(|h| h["confidence"].as_u64()).unwrap_or(0),
+            );
+            for h in hours {
+                let _ = writeln!(
+                    out,
+                    "| {} | {:.1} | {:.1} | {} | {} |",
+                    field(h, "start"),
+                    num(h, "available_w") / 1000.0,
+                    num(h, "forecast_w") / 1000.0,
+                    field(h, "from"),
+                    field(h, "reason")
+                );
+            }
+            out
+        }
+    })
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -122,6 +252,16 @@ fn hours(forecast: &Value) -> Result<Vec<Hour>> {
 
 /// Run the command.
 pub fn run(args: &ForecastArgs) -> Result<()> {
+    if args.record {
+        let text = recorded_text(&record(args)?, args.format)?;
+        return match &args.output {
+            Some(path) => super::write_output(path, &text),
+            None => {
+                crate::out!("{text}");
+                Ok(())
+            }
+        };
+    }
     let forecast = super::gateway_json(args.gateway, "/v1/forecast")?;
     let hours = hours(&forecast)?;
     let ceiling = forecast["cost_ceiling"].as_f64().unwrap_or(f64::NAN);

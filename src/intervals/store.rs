@@ -160,6 +160,12 @@ pub struct IntervalStore {
     /// Each job's last uncapped throughput point `(at, tokens/s, tier)`, by job id: what a
     /// curtailment that starts later measures the job's slowdown against.
     last_uncapped: sled::Tree,
+    /// The site's declarations (`declared` records, JSON) by ledger sequence: what an event is
+    /// set against in the season report.
+    declared: sled::Tree,
+    /// Each forecast's first hour by when it was made (meter W within its cost ceiling, f64
+    /// bits): the flexibility curve then, what the site could shed when an event came.
+    curve_now: sled::Tree,
     meta: sled::Tree,
 }
 
@@ -177,7 +183,7 @@ const SCHEMA_KEY: &[u8] = b"schema";
 
 /// The store's layout: raised whenever what it derives from the ledger changes, so that an
 /// older store is rebuilt rather than read half-derived.
-const STORE_SCHEMA: &str = "flexgate-intervals/5";
+const STORE_SCHEMA: &str = "flexgate-intervals/6";
 
 /// The last ledger record whose plans and throughput points are folded into the events' costs
 /// (the meter's resume point re-reads an open interval's records; a cost is folded once).
@@ -310,6 +316,8 @@ impl IntervalStore {
                 "events",
                 "costs",
                 "last_uncapped",
+                "declared",
+                "curve_now",
                 "meta",
             ] {
                 tree(name)?.clear().map_err(|e| db_err(&e))?;
@@ -325,6 +333,8 @@ impl IntervalStore {
             events: tree("events")?,
             costs: tree("costs")?,
             last_uncapped: tree("last_uncapped")?,
+            declared: tree("declared")?,
+            curve_now: tree("curve_now")?,
             meta,
             db,
             dir,
@@ -407,6 +417,21 @@ impl IntervalStore {
                 }
                 Ok(Entry::EventInterpreted(e)) => {
                     self.note_event(&e, record.seq)?;
+                    continue;
+                }
+                Ok(Entry::Declared(d)) => {
+                    let json = serde_json::to_vec(&d).map_err(|e| self.err(e))?;
+                    self.declared
+                        .insert(record.seq.to_be_bytes(), json)
+                        .map_err(|e| self.err(e))?;
+                    continue;
+                }
+                Ok(Entry::Forecast(f)) => {
+                    if let Some((_, band)) = f.hourly.first() {
+                        self.curve_now
+                            .insert(key(f.at), &band.p50.to_bits().to_be_bytes())
+                            .map_err(|e| self.err(e))?;
+                    }
                     continue;
                 }
                 Ok(Entry::Plan(p)) if fresh => {
@@ -630,6 +655,37 @@ impl IntervalStore {
             }
             None => Ok(None),
         }
+    }
+
+    /// The declarations made at or before `at`, in ledger order.
+    pub fn declarations_before(
+        &self,
+        at: DateTime<Utc>,
+    ) -> Result<Vec<flexgate_policies::forecast::declare::Declaration>, StoreError> {
+        let mut out = Vec::new();
+        for item in self.declared.iter() {
+            let (_, v) = item.map_err(|e| self.err(e))?;
+            let d: flexgate_policies::forecast::declare::Declaration =
+                serde_json::from_slice(&v).map_err(|e| self.err(e))?;
+            if d.at <= at {
+                out.push(d);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The last forecast's first hour made at or before `at`: (when, meter W within its cost
+    /// ceiling), the flexibility curve then.
+    pub fn curve_before(&self, at: DateTime<Utc>) -> Result<Option<(DateTime<Utc>, f64)>, StoreError> {
+        let Some(item) = self.curve_now.range(..=key(at)).next_back() else {
+            return Ok(None);
+        };
+        let (k, v) = item.map_err(|e| self.err(e))?;
+        let (Ok(k), Ok(v)) = (<[u8; 8]>::try_from(k.as_ref()), <[u8; 8]>::try_from(v.as_ref())) else {
+            return Err(self.err("a forecast figure it did not write"));
+        };
+        let secs = (u64::from_be_bytes(k) ^ (1u64 << 63)) as i64;
+        Ok(DateTime::from_timestamp(secs, 0).map(|t| (t, f64::from_bits(u64::from_be_bytes(v)))))
     }
 
     /// The events whose window starts in `[from, to)`, by start.

@@ -51,6 +51,14 @@ pub struct AuditReport {
     /// (planner's estimates; `None` without a curve then, and in older ledgers). Set it against
     /// `throughput.measured_kept`.
     pub promised: Option<flexgate_policies::control::flexibility::FlexPromise>,
+    /// What the site had declared for the event's hours (the latest declaration made before it
+    /// began, from the forecast or an operator's figure), against what it could shed when the
+    /// event came (the flexibility curve then, within the declaration's cost ceiling) and what
+    /// it delivered (`delivered_kw`). `None` when nothing was declared for those hours.
+    pub declared: Option<flexgate_policies::forecast::declare::DeclaredForEvent>,
+    /// The mean delivered meter reduction over the event's intervals, kW (baseline less meter;
+    /// see `intervals`).
+    pub delivered_kw: Option<f64>,
     /// Meter samples `(time, meter kW, ceiling kW in force)` from baseline window to the end.
     pub series: Vec<(DateTime<Utc>, f64, Option<f64>)>,
     /// The site's time zone the report's local days and clock are in.
@@ -224,8 +232,22 @@ pub fn build(
     // Each job's objective weight (GPUs × priority) as the latest plan recorded it.
     let mut weights: std::collections::BTreeMap<String, f64> = std::collections::BTreeMap::new();
     let mut promised = None;
+    // Declarations and forecasts are the site's, not an event's: every one is read.
+    let mut declarations: Vec<flexgate_policies::forecast::declare::Declaration> = Vec::new();
+    let mut curve_now: Vec<(DateTime<Utc>, f64)> = Vec::new();
     for record in records {
         let entry = record.entry()?;
+        if let Entry::Declared(d) = &entry {
+            declarations.push(d.clone());
+            continue;
+        }
+        if let Entry::Forecast(f) = &entry {
+            // Hour 0 of a forecast is the flexibility curve when it was made.
+            if let Some((_, band)) = f.hourly.first() {
+                curve_now.push((f.at, band.p50));
+            }
+            continue;
+        }
         if let Entry::ThroughputPoint(p) = &entry {
             points.push(p.clone());
             continue;
@@ -511,6 +533,19 @@ pub fn build(
         .filter(|(t, _, _)| series_from.is_none_or(|f| *t >= f) && series_to.is_none_or(|e| *t <= e))
         .copied()
         .collect();
+    let delivered: Vec<f64> = intervals.iter().filter_map(|i| i.delivered_reduction_kw).collect();
+    let delivered_kw = (!delivered.is_empty()).then(|| delivered.iter().sum::<f64>() / delivered.len() as f64);
+    let declared = started.and_then(|s| {
+        let end = ended
+            .or_else(|| {
+                let w = &event?.window;
+                let total = w.ramp_s + w.duration_s?;
+                Some(w.start + ChronoDuration::seconds(i64::try_from(total).ok()?))
+            })
+            .unwrap_or(s + ChronoDuration::hours(1));
+        let curve = curve_now.iter().rev().find(|(at, _)| *at <= s).copied();
+        flexgate_policies::forecast::declare::for_event(&declarations, s, end, curve)
+    });
     let mut throughput = throughput_audit(&planned_jobs, &throughput_known, started, ended);
     let jobs: Vec<JobAudit> = planned_jobs
         .iter()
@@ -534,6 +569,8 @@ pub fn build(
         intervals,
         fallbacks,
         promised,
+        declared,
+        delivered_kw,
         series,
         time_zone: time_zone.name().to_string(),
     }))
@@ -933,6 +970,28 @@ impl AuditReport {
                 p.progress_lost * 100.0,
                 p.tokens_lost_per_s
             );
+        }
+        if let Some(d) = &self.declared {
+            let _ = writeln!(
+                out,
+                "\nDeclared (by {} at {}, {} % confidence, {} of the event's {} hours): {:.1} kW; could shed when the event came \
+                 (the flexibility curve of {}, within the declaration's cost ceiling): {}; delivered (mean over the intervals, baseline less meter): {}.",
+                printable(&d.operator),
+                d.declared_at.to_rfc3339(),
+                d.confidence,
+                d.hours_declared,
+                d.hours_spanned,
+                d.declared_kw,
+                d.could_shed_at
+                    .map_or_else(|| "no forecast before".to_string(), |t| t.to_rfc3339()),
+                d.could_shed_kw
+                    .map_or_else(|| "unknown".to_string(), |k| format!("{k:.1} kW")),
+                self.delivered_kw
+                    .map_or_else(|| "unknown".to_string(), |k| format!("{k:.1} kW")),
+            );
+            for o in &d.overridden {
+                let _ = writeln!(out, "- overridden by the operator: {}", printable(o));
+            }
         }
         if let Some(k) = &t.measured_kept {
             let _ = writeln!(

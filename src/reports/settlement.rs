@@ -103,6 +103,10 @@ pub struct EventSettlement {
     /// the jobs, **measured** from their reported throughput (jobs that reported nothing are
     /// listed as unmeasured, never estimated). `None`: the site never planned for it.
     pub cost: Option<flexgate_policies::control::job_cost::EventCost>,
+    /// What the site had declared for the event's hours (the latest declaration made before it
+    /// began), against what it could shed when the event came (the flexibility curve then);
+    /// set it against `performance.delivered_kw`. `None`: nothing declared for those hours.
+    pub declared: Option<flexgate_policies::forecast::declare::DeclaredForEvent>,
     /// What a reader must know before trusting the figures: load lowered inside the
     /// adjustment window before the event (pre-curtailment lowers the baseline, hence the
     /// payment), a curtailment of the site inside it, estimated or missing intervals.
@@ -262,6 +266,12 @@ fn settle(
     let warnings = warnings(store, event, baseline.as_ref().ok(), &quality)?;
     let availability = availability(store, event, end, now)?;
     let cost = store.event_cost(&event.id)?;
+    let declared = flexgate_policies::forecast::declare::for_event(
+        &store.declarations_before(event.start)?,
+        event.start,
+        end,
+        store.curve_before(event.start)?,
+    );
     Ok(EventSettlement {
         event_id: event.id.clone(),
         revision: event.revision,
@@ -283,6 +293,7 @@ fn settle(
         data: quality,
         availability,
         cost,
+        declared,
         warnings,
     })
 }
@@ -539,6 +550,45 @@ impl SettlementReport {
                 jobs
             );
         }
+        let _ = writeln!(
+            out,
+            "\n## Declared against what the site could shed and delivered\n\nDeclared: the latest declaration made before the \
+             event, its least hour over the event (from the forecast at its confidence, or an operator's figure with a reason). \
+             Could shed: the flexibility curve when the event came, within the declaration's cost ceiling (planner's estimate). \
+             Delivered: by the event's baseline method.\n\n\
+             | event | declared kW | confidence | declared at | hours declared | overridden | could shed kW (estimate) | delivered kW (method) |\n|---|---|---|---|---|---|---|---|"
+        );
+        for e in &self.events {
+            let Some(d) = &e.declared else {
+                let _ = writeln!(
+                    out,
+                    "| {} | — | | | | | | {} ({}) |",
+                    e.event_id,
+                    num(e.performance.as_ref().and_then(|p| p.delivered_kw), 1),
+                    e.method
+                );
+                continue;
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {:.1} | {} % | {} by {} | {} of {} | {} | {} | {} ({}) |",
+                e.event_id,
+                d.declared_kw,
+                d.confidence,
+                d.declared_at.with_timezone(&tz).format("%Y-%m-%d %H:%M"),
+                d.operator.replace('|', "/"),
+                d.hours_declared,
+                d.hours_spanned,
+                if d.overridden.is_empty() {
+                    "—".to_string()
+                } else {
+                    d.overridden.join("; ").replace('|', "/")
+                },
+                num(d.could_shed_kw, 1),
+                num(e.performance.as_ref().and_then(|p| p.delivered_kw), 1),
+                e.method,
+            );
+        }
         let _ = writeln!(out, "\n{}", signature_words(self));
         out
     }
@@ -548,7 +598,7 @@ impl SettlementReport {
     pub fn to_csv(&self) -> String {
         use std::fmt::Write as _;
         let mut out = String::from(
-            "event_id,revision,start,end,program,method,version,committed_kw,committed_from,delivered_kw,performance_factor,delivered_kwh,shortfall_kwh,payment,penalty,measured,estimated,missing,imported,gateway,baseline_refused,availability,promised_shed_kw,promised_progress_lost,measured_progress_kept,jobs_planned,jobs_measured\n",
+            "event_id,revision,start,end,program,method,version,committed_kw,committed_from,delivered_kw,performance_factor,delivered_kwh,shortfall_kwh,payment,penalty,measured,estimated,missing,imported,gateway,baseline_refused,availability,promised_shed_kw,promised_progress_lost,measured_progress_kept,jobs_planned,jobs_measured,declared_kw,declared_confidence,could_shed_kw\n",
         );
         let num = |v: Option<f64>| v.map_or_else(String::new, |v| format!("{v:.3}"));
         let field = |s: &str| s.replace([',', '\n', '"'], " ");
@@ -556,7 +606,7 @@ impl SettlementReport {
             let perf = e.performance.as_ref();
             let _ = writeln!(
                 out,
-                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                 field(&e.event_id),
                 e.revision,
                 e.start.to_rfc3339(),
@@ -591,6 +641,12 @@ impl SettlementReport {
                     .as_ref()
                     .map(|c| c.jobs.iter().filter(|j| j.throughput == "measured").count().to_string())
                     .unwrap_or_default(),
+                num(e.declared.as_ref().map(|d| d.declared_kw)),
+                e.declared
+                    .as_ref()
+                    .map(|d| d.confidence.to_string())
+                    .unwrap_or_default(),
+                num(e.declared.as_ref().and_then(|d| d.could_shed_kw)),
             );
         }
         out
@@ -762,6 +818,39 @@ impl SettlementReport {
                 ev.availability
                     .map_or_else(|| "—".to_string(), |a| format!("{:.0} %", a * 100.0)),
                 num(ev.performance.as_ref().and_then(|p| p.delivered_kw), 1),
+                ev.method,
+            );
+        }
+        let _ = writeln!(
+            out,
+            "</tbody></table>\n<h2>Declared against what the site could shed and delivered</h2>\n\
+             <p class=\"muted\">Declared: the latest declaration made before the event, its least hour over the event. Could shed: \
+             the flexibility curve when the event came, within the declaration's cost ceiling (planner's estimate). Delivered: by \
+             the event's baseline method.</p>\n<table><thead><tr><th>Event</th><th>Declared kW</th><th>Confidence</th>\
+             <th>Declared</th><th>Overridden</th><th>Could shed kW (estimate)</th><th>Delivered kW (method)</th></tr></thead><tbody>"
+        );
+        for ev in &self.events {
+            let delivered = num(ev.performance.as_ref().and_then(|p| p.delivered_kw), 1);
+            let Some(d) = &ev.declared else {
+                let _ = writeln!(
+                    out,
+                    "<tr><td>{}</td><td class=\"num\">—</td><td></td><td></td><td></td><td></td><td class=\"num\">{delivered} <span class=\"muted\">({})</span></td></tr>",
+                    esc(&ev.event_id),
+                    ev.method
+                );
+                continue;
+            };
+            let _ = writeln!(
+                out,
+                "<tr><td>{}</td><td class=\"num\">{:.1}</td><td class=\"num\">{} %</td><td>{} by {}</td><td>{}</td>\
+                 <td class=\"num\">{}</td><td class=\"num\">{delivered} <span class=\"muted\">({})</span></td></tr>",
+                esc(&ev.event_id),
+                d.declared_kw,
+                d.confidence,
+                d.declared_at.with_timezone(&tz).format("%Y-%m-%d %H:%M"),
+                esc(&d.operator),
+                esc(&d.overridden.join("; ")),
+                num(d.could_shed_kw, 1),
                 ev.method,
             );
         }

@@ -18,12 +18,12 @@ impl Driver {
     /// Run until `shutdown` resolves.
     pub async fn control_loop(self: Arc<Self>, shutdown: impl Future<Output = ()>) {
         tokio::pin!(shutdown);
-        let _queue_reader = self.spawn_queue_reader();
         let interval = ChronoDuration::seconds(i64::try_from(self.config.gateway.telemetry_interval_s).unwrap_or(5));
         let mut next_tick = self.clock.now();
         loop {
             let now = self.clock.now();
             if now >= next_tick {
+                self.start_queue_read_if_due();
                 if let Err(e) = self.tick(true).await {
                     tracing::error!("control tick failed: {e}");
                 }

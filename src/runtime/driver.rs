@@ -110,6 +110,17 @@ pub enum OperatorError {
     Ledger(#[from] LedgerError),
 }
 
+/// Why a declaration was not recorded.
+#[derive(Debug, thiserror::Error)]
+pub enum DeclareFailure {
+    /// Refused: no forecast, or a field out of range. Nothing was recorded.
+    #[error(transparent)]
+    Refused(#[from] flexgate_policies::forecast::declare::DeclareError),
+    /// The ledger could not record it: it was not made.
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+}
+
 /// Records queued under the lock, and what to do once they are flushed.
 pub(crate) struct Decided {
     pub queued: Queued,
@@ -159,6 +170,13 @@ pub struct Driver {
     pub(crate) term_deadline: std::sync::Mutex<Option<std::time::Instant>>,
     /// The scheduler's latest answer, waiting for the next control pass (see `queue.rs`).
     pub(crate) scheduler_answer: std::sync::Mutex<Option<flexgate_policies::control::cluster::SchedulerView>>,
+    /// The fingerprint of the last answer read (0: none yet), so that only a change wakes the loop.
+    pub(crate) scheduler_print: std::sync::atomic::AtomicU64,
+    /// When the last read of the queue began, whether one is in flight, and whether the
+    /// backend said it has no queue (then none is read again).
+    pub(crate) queue_read_started: std::sync::Mutex<Option<tokio::time::Instant>>,
+    pub(crate) queue_read_in_flight: std::sync::atomic::AtomicBool,
+    pub(crate) queue_unavailable: std::sync::atomic::AtomicBool,
 }
 
 impl Driver {
@@ -424,6 +442,27 @@ impl Driver {
             }
         }
         Ok(ack)
+    }
+
+    /// An operator declares the site's availability for the forecast's hours (day-ahead), at
+    /// `confidence` (90: each hour's P10; 50: its median), overriding the hours they name with
+    /// their own figure and reason. Returned once recorded (`declared`).
+    pub async fn declare(
+        &self,
+        operator: &str,
+        confidence: u8,
+        overrides: &[flexgate_policies::forecast::declare::Override],
+    ) -> Result<flexgate_policies::forecast::declare::Declaration, DeclareFailure> {
+        let now = self.clock.now();
+        let (result, mut decided) = self
+            .decide(|core| match core.declare(operator, confidence, overrides, now) {
+                Ok((d, effects)) => (Ok(d), effects),
+                Err(e) => (Err(e), Vec::new()),
+            })
+            .await?;
+        let declaration = result?;
+        self.flushed(&mut decided).await?;
+        Ok(declaration)
     }
 
     /// Event phase changes (pending → ramping → active → recovering → completed, cancelled or

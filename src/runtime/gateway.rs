@@ -185,6 +185,10 @@ impl Gateway {
             role: role_rx,
             term_deadline: std::sync::Mutex::new(None),
             scheduler_answer: std::sync::Mutex::new(None),
+            scheduler_print: std::sync::atomic::AtomicU64::new(0),
+            queue_read_started: std::sync::Mutex::new(None),
+            queue_read_in_flight: std::sync::atomic::AtomicBool::new(false),
+            queue_unavailable: std::sync::atomic::AtomicBool::new(false),
         });
         Ok(Arc::new(Self {
             driver,

@@ -21,7 +21,9 @@ mod role;
 pub mod views;
 
 pub use crate::clock::Clock;
-pub use driver::{Driver, OperatorError, OperatorRefusal, Submission, SubmitError, SubmitOutcome, Transport, WireRef};
+pub use driver::{
+    DeclareFailure, Driver, OperatorError, OperatorRefusal, Submission, SubmitError, SubmitOutcome, Transport, WireRef,
+};
 pub use gateway::{Gateway, StartError};
 pub use read_side::{EventDelivery, ReadSide};
 pub use role::{LeaderInfo, Role};

@@ -334,6 +334,19 @@ impl ReadSide {
         self.board.get().snapshot.forecast.clone()
     }
 
+    /// The declared hours in force (`GET /v1/declarations`): for each hour, the latest
+    /// declaration's figure, with that declaration.
+    pub async fn declared(
+        &self,
+    ) -> Arc<
+        Vec<(
+            Arc<flexgate_policies::forecast::declare::Declaration>,
+            flexgate_policies::forecast::declare::DeclaredHour,
+        )>,
+    > {
+        self.board.get().snapshot.declared.clone()
+    }
+
     /// The counters the HTTP server serving this gateway keeps its connection counts in.
     #[must_use]
     pub fn http_connections(&self) -> Arc<flexgate_httpserve::Counters> {

@@ -249,7 +249,10 @@ async fn real_slurm_22_05_jobs_gpus_tags_auth_and_suspend() {
     // What each job asked for (the running ones' too), and a pending job's request, limit and
     // the start Slurm's backfill expects for it, alike over REST and squeue.
     assert_eq!((ja.gpus_requested, jb.gpus_requested), (Some(2), Some(3)));
-    let c = sbatch(&conf, &["--gres=gpu:4", "-t", "30", "-J", "fg-c", "--wrap", "sleep 120"]);
+    let c = sbatch(
+        &conf,
+        &["--gres=gpu:4", "-t", "30", "-J", "fg-c", "--wrap", "sleep 120"],
+    );
     let deadline = Instant::now() + Duration::from_secs(30);
     let (rest_c, cli_c) = loop {
         let (r, q) = (
@@ -260,7 +263,10 @@ async fn real_slurm_22_05_jobs_gpus_tags_auth_and_suspend() {
         if jr.start_time.is_some() && jq.start_time.is_some() {
             break (jr, jq);
         }
-        assert!(Instant::now() < deadline, "no expected start for the pending job: {jr:?}");
+        assert!(
+            Instant::now() < deadline,
+            "no expected start for the pending job: {jr:?}"
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
     assert_eq!(rest_c.state, JobState::Pending);

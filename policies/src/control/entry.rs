@@ -1185,6 +1185,9 @@ pub enum Entry {
     CapsReapplied(CapsReapplied),
     /// What the site expected it could shed in the hours ahead.
     Forecast(ForecastRecorded),
+    /// What the site declared it can shed, hour by hour (from the forecast, or an operator's
+    /// figure with a reason).
+    Declared(crate::forecast::declare::Declaration),
     /// Interval meter data imported.
     MeterImported(MeterImported),
     /// Jobs suspended.
@@ -1255,6 +1258,7 @@ impl Entry {
             Entry::AdapterOptedOut(_) => EntryKind::Ack,
             Entry::AdapterRegistration(_) | Entry::LedgerMigrated(_) => EntryKind::Checkpoint,
             Entry::Forecast(_) => EntryKind::Forecast,
+            Entry::Declared(_) => EntryKind::Operator,
         }
     }
 }

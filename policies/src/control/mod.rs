@@ -306,6 +306,14 @@ pub struct Snapshot {
     pub flexibility: Option<Arc<flexibility::SiteFlexibility>>,
     /// What the site expects it can shed in the hours ahead (with the curve).
     pub forecast: Option<Arc<crate::forecast::Forecast>>,
+    /// The declared hours in force (the latest declaration's figure for each hour), with the
+    /// declaration each comes from.
+    pub declared: Arc<
+        Vec<(
+            Arc<crate::forecast::declare::Declaration>,
+            crate::forecast::declare::DeclaredHour,
+        )>,
+    >,
     /// Counters.
     pub counters: Counters,
     /// Probe steps in flight.
@@ -550,6 +558,7 @@ impl Controller {
             Entry::CapsReapplied(_) | Entry::MeterImported(_) => {}
             // A forecast is what was promised; the next one is made afresh.
             Entry::Forecast(_) => {}
+            Entry::Declared(d) => self.outlook.declared(d),
             Entry::EventInterpreted(e) => {
                 let _ = Arc::make_mut(&mut self.book).upsert(
                     e.event.clone(),
@@ -1394,6 +1403,7 @@ impl Controller {
             flex_available_kw: self.flex_available_kw,
             flexibility: self.flexibility.clone(),
             forecast: self.forecast.clone(),
+            declared: self.outlook.declared_view.clone(),
             counters: self.counters,
             probes: Arc::new(self.probes.clone()),
             knowledge: self.knowledge_notes.clone(),

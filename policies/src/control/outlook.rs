@@ -12,6 +12,7 @@ use super::cluster::{JobState, QueuedJob, SchedulerView};
 use super::entry::{self, Entry, Recorded};
 use super::{Effect, evidence};
 use crate::alloc::{Elasticity, JobSpec, ShedProfile};
+use crate::forecast::declare::{Declaration, DeclareError, DeclaredHour, Override};
 use crate::forecast::runtime::RuntimeModel;
 use crate::forecast::{Fill, ForecastInput, ForecastParams, JobTiming, REFRESH_S, available_within, screen};
 use crate::ids::JobId;
@@ -63,7 +64,14 @@ pub(crate) struct Outlook {
     queued_profiles: Option<(Vec<JobSpec>, Arc<Vec<ShedProfile>>)>,
     /// The prior of jobs nothing is known of, from the jobs measured (as the planner uses it).
     pub(crate) fleet_prior: Option<Elasticity>,
+    /// The declarations whose hours have not all passed (two days back), oldest first.
+    declarations: std::collections::VecDeque<Arc<Declaration>>,
+    /// The declared hours in force, made again at each declaration (see [`Outlook::declared_hours`]).
+    pub(crate) declared_view: Arc<Vec<(Arc<Declaration>, DeclaredHour)>>,
 }
+
+/// Declarations kept in memory at most (the ledger keeps them all).
+const DECLARATIONS_KEPT: usize = 200;
 
 /// One fingerprint of a queue: what a forecast depends on, with starts to the quarter-hour.
 fn fingerprint(view: &SchedulerView) -> u64 {
@@ -85,6 +93,32 @@ fn fingerprint(view: &SchedulerView) -> u64 {
 }
 
 impl Outlook {
+    /// A declaration recorded: kept while its hours can still be asked about.
+    pub(crate) fn declared(&mut self, d: &Declaration) {
+        let horizon = d.at - chrono::Duration::days(2);
+        self.declarations
+            .retain(|old| old.hours.last().is_some_and(|h| h.end > horizon));
+        self.declarations.push_back(Arc::new(d.clone()));
+        while self.declarations.len() > DECLARATIONS_KEPT {
+            self.declarations.pop_front();
+        }
+        self.declared_view = Arc::new(self.declared_hours());
+    }
+
+    /// The declared hours in force: for each hour, the latest declaration's figure, with that
+    /// declaration (hours that have ended more than two days ago are dropped).
+    #[must_use]
+    fn declared_hours(&self) -> Vec<(Arc<Declaration>, DeclaredHour)> {
+        let mut by_hour: std::collections::BTreeMap<DateTime<Utc>, (Arc<Declaration>, DeclaredHour)> =
+            std::collections::BTreeMap::new();
+        for d in &self.declarations {
+            for h in &d.hours {
+                by_hour.insert(h.start, (d.clone(), h.clone()));
+            }
+        }
+        by_hour.into_values().collect()
+    }
+
     /// The running mean of busy GPUs, moved to `busy` now.
     fn observe_busy(&mut self, busy: f64, now: DateTime<Utc>) {
         self.usual_busy = Some(match self.usual_busy {
@@ -164,6 +198,24 @@ fn typical_job(plannable: &[JobSpec]) -> Option<JobSpec> {
 }
 
 impl Controller {
+    /// An operator declares the site's availability for the forecast's hours, at `confidence`,
+    /// with `overrides` of their own: checked, then recorded (`declared`). Refused, nothing is
+    /// recorded.
+    pub fn declare(
+        &mut self,
+        operator: &str,
+        confidence: u8,
+        overrides: &[Override],
+        now: DateTime<Utc>,
+    ) -> Result<(Declaration, Vec<Effect>), DeclareError> {
+        let max_kw = Some(self.settings.site.facility_max_kw).filter(|m| *m > 0.0);
+        let declaration =
+            crate::forecast::declare::declare(self.forecast.as_deref(), operator, confidence, overrides, max_kw, now)?;
+        let mut effects = Vec::new();
+        self.record(&mut effects, Recorded::new(Entry::Declared(declaration.clone()), None));
+        Ok((declaration, effects))
+    }
+
     /// The scheduler's answer: kept for the next forecast, which is due at once when the queue
     /// changed (no more often than `forecast.min_refresh_s`).
     pub(crate) fn observe_scheduler(&mut self, view: SchedulerView) {
@@ -204,11 +256,13 @@ impl Controller {
         };
         let settings = self.settings.forecast;
         let queue_print = self.outlook.scheduler.as_ref().map(fingerprint);
+        // A new curve or queue makes a new forecast, no more often than `min_refresh_s` (during
+        // an event the curve moves with every trim; each forecast is a ledger record).
         let due = self.forecast.as_ref().is_none_or(|f| {
             let age = (now - f.generated_at).num_seconds();
             age >= REFRESH_S
-                || f.generated_at < curve.at
-                || (queue_print != self.outlook.queue_fingerprint && age >= settings.min_refresh_s)
+                || (age >= settings.min_refresh_s
+                    && (f.generated_at < curve.at || queue_print != self.outlook.queue_fingerprint))
         });
         if !due {
             return;
@@ -221,6 +275,18 @@ impl Controller {
             }
         };
         self.outlook.queue_fingerprint = queue_print;
+        // The forecast counts from the jobs' uncapped draw (what the site can offer in the hours
+        // ahead); while an event's caps are in force the curve served says how much *more* it
+        // can shed, so hour 0 is set to the planner's curve from uncapped instead.
+        let during_event = curve.from == super::flexibility::FlexFrom::CurrentCaps;
+        let curve_uncapped = if during_event {
+            match &self.flexibility_source {
+                Some(source) => Arc::new(super::flexibility::at_the_meter(source, &self.facility, now)),
+                None => curve.clone(),
+            }
+        } else {
+            curve.clone()
+        };
 
         // The running jobs, in plan order, with their clocks screened.
         let by_id: std::collections::HashMap<&JobId, &JobState> = self.jobs.iter().map(|j| (&j.spec.id, j)).collect();
@@ -301,10 +367,18 @@ impl Controller {
             runtime: &self.outlook.runtime,
             fill: fill.as_ref(),
             meter_per_gpu_w,
-            now_available_w: Some(available_within(&curve, settings.cost_ceiling)),
+            now_available_w: Some(available_within(&curve_uncapped, settings.cost_ceiling)),
             params,
         });
         made.basis = self.basis(plannable.len(), busy_now, limits_known, &queue, queued_count, usual);
+        if during_event {
+            made.basis.insert(
+                1,
+                "an event's caps are in force: the forecast counts from the jobs' uncapped draw (what the site can offer once \
+                 it ends); GET /v1/flexibility says how much more it can shed now"
+                    .into(),
+            );
+        }
         made.basis.extend(doubts);
         let event = self.binding_event();
         self.record(

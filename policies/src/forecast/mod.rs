@@ -27,6 +27,7 @@
 //! flexibility curve at this moment (the allocator's own plans, hedges included), and every
 //! later step by the same factor, so the forecast and the curve never disagree about now.
 
+pub mod declare;
 pub mod runtime;
 pub mod screen;
 

@@ -30,6 +30,7 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
 pub mod body;
 pub mod dashboard;
+pub mod declarations;
 pub mod meter;
 pub mod problem;
 pub mod server;
@@ -100,6 +101,7 @@ fn routes() -> OpenApiRouter<Api> {
         .routes(routes!(plan))
         .routes(routes!(flexibility))
         .routes(routes!(forecast))
+        .routes(routes!(declarations::declare, declarations::declared))
         .routes(routes!(verify_ledger))
         .routes(routes!(metrics))
         .routes(routes!(healthz))
