@@ -169,17 +169,17 @@ pub struct SimulateArgs {
     /// queue, run and end, forecast every 3 hours, scored at 1, 6, 24 and 48 hours ahead.
     #[arg(long, conflicts_with_all = ["fleet", "season", "zoo"])]
     forecast: bool,
-    /// With --forecast: seeds 1 to N (1–10 are the ones the forecast was tuned on; the rest
+    /// With --forecast: seeds 1 to N (1–30 are the ones the forecast was tuned on; 31 and on
     /// are held out).
-    #[arg(long, default_value_t = 20, value_name = "N", requires = "forecast",
-          value_parser = clap::value_parser!(u64).range(11..=100))]
+    #[arg(long, default_value_t = 50, value_name = "N", requires = "forecast",
+          value_parser = clap::value_parser!(u64).range(1..=100))]
     forecast_seeds: u64,
     /// With --forecast: the cost ceiling (the share of GPU-weighted progress the site accepts to
     /// lose) the sheddable watts are counted within.
     #[arg(long, default_value_t = 0.10, value_name = "SHARE", requires = "forecast")]
     cost_ceiling: f64,
     /// With --forecast: the calibration factor on the band's spread (the default is the one
-    /// tuned on seeds 1–3; BENCHMARKS.md shows how).
+    /// tuned on seeds 1–30; BENCHMARKS.md shows how).
     #[arg(long, default_value_t = flexgate_policies::forecast::DEFAULT_SPREAD, value_name = "FACTOR", requires = "forecast")]
     spread: f64,
     /// No progress bar.

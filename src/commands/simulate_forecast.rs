@@ -61,15 +61,18 @@ pub(super) fn run(forecast_seeds: u64, cost_ceiling: f64, spread: f64, json: boo
     let _ = writeln!(
         out,
         "Forecast backtest: 512 GPUs, 24 days, forecasts every 3 h from day 4; cost ceiling {:.0} % of GPU-weighted progress.\n\
-         Tuned on seeds {:?}; held out: {}–{}. Coverage: the truth inside P10–P90 (80 % is calibrated); error: mean |P50 − truth| ÷ mean truth;\n\
+         Tuned on seeds {:?}; held out: {}. Coverage: the truth inside P10–P90 (80 % is calibrated); error: mean |P50 − truth| ÷ mean truth;\n\
          naive: the fleet now persists; shortfall: the truth below P10 (a declaration at 90 % confidence short).\n",
         cost_ceiling * 100.0,
         (
             TUNING_SEEDS.first().copied().unwrap_or(0),
             TUNING_SEEDS.last().copied().unwrap_or(0)
         ),
-        TUNING_SEEDS.len() + 1,
-        forecast_seeds
+        if forecast_seeds > TUNING_SEEDS.len() as u64 {
+            format!("{}–{forecast_seeds}", TUNING_SEEDS.len() + 1)
+        } else {
+            "none in this run".to_string()
+        }
     );
     let _ = writeln!(
         out,

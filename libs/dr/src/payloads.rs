@@ -12,8 +12,11 @@
 //!
 //! Conventions shared by all four: power is in kW, energy in kWh, instants are RFC 3339 UTC
 //! (`2026-07-14T19:00:00Z`), every field is always present (an unknown value is `null`, never an
-//! absent key), and unknown fields are refused (`additionalProperties: false`): a new field means
-//! a new schema version. A number that is NaN or infinite is refused when serializing
+//! absent key), and unknown fields are refused (`additionalProperties: false`). Within a version
+//! fields are only ever added (`flexibility` and `forecast` joined `dr.telemetry/1` that way), each
+//! with the schema files updated in the same change: a consumer that validates should take the
+//! schema shipped with the gateway it talks to, or ignore fields it does not know. Renaming or
+//! removing a field means a new version. A number that is NaN or infinite is refused when serializing
 //! ([`to_json`]) instead of silently becoming `null`.
 
 use chrono::{DateTime, Utc};

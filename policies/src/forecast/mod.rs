@@ -111,7 +111,7 @@ impl Default for ForecastParams {
 }
 
 /// The spread's calibration factor (see `BENCHMARKS.md`, the forecast backtest).
-pub const DEFAULT_SPREAD: f64 = 0.45;
+pub const DEFAULT_SPREAD: f64 = 0.43;
 
 /// The forecast's inputs: every known job (running or queued) with its profile and timing.
 #[derive(Debug, Clone, Copy)]
