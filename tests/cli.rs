@@ -617,6 +617,13 @@ fn demo_then_audit_verify_export_and_a_tampered_ledger_is_caught() {
         "the best plan for tokens",
         "hash chain verified",
         "interval 0",
+        // The forecast from the simulated scheduler's queue, a declaration made from it, and the
+        // audit setting the event against it.
+        "GET /v1/forecast",
+        "in 48 h",
+        "queued jobs",
+        "POST /v1/declarations",
+        "declared before the event:",
         // The ledger outlives the demo here (--data), so the audit command is offered for it.
         "flexgate audit --event demo-001 --data",
     ] {

@@ -122,6 +122,7 @@ async fn demo(args: &DemoArgs) -> Result<()> {
         .map(|w| w / 1000.0)
         .context("no meter reading yet")?;
     let jobs_before = get(addr, "/v1/jobs").await?;
+    print_forecast_and_declare(addr, &token).await?;
 
     let start = clock.now() + ChronoDuration::seconds(60);
     let ceiling_kw = (baseline_kw * args.ceiling_fraction * 10.0).round() / 10.0;
@@ -226,6 +227,15 @@ async fn demo(args: &DemoArgs) -> Result<()> {
             format!("{} (unknown elasticity)", jobs_count(report.fallbacks.len()))
         }
     );
+    if let Some(d) = &report.declared {
+        crate::outln!(
+            "  declared before the event: {:.1} kW ({} % confidence); could shed when it came: {} kW; delivered: {} kW",
+            d.declared_kw,
+            d.confidence,
+            fmt_kw(d.could_shed_kw),
+            fmt_kw(report.delivered_kw)
+        );
+    }
     for i in &report.intervals {
         crate::outln!(
             "  interval {}: ceiling {} kW, mean meter {} kW, {} of samples at or under the ceiling, delivered {} kW, shortfall {} kW",
@@ -249,6 +259,48 @@ async fn demo(args: &DemoArgs) -> Result<()> {
     if args.data.is_none() {
         let _ = std::fs::remove_dir_all(&temp);
     }
+    Ok(())
+}
+
+/// The forecast the gateway publishes, in a few lines, and a declaration made from it at 90 %
+/// confidence (what a site would offer day-ahead), which the audit later sets against the event.
+async fn print_forecast_and_declare(addr: std::net::SocketAddr, token: &str) -> Result<()> {
+    let forecast = get(addr, "/v1/forecast").await?;
+    let steps = forecast["steps"].as_array().cloned().unwrap_or_default();
+    let kw = |s: &Value, p: &str| s["available_w"][p].as_f64().map(|w| w / 1000.0);
+    crate::outln!(
+        "\nGET /v1/forecast  what the site can shed at the meter within {:.0} % of GPU-weighted progress:",
+        forecast["cost_ceiling"].as_f64().unwrap_or(f64::NAN) * 100.0
+    );
+    for (label, index) in [("now", 0usize), ("in 6 h", 24), ("in 24 h", 96), ("in 48 h", 191)] {
+        if let Some(s) = steps.get(index) {
+            crate::outln!(
+                "  {label:<8} P10 {:>7} kW · P50 {:>7} kW · P90 {:>7} kW  ({:.0} GPUs expected busy, {:.0} of them by jobs not known yet)",
+                fmt_kw(kw(s, "p10")),
+                fmt_kw(kw(s, "p50")),
+                fmt_kw(kw(s, "p90")),
+                s["gpus_expected"].as_f64().unwrap_or(0.0),
+                s["gpus_unknown"].as_f64().unwrap_or(0.0)
+            );
+        }
+    }
+    for basis in forecast["basis"].as_array().into_iter().flatten().take(4) {
+        crate::outln!("  · {}", basis.as_str().unwrap_or_default());
+    }
+    let body = serde_json::to_vec(&json!({"operator": "demo", "confidence": 90}))?;
+    let declared = http_client::request(addr, "POST", "/v1/declarations", Some(token), Some(&body)).await?;
+    if declared.status != 201 {
+        bail!(
+            "the gateway refused the demo's declaration ({}): {}",
+            declared.status,
+            declared.text()
+        );
+    }
+    let declared = declared.json()?;
+    crate::outln!(
+        "POST /v1/declarations  declared for the next 48 h at 90 % confidence (each hour's P10): this hour {} kW, recorded for the audit",
+        fmt_kw(declared["hours"][0]["available_w"].as_f64().map(|w| w / 1000.0))
+    );
     Ok(())
 }
 
