@@ -1211,16 +1211,13 @@ async fn the_forecast_follows_slurms_queue_and_the_declaration_agrees_with_it() 
         if declared["forecast_generated_at"] != doc["generated_at"] {
             continue; // made again in between: ask again
         }
-        let steps = doc["steps"].as_array().expect("steps");
+        let oracle = common::hours::least_p10_by_clock_hour(&doc);
         let hours = declared["hours"].as_array().expect("hours");
-        assert_eq!(hours.len(), 48);
-        for (h, hour) in hours.iter().enumerate() {
-            let least = steps[h * 4..h * 4 + 4]
-                .iter()
-                .filter_map(|s| s["available_w"]["p10"].as_f64())
-                .fold(f64::INFINITY, f64::min);
+        assert_eq!(hours.len(), oracle.len());
+        for (hour, (start, least)) in hours.iter().zip(&oracle) {
+            assert_eq!(hour["start"], common::hours::rfc3339(*start), "on the clock hour");
             let kw = hour["available_kw"].as_f64().expect("kW");
-            assert!((kw - least / 1000.0).abs() < 1e-9, "hour {h}: {kw} kW vs {least} W");
+            assert!((kw - least / 1000.0).abs() < 1e-9, "hour {start}: {kw} kW vs {least} W");
         }
         agreed = true;
         break;

@@ -7,7 +7,10 @@
 //! gateway runs its real control loop and queue reader.
 #![allow(clippy::disallowed_methods, reason = "test events run on the wall clock")]
 
+mod common;
+
 use chrono::{Duration as ChronoDuration, SecondsFormat, Utc};
+use common::agent::wait_for;
 use flexgate::cluster::sim::{SimCluster, SimConfig};
 use flexgate::cluster::{BackendError, CapCommand, CapResult, ClusterBackend, JobState, QueuedJob, Telemetry};
 use flexgate::config::{Config, facility_for_nodes};
@@ -111,27 +114,6 @@ async fn start(dir: &std::path::Path, queue: Queue) -> (Arc<Gateway>, tokio::syn
         let _ = stopped.await;
     }));
     (gw, stop)
-}
-
-/// Polls `probe` every 100 ms for up to `limit`.
-async fn wait_for<T, F, Fut>(what: &str, limit: Duration, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, String>>,
-{
-    let deadline = Instant::now() + limit;
-    loop {
-        match probe().await {
-            Ok(v) => return v,
-            Err(saw) => {
-                assert!(
-                    Instant::now() < deadline,
-                    "{what}: not within {limit:?}; last seen: {saw}"
-                );
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    }
 }
 
 /// The forecast's basis once it mentions `needle`.

@@ -12,8 +12,9 @@ use std::path::PathBuf;
 /// For each hour: the most the site can shed at the meter within the gateway's cost ceiling
 /// (a share of its objective: 10 % of GPU-weighted progress by default), as the 10th, 50th and
 /// 90th percentiles of its distribution (P10 is what the energy trade calls "P90": shed nine
-/// times in ten), the GPUs expected busy and how many of them run jobs not known yet. An hour's
-/// figure is its least quarter-hour: what holds for the whole hour.
+/// times in ten), the GPUs expected busy and how many of them run jobs not known yet. Hours are
+/// clock hours (UTC, on the hour; the first and last only partly covered by the 48 hours), and
+/// an hour's figure is its least quarter-hour: what holds for the whole hour.
 ///
 /// With --declare: a declaration for a day-ahead offer, one row per hour: the kW available at
 /// the chosen confidence (90: the P10; 50: the median) within the ceiling, as Markdown, CSV or
@@ -22,7 +23,7 @@ use std::path::PathBuf;
 /// With --declare --record: the declaration is recorded on the gateway (POST /v1/declarations,
 /// the `declared` ledger entry the audit and the settlement report set each event against),
 /// under --operator's name; --override replaces an hour's figure with the operator's own and a
-/// reason (an hour's start as the export lists it). Needs the API token (FLEXGATE_API_TOKEN).
+/// reason (the clock hour's start, as the export lists it). Needs the API token (FLEXGATE_API_TOKEN).
 ///
 /// Examples:
 ///   flexgate forecast --gateway 127.0.0.1:8080
@@ -203,7 +204,7 @@ enum Format {
     Json,
 }
 
-/// One hour of the forecast: its start and end, and its least quarter-hour's figures, W.
+/// One clock hour of the forecast: its start and end, and its least quarter-hour's figures, W.
 struct Hour {
     start: String,
     end: String,
@@ -214,40 +215,64 @@ struct Hour {
     unknown: f64,
 }
 
-/// The forecast's quarter-hours gathered into hours (an hour's figure is its least step).
+/// The forecast's quarter-hours gathered into clock hours (UTC, on the hour: what a day-ahead
+/// offer is made in), an hour's figure its least step (the gateway's declarations use the same
+/// hours: `flexgate_policies::forecast::declare::clock_hours`).
 fn hours(forecast: &Value) -> Result<Vec<Hour>> {
+    use chrono::{DateTime, Utc};
+    use flexgate_policies::forecast::Band;
     let steps = forecast["steps"].as_array().context("the forecast has no steps")?;
-    let mut out: Vec<Hour> = Vec::new();
-    for (i, chunk) in steps.chunks(4).enumerate() {
-        let figure = |s: &Value, p: &str| {
+    /// One step as read.
+    struct Step {
+        start: DateTime<Utc>,
+        end: DateTime<Utc>,
+        band: Band,
+        gpus: f64,
+        unknown: f64,
+    }
+    let mut parsed: Vec<Step> = Vec::with_capacity(steps.len());
+    for (i, s) in steps.iter().enumerate() {
+        let figure = |p: &str| {
             s["available_w"][p]
                 .as_f64()
                 .filter(|v| v.is_finite())
                 .with_context(|| format!("step {i}: no {p}"))
         };
-        let (mut p10, mut p50, mut p90) = (f64::INFINITY, f64::INFINITY, f64::INFINITY);
-        let (mut gpus, mut unknown) = (0.0f64, 0.0f64);
-        for s in chunk {
-            p10 = p10.min(figure(s, "p10")?);
-            p50 = p50.min(figure(s, "p50")?);
-            p90 = p90.min(figure(s, "p90")?);
-            gpus = gpus.max(s["gpus_expected"].as_f64().unwrap_or(0.0));
-            unknown = unknown.max(s["gpus_unknown"].as_f64().unwrap_or(0.0));
-        }
-        let (Some(first), Some(last)) = (chunk.first(), chunk.last()) else {
-            continue;
+        let time = |k: &str| {
+            s[k].as_str()
+                .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+                .map(|t| t.with_timezone(&Utc))
+                .with_context(|| format!("step {i}: no {k} time"))
         };
-        out.push(Hour {
-            start: first["start"].as_str().unwrap_or_default().to_string(),
-            end: last["end"].as_str().unwrap_or_default().to_string(),
-            p10,
-            p50,
-            p90,
-            gpus,
-            unknown,
+        parsed.push(Step {
+            start: time("start")?,
+            end: time("end")?,
+            band: Band {
+                p10: figure("p10")?,
+                p50: figure("p50")?,
+                p90: figure("p90")?,
+            },
+            gpus: s["gpus_expected"].as_f64().unwrap_or(0.0),
+            unknown: s["gpus_unknown"].as_f64().unwrap_or(0.0),
         });
     }
-    Ok(out)
+    let bands = flexgate_policies::forecast::declare::clock_hours(parsed.iter().map(|p| (p.start, p.end, p.band)));
+    Ok(bands
+        .into_iter()
+        .map(|(start, end, band)| {
+            let within = parsed.iter().filter(|p| p.start < end && p.end > start);
+            let (gpus, unknown) = within.fold((0.0f64, 0.0f64), |(g, u), p| (g.max(p.gpus), u.max(p.unknown)));
+            Hour {
+                start: start.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                end: end.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                p10: band.p10,
+                p50: band.p50,
+                p90: band.p90,
+                gpus,
+                unknown,
+            }
+        })
+        .collect())
 }
 
 /// Run the command.

@@ -11,3 +11,5 @@ pub mod dr_event;
 pub mod http;
 pub mod mqtt;
 pub mod openadr;
+#[cfg(test)]
+pub(crate) mod test_forecast;

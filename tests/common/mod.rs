@@ -4,6 +4,8 @@
 pub mod agent;
 #[allow(dead_code)]
 pub mod chromium;
+#[allow(dead_code)]
+pub mod hours;
 #[allow(dead_code)] // each test binary uses a part
 pub mod mosquitto;
 #[allow(dead_code)]

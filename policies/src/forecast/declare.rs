@@ -7,10 +7,12 @@
 //! a contract that caps the offer). Every hour keeps both figures and says which was declared,
 //! so an auditor sees where the operator departed from the forecast and why.
 //!
-//! The hours are the forecast's own (four quarter-hours from its making, as `flexgate forecast
-//! --declare` exports them), so the export and the declaration agree row for row.
+//! The hours are clock hours (UTC, on the hour: what a day-ahead offer is made in), each with its
+//! least quarter-hour's figure, so it holds for the whole hour; `flexgate forecast --declare`
+//! exports the same hours ([`clock_hours`]), so the export and the declaration agree row for row.
 
-use super::Forecast;
+use super::{Band, Forecast};
+use chrono::DurationRound;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -62,7 +64,7 @@ pub struct Declaration {
 /// An operator's figure for one hour.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Override {
-    /// The hour's start (one of the forecast's hours).
+    /// The hour's start: a clock hour (on the hour, UTC) the forecast reaches.
     pub start: DateTime<Utc>,
     /// The kW to declare.
     pub available_kw: f64,
@@ -83,7 +85,9 @@ pub enum DeclareError {
     #[error("operator: say who declares (a name, at most 200 characters)")]
     Operator,
     /// An override that names no hour of the forecast.
-    #[error("override for {0}: not the start of one of the forecast's hours (see `flexgate forecast --declare`)")]
+    #[error(
+        "override for {0}: not a clock hour the forecast reaches (on the hour, UTC, within the next 48 hours: see `flexgate forecast --declare`)"
+    )]
     UnknownHour(DateTime<Utc>),
     /// An override twice for one hour.
     #[error("override for {0}: given twice")]
@@ -105,27 +109,46 @@ pub enum DeclareError {
     Reason(DateTime<Utc>),
 }
 
-/// The forecast's hours: four quarter-hours each from its making, each hour's figure its least
-/// quarter-hour's at `confidence` (W), so the figure holds for the whole hour.
+/// Steps gathered into clock hours (UTC, on the hour, as day-ahead offers are made): every hour
+/// the steps touch, each with its least step's percentiles, so the figure holds for the whole
+/// hour; the first and last hours may be partly covered (their `start`/`end` are still the
+/// clock hour's, and the figure is the least over the part the forecast reaches). Steps must be
+/// in time order.
+pub fn clock_hours(
+    steps: impl IntoIterator<Item = (DateTime<Utc>, DateTime<Utc>, Band)>,
+) -> Vec<(DateTime<Utc>, DateTime<Utc>, Band)> {
+    let mut out: Vec<(DateTime<Utc>, DateTime<Utc>, Band)> = Vec::new();
+    for (start, end, band) in steps {
+        if end <= start {
+            continue;
+        }
+        // Every clock hour this step overlaps.
+        let mut hour = start.duration_trunc(chrono::TimeDelta::hours(1)).unwrap_or(start);
+        while hour < end {
+            let next = hour + chrono::TimeDelta::hours(1);
+            match out.last_mut() {
+                Some(last) if last.0 == hour => {
+                    last.2 = Band {
+                        p10: last.2.p10.min(band.p10),
+                        p50: last.2.p50.min(band.p50),
+                        p90: last.2.p90.min(band.p90),
+                    };
+                }
+                _ => out.push((hour, next, band)),
+            }
+            hour = next;
+        }
+    }
+    out
+}
+
+/// The forecast's clock hours (see [`clock_hours`]) at `confidence` (W): the least quarter-hour's
+/// P10 at 90 %, its median at 50 %.
 #[must_use]
 pub fn forecast_hours(forecast: &Forecast, confidence: u8) -> Vec<(DateTime<Utc>, DateTime<Utc>, f64)> {
-    forecast
-        .steps
-        .chunks(4)
-        .filter_map(|chunk| {
-            let (first, last) = (chunk.first()?, chunk.last()?);
-            let least = chunk
-                .iter()
-                .map(|s| {
-                    if confidence >= 90 {
-                        s.available_w.p10
-                    } else {
-                        s.available_w.p50
-                    }
-                })
-                .fold(f64::INFINITY, f64::min);
-            Some((first.start, last.end, least))
-        })
+    clock_hours(forecast.steps.iter().map(|s| (s.start, s.end, s.available_w)))
+        .into_iter()
+        .map(|(start, end, band)| (start, end, if confidence >= 90 { band.p10 } else { band.p50 }))
         .collect()
 }
 
@@ -311,6 +334,33 @@ mod tests {
         assert_eq!(d.hours[0].from, DeclaredFrom::Forecast);
         let median = declare(Some(&f), "ana", 50, &[], None, t0()).expect("declared");
         assert!(median.hours[0].available_kw > d.hours[0].available_kw);
+    }
+
+    #[test]
+    fn quarter_hours_from_any_minute_gather_into_clock_hours_each_at_its_least() {
+        let start = t0() + Duration::minutes(7);
+        let band = |w: f64| Band {
+            p10: w * 0.5,
+            p50: w,
+            p90: w * 2.0,
+        };
+        let steps: Vec<_> = (0..8)
+            .map(|i| {
+                let s = start + Duration::minutes(15 * i);
+                (s, s + Duration::minutes(15), band(100.0 - f64::from(i as i32)))
+            })
+            .collect();
+        let hours = clock_hours(steps);
+        // 08:07–10:07 touches the hours of 08:00, 09:00 and 10:00.
+        assert_eq!(hours.len(), 3);
+        assert_eq!((hours[0].0, hours[0].1), (t0(), t0() + Duration::hours(1)));
+        assert_eq!(
+            hours[0].2,
+            band(97.0),
+            "steps 0–3 touch 08:00 (the 4th runs 08:52–09:07)"
+        );
+        assert_eq!(hours[1].2, band(93.0), "steps 3–7 touch 09:00");
+        assert_eq!(hours[2].2, band(93.0), "step 7 runs into 10:00");
     }
 
     #[test]

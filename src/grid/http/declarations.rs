@@ -33,8 +33,8 @@ pub(super) struct DeclareRequest {
 #[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct OverrideRequest {
-    /// The hour's start, as the forecast's hours start (see `GET /v1/declarations` or `flexgate
-    /// forecast --declare`): RFC 3339.
+    /// The clock hour's start (on the hour, UTC, within the forecast's 48 hours; as `GET
+    /// /v1/declarations` and `flexgate forecast --declare` list them): RFC 3339.
     start: DateTime<Utc>,
     /// The watts to declare at the meter (0 to the site's facility maximum).
     available_w: f64,
@@ -103,12 +103,12 @@ fn view(
         .collect()
 }
 
-/// Declare the site's availability for the forecast's 48 hours: each hour's figure at the
+/// Declare the site's availability for the forecast's 48 hours, in clock hours (UTC, on the hour,
+/// as day-ahead offers are made): each hour's figure at the
 /// confidence (its least quarter-hour's P10 at 90 %, median at 50 %, within the forecast's cost
 /// ceiling), or the operator's own for the hours they override, each with a reason. Recorded in
 /// the ledger (`declared`); the audit and the settlement report set each event against the
-/// declaration in force before it began. The hours are the forecast's (as `flexgate forecast
-/// --declare` exports them).
+/// declaration in force before it began. `flexgate forecast --declare` exports the same hours.
 #[utoipa::path(post, path = "/v1/declarations", tag = "state",
     security(("bearer" = [])),
     request_body(content = DeclareRequest, content_type = "application/json"),

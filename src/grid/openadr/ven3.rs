@@ -716,37 +716,8 @@ fn offered_payloads(curve: &SiteFlexibility, number: impl Fn(f64) -> PayloadValu
 mod tests {
     use super::*;
     use flexgate_openadr::oadr3::ReportDescriptor;
-    use flexgate_policies::forecast::{Band, ForecastStep, STEPS_48H};
 
-    fn forecast(p10: impl Fn(usize) -> f64) -> Forecast {
-        let at: DateTime<Utc> = "2026-07-14T19:07:30Z".parse().unwrap();
-        let steps = (0..STEPS_48H)
-            .map(|k| {
-                let start = at + chrono::Duration::seconds(900 * k as i64);
-                let w = p10(k);
-                ForecastStep {
-                    start,
-                    end: start + chrono::Duration::seconds(900),
-                    available_w: Band {
-                        p10: w,
-                        p50: w + 100_000.0,
-                        p90: w + 250_000.0,
-                    },
-                    jobs_expected: 1.0,
-                    gpus_expected: 8.0,
-                    gpus_unknown: 0.0,
-                    levels: Vec::new(),
-                }
-            })
-            .collect();
-        Forecast {
-            generated_at: at,
-            cost_ceiling: 0.1,
-            scale_to_now: 1.0,
-            basis: Vec::new(),
-            steps,
-        }
-    }
+    use crate::grid::test_forecast::forecast;
 
     fn numbers(report: &Report, kind: &str) -> Vec<f64> {
         report.resources[0]
