@@ -104,9 +104,9 @@ fn view(
 }
 
 /// Declare the site's availability for the forecast's 48 hours, in clock hours (UTC, on the hour,
-/// as day-ahead offers are made): each hour's figure at the
-/// confidence (its least quarter-hour's P10 at 90 %, median at 50 %, within the forecast's cost
-/// ceiling), or the operator's own for the hours they override, each with a reason. Recorded in
+/// as day-ahead offers are made): each hour's figure at the confidence (its least quarter-hour's
+/// P10 at 90 %, median at 50 %, within the forecast's cost ceiling), or the operator's own for the
+/// hours they override, each with a reason. Recorded in
 /// the ledger (`declared`); the audit and the settlement report set each event against the
 /// declaration in force before it began. `flexgate forecast --declare` exports the same hours.
 #[utoipa::path(post, path = "/v1/declarations", tag = "state",
