@@ -59,14 +59,20 @@ impl Clock {
     #[must_use]
     pub fn now(&self) -> DateTime<Utc> {
         let elapsed = Instant::now().saturating_duration_since(self.origin).as_secs_f64() * self.speed;
-        self.origin_wall + ChronoDuration::microseconds((elapsed * 1e6) as i64)
+        self.origin_wall + ChronoDuration::nanoseconds((elapsed * 1e9) as i64)
     }
 
     /// The tokio instant at which this clock reads `at` (now, if `at` is past).
     #[must_use]
+    ///
+    /// A moment ahead, however short, is rounded *up* to a wait, never down to none: a caller
+    /// that loops until `at` (the control loop, until the event book's next change) would
+    /// otherwise spin on an instant that is not yet due, and on tokio's paused clock, where time
+    /// only advances while every task waits, spin forever (a test hung on an event change 0.3 µs
+    /// ahead, which a microsecond rounding made "now").
     pub fn instant_of(&self, at: DateTime<Utc>) -> Instant {
-        let ahead = (at - self.now()).num_microseconds().unwrap_or(i64::MAX).max(0) as f64 / 1e6;
-        Instant::now() + Duration::from_secs_f64(ahead / self.speed)
+        let ahead_ns = (at - self.now()).num_nanoseconds().unwrap_or(i64::MAX).max(0) as f64;
+        Instant::now() + Duration::from_nanos((ahead_ns / self.speed).ceil() as u64)
     }
 
     /// Real duration for `event_seconds` of event time.
@@ -87,6 +93,18 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(3600)).await;
         let elapsed = clock.now() - start;
         assert_eq!(elapsed.num_seconds(), 3600);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_instant_a_fraction_of_a_microsecond_ahead_is_still_waited_for() {
+        let clock = Clock::starting_at(wall_now(), 1.0);
+        for speed_clock in [clock, Clock::starting_at(wall_now(), 2000.0)] {
+            let target = speed_clock.now() + ChronoDuration::nanoseconds(300);
+            let at = speed_clock.instant_of(target);
+            assert!(at > Instant::now(), "a wait, not now");
+            tokio::time::sleep_until(at).await;
+            assert!(speed_clock.now() >= target, "due once waited for");
+        }
     }
 
     #[tokio::test(start_paused = true)]

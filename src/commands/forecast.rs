@@ -30,7 +30,7 @@ use std::path::PathBuf;
 ///   flexgate forecast --gateway 127.0.0.1:8080 --declare --format csv -o offer.csv
 ///   flexgate forecast --gateway 127.0.0.1:8080 --declare --confidence 50 --format json
 ///   FLEXGATE_API_TOKEN=… flexgate forecast --declare --record --operator ana \
-///       --override "2026-12-06T02:15:00Z=40:chiller maintenance"
+///       --override "2026-12-06T02:00:00Z=40:chiller maintenance"
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub struct ForecastArgs {
