@@ -279,13 +279,7 @@ fn hours(forecast: &Value) -> Result<Vec<Hour>> {
 pub fn run(args: &ForecastArgs) -> Result<()> {
     if args.record {
         let text = recorded_text(&record(args)?, args.format)?;
-        return match &args.output {
-            Some(path) => super::write_output(path, &text),
-            None => {
-                crate::out!("{text}");
-                Ok(())
-            }
-        };
+        return emit(args, &text);
     }
     let forecast = super::gateway_json(args.gateway, "/v1/forecast")?;
     let hours = hours(&forecast)?;
@@ -391,8 +385,13 @@ pub fn run(args: &ForecastArgs) -> Result<()> {
             }
         }
     };
+    emit(args, &text)
+}
+
+/// Write `text` to `--output`, or print it.
+fn emit(args: &ForecastArgs, text: &str) -> Result<()> {
     match &args.output {
-        Some(path) => super::write_output(path, &text),
+        Some(path) => super::write_output(path, text),
         None => {
             crate::out!("{text}");
             Ok(())
