@@ -67,18 +67,30 @@ async fn status(addr: std::net::SocketAddr) -> serde_json::Value {
     r.json().expect("JSON")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_dashboard_shows_the_site_live_in_a_real_browser() {
-    let _browser = BROWSER.lock().await;
-    let dir = tempfile::tempdir().expect("tempdir");
+/// Where the screenshots go, created.
+fn screenshot_dir() -> PathBuf {
     let shots = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/dashboard-screenshots");
     std::fs::create_dir_all(&shots).expect("screenshot directory");
+    shots
+}
+
+/// The site the pages show: 1 s telemetry, named, in New York's time zone (local clock times).
+fn site_config(dir: &Path) -> Config {
     let mut config = Config::default();
-    config.gateway.data_dir = dir.path().join("data");
+    config.gateway.data_dir = dir.join("data");
     config.gateway.api_token = TOKEN.into();
     config.gateway.telemetry_interval_s = 1;
     config.gateway.site = "dc-east".into();
     config.site.time_zone = "America/New_York".into();
+    config
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_shows_the_site_live_in_a_real_browser() {
+    let _browser = BROWSER.lock().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let shots = screenshot_dir();
+    let mut config = site_config(dir.path());
     // One node's agent does not answer: its job's cap cannot be confirmed, and the page must say
     // so, and why, at the top of the jobs table.
     config.backend = flexgate::config::BackendConfig::Sim(flexgate::cluster::SimConfig {
@@ -315,14 +327,8 @@ fn points_of(dom: &str, class: &str) -> Vec<(f64, f64)> {
 async fn the_dashboard_shows_the_48_hour_forecast() {
     let _browser = BROWSER.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let shots = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/dashboard-screenshots");
-    std::fs::create_dir_all(&shots).expect("screenshot directory");
-    let mut config = Config::default();
-    config.gateway.data_dir = dir.path().join("data");
-    config.gateway.api_token = TOKEN.into();
-    config.gateway.telemetry_interval_s = 1;
-    config.gateway.site = "dc-east".into();
-    config.site.time_zone = "America/New_York".into();
+    let shots = screenshot_dir();
+    let config = site_config(dir.path());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let server = Server::start(config, Clock::real(), None, listener)
         .await
