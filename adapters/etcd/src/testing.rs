@@ -47,51 +47,89 @@ pub struct Cluster {
     tls: Option<ServerTls>,
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+impl Member {
+    fn is_healthy(&self) -> bool {
+        health(&format!("http://127.0.0.1:{}", self.metrics_port))
+    }
 }
+
+/// Ports for the test clusters come from below Linux's ephemeral range (32768–60999), where no
+/// outgoing connection takes one, and from a counter, so that clusters started at once by one
+/// test binary never pick the same port; a port another process holds is skipped.
+const SPARE_PORTS: std::ops::Range<u16> = 20_000..32_000;
+
+fn spare_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let span = u32::from(SPARE_PORTS.end - SPARE_PORTS.start);
+    // Start each process somewhere else in the range: test binaries run one after another, but
+    // a member killed by the previous one may still be closing its sockets.
+    let offset = (std::process::id().wrapping_mul(7919)) % span;
+    for _ in 0..span {
+        let n = (NEXT.fetch_add(1, Ordering::Relaxed) + offset) % span;
+        let port = SPARE_PORTS.start + u16::try_from(n).unwrap_or(0);
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {SPARE_PORTS:?} on 127.0.0.1")
+}
+
+fn spare_ports() -> Vec<(u16, u16)> {
+    (0..3).map(|_| (spare_port(), spare_port())).collect()
+}
+
+/// How many times a cluster is started on fresh ports when a member could not bind its own.
+const START_ATTEMPTS: usize = 5;
 
 impl Cluster {
     /// Three members, started and answering.
     pub fn start() -> Self {
-        Self::start_with(&[
-            (free_port(), free_port()),
-            (free_port(), free_port()),
-            (free_port(), free_port()),
-        ])
+        Self::start_full(None, None)
     }
 
     /// Three members on these (client, peer) ports: for examples that name their ports.
     pub fn start_on(ports: [(u16, u16); 3]) -> Self {
-        Self::start_with(&ports)
+        Self::start_full(Some(&ports), None)
     }
 
     /// Three members whose client URLs are `https://` with `tls`, requiring client
     /// certificates.
     pub fn start_tls(tls: ServerTls) -> Self {
-        Self::start_full(
-            &[
-                (free_port(), free_port()),
-                (free_port(), free_port()),
-                (free_port(), free_port()),
-            ],
-            Some(tls),
-        )
+        Self::start_full(None, Some(tls))
     }
 
-    fn start_with(ports: &[(u16, u16)]) -> Self {
-        Self::start_full(ports, None)
-    }
-
-    fn start_full(ports: &[(u16, u16)], tls: Option<ServerTls>) -> Self {
+    /// Start the members on `ports` (chosen here when `None`) and wait until every one has
+    /// joined. Another process can take a chosen port between the choice and etcd's bind; the
+    /// member then exits at once, and the cluster is started again on other ports.
+    fn start_full(ports: Option<&[(u16, u16)]>, tls: Option<ServerTls>) -> Self {
         assert!(
             std::path::Path::new(ETCD).exists(),
             "{ETCD} is not installed: run `bash tests/peers/setup.sh --only etcd`"
         );
-        let dir = tempfile::tempdir().expect("dir");
+        let mut attempt = 1;
+        loop {
+            let chosen = ports.map_or_else(spare_ports, <[(u16, u16)]>::to_vec);
+            let mut cluster = Self::spawn(&chosen, tls.clone());
+            // Every member, not just one: a member that has not joined when a test kills
+            // another leaves the survivors without a quorum.
+            match cluster.wait_joined(Duration::from_secs(30)) {
+                Ok(()) => return cluster,
+                Err(exited) if attempt < START_ATTEMPTS && cluster.could_not_bind(exited) => {
+                    drop(cluster);
+                    attempt += 1;
+                }
+                Err(exited) => panic!(
+                    "etcd member {} exited while the cluster started (attempt {attempt})\n{}",
+                    cluster.members[exited].name,
+                    cluster.log_tails(10)
+                ),
+            }
+        }
+    }
+
+    fn spawn(ports: &[(u16, u16)], tls: Option<ServerTls>) -> Self {
+        let dir = tempfile::tempdir().expect("a temporary directory");
         let members: Vec<Member> = ports
             .iter()
             .enumerate()
@@ -99,7 +137,7 @@ impl Cluster {
                 name: format!("m{}", i + 1),
                 client_port: *client_port,
                 peer_port: *peer_port,
-                metrics_port: free_port(),
+                metrics_port: spare_port(),
                 child: None,
             })
             .collect();
@@ -117,8 +155,38 @@ impl Cluster {
         for i in 0..cluster.members.len() {
             cluster.start_member(i);
         }
-        cluster.wait_healthy(Duration::from_secs(30));
         cluster
+    }
+
+    /// Wait until every member reports the cluster healthy; `Err(i)` when member `i` exited
+    /// first. Panics, with the members' logs, when they do not join within `within`.
+    fn wait_joined(&mut self, within: Duration) -> Result<(), usize> {
+        let deadline = Instant::now() + within;
+        loop {
+            for (i, m) in self.members.iter_mut().enumerate() {
+                if let Some(child) = &mut m.child
+                    && matches!(child.try_wait(), Ok(Some(_)))
+                {
+                    m.child = None;
+                    return Err(i);
+                }
+            }
+            if self.members.iter().all(Member::is_healthy) {
+                return Ok(());
+            }
+            assert!(
+                Instant::now() <= deadline,
+                "the etcd members did not all become healthy in {within:?}\n{}",
+                self.log_tails(10)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Whether member `i`'s log says a port it was given was taken.
+    fn could_not_bind(&self, i: usize) -> bool {
+        std::fs::read_to_string(self.dir.path().join(format!("{}.log", self.members[i].name)))
+            .is_ok_and(|log| log.contains("address already in use"))
     }
 
     fn data_dir(&self, i: usize) -> PathBuf {
@@ -194,30 +262,33 @@ impl Cluster {
     pub fn wait_healthy(&self, within: Duration) {
         let deadline = Instant::now() + within;
         loop {
-            for m in &self.members {
-                if health(&format!("http://127.0.0.1:{}", m.metrics_port)) {
-                    return;
-                }
+            if self.members.iter().any(|m| m.is_healthy()) {
+                return;
             }
-            if Instant::now() > deadline {
-                let logs: String = self
-                    .members
-                    .iter()
-                    .map(|m| {
-                        let text = std::fs::read_to_string(self.dir.path().join(format!("{}.log", m.name)))
-                            .unwrap_or_default();
-                        let tail: Vec<&str> = text.lines().rev().take(10).collect();
-                        format!(
-                            "--- {} ---\n{}\n",
-                            m.name,
-                            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-                        )
-                    })
-                    .collect();
-                panic!("the etcd cluster did not become healthy in {within:?}\n{logs}");
-            }
+            assert!(
+                Instant::now() <= deadline,
+                "the etcd cluster did not become healthy in {within:?}\n{}",
+                self.log_tails(10)
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// The last `lines` of each member's log, for a test's failure message.
+    #[must_use]
+    pub fn log_tails(&self, lines: usize) -> String {
+        self.members
+            .iter()
+            .map(|m| {
+                let text = std::fs::read_to_string(self.dir.path().join(format!("{}.log", m.name))).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(lines).collect();
+                format!(
+                    "--- {} ---\n{}\n",
+                    m.name,
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                )
+            })
+            .collect()
     }
 }
 
