@@ -271,9 +271,7 @@ struct GatewayProcess {
 
 impl GatewayProcess {
     fn start(config: &Config, data: &Path) -> GatewayProcess {
-        let addr = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port");
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], flexgate_etcd::testing::spare_port()));
         let file = data.with_extension("toml");
         let mut config = config.clone();
         config.gateway.api_token = String::new();

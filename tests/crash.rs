@@ -5,7 +5,7 @@
 
 use flexgate::http_client::request;
 use serde_json::{Value, json};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -13,8 +13,7 @@ const TOKEN: &str = "crash-test-token";
 const ROUNDS: usize = 20;
 
 fn free_port() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("addr")
+    SocketAddr::from(([127, 0, 0, 1], flexgate_etcd::testing::spare_port()))
 }
 
 fn start(data: &std::path::Path, addr: SocketAddr) -> Child {

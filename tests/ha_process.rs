@@ -47,9 +47,7 @@ impl Replica {
         etcd: &Cluster,
         extra: &str,
     ) -> Replica {
-        let addr = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port");
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], flexgate_etcd::testing::spare_port()));
         let nodes: Vec<String> = agents
             .iter()
             .map(|a| format!("{{ name = \"{}\", url = \"{}\" }}", a.name, a.url))

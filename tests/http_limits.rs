@@ -167,10 +167,7 @@ async fn broken_chunked_bodies_are_answered_400_and_an_endless_chunk_408() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_connections_from_one_address_do_not_starve_others_under_a_small_handle_limit() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let port = {
-        let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        probe.local_addr().expect("addr").port()
-    };
+    let port = flexgate_etcd::testing::spare_port();
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
     let mut child = std::process::Command::new("bash")
         .arg("-c")

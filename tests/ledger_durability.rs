@@ -15,15 +15,14 @@
 use flexgate::http_client::request;
 use serde_json::json;
 use std::collections::HashSet;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const TOKEN: &str = "durability-test-token";
 
 fn free_port() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("addr")
+    SocketAddr::from(([127, 0, 0, 1], flexgate_etcd::testing::spare_port()))
 }
 
 /// One traced system call: the thread, the call's name, its first argument and result.

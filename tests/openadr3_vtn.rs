@@ -32,10 +32,7 @@ impl Drop for Vtn {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
+    flexgate_etcd::testing::spare_port()
 }
 
 impl Vtn {

@@ -120,9 +120,7 @@ fn examples() -> Vec<String> {
 }
 
 fn free_addr() -> std::net::SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
+    std::net::SocketAddr::from(([127, 0, 0, 1], flexgate_etcd::testing::spare_port()))
 }
 
 /// The scratch directory the examples run in, and what they need around them.

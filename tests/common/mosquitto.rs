@@ -24,18 +24,11 @@ fn binary() -> PathBuf {
     panic!("mosquitto is not installed: run `bash tests/peers/setup.sh` (the README test command does)");
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
 impl Mosquitto {
     /// Starts a broker with persistence in `dir` (so a restart keeps sessions and queued
     /// messages) on a free port.
     pub fn start(dir: &Path) -> Mosquitto {
-        let port = free_port();
+        let port = flexgate_etcd::testing::spare_port();
         let conf = dir.join("mosquitto.conf");
         std::fs::create_dir_all(dir.join("data")).expect("broker data dir");
         // Started as root, mosquitto drops to the `mosquitto` user, which cannot write its

@@ -58,7 +58,15 @@ impl Member {
 /// test binary never pick the same port; a port another process holds is skipped.
 const SPARE_PORTS: std::ops::Range<u16> = 20_000..32_000;
 
-fn spare_port() -> u16 {
+/// A port on 127.0.0.1 that nothing listens on now and that this process has not handed out
+/// before, for a service a test starts and that binds it itself.
+///
+/// A port taken from `bind("127.0.0.1:0")` and released is in the ephemeral range: another
+/// test's `bind(0)` or any outgoing connection can take it before the service binds it, and
+/// the service then fails to start or, worse, the test talks to another test's service. Every
+/// test of a binary that starts services should take its ports here, from one counter.
+#[must_use]
+pub fn spare_port() -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};
     static NEXT: AtomicU32 = AtomicU32::new(0);
     let span = u32::from(SPARE_PORTS.end - SPARE_PORTS.start);
