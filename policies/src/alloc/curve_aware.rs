@@ -707,7 +707,7 @@ impl Prepared<'_> {
         }
         let need_known = (need - self.unknown.iter().map(|&i| equal[i]).sum::<f64>()).max(0.0);
         let mut shed = base.clone();
-        let mut unmet = self.slope_order.shed(&self.segments, need_known, &mut shed);
+        let mut unmet = self.slope_order.shed(need_known, &mut shed);
         let mut hedge = Hedge::not_needed();
         if unmet <= 0.0 {
             self.repair_bridged_split(&base, need_known, &mut shed);

@@ -1037,7 +1037,7 @@ mod tests {
         );
         // The line alone, from the expected-value plan.
         let mut line = vec![0.0; jobs.len()];
-        prepared.slope_order.shed(&prepared.segments, need, &mut line);
+        prepared.slope_order.shed(need, &mut line);
         let alone = prepared.hedge_line(&equal, &mut line);
         assert!(alone.shrink < 1.0, "{alone:?}");
         let line_value = prepared.scenario_values(&prepared.hedged, &line)[ESTIMATE];
