@@ -3,6 +3,10 @@
 //! killed and started again with their data, to take the quorum away and give it back.
 //! Everything is killed when the cluster drops. It panics, loudly, when etcd is missing or the
 //! cluster does not come up: a test that needs etcd never passes without it.
+//!
+//! It also hands out the ports ([`spare_port`]) of every other service a test binary starts
+//! beside its clusters (brokers, gateways, VTNs), from the same counter, so that none of them
+//! races another for a port.
 
 use std::net::TcpListener;
 use std::path::PathBuf;
