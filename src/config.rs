@@ -175,8 +175,8 @@ pub struct GatewayConfig {
     pub hedge: bool,
     /// How much the hedged plan may lose against the equal cut in its worst plausible case, as
     /// a share of the equal cut's value (0–0.5; 0.02 = 2 %). Smaller hedges more. Unset: the
-    /// objective's default, 0.5 % under `progress` and 2 % under `tokens` (under `progress` the
-    /// best plan gains a tenth of what it gains in tokens/s, so it may lose a quarter as much).
+    /// objective's default, 0.5 % under `progress` and 2.5 % under `tokens` (under `progress` the
+    /// best plan gains a tenth of what it gains in tokens/s, so it may lose a fifth as much).
     pub hedge_tolerance: Option<f64>,
     /// Seconds between telemetry readings (and measurement records in the ledger).
     pub telemetry_interval_s: u64,

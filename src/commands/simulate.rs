@@ -43,7 +43,7 @@ use std::path::PathBuf;
 /// Objectives: `tokens` (the paper's: Σ tokens/s) or `progress` (each job's share of its own
 /// uncapped throughput, weighted by its GPUs). Gap closure is computed on the one chosen; the
 /// table reports both. `flexgate` hedges against the equal cut in every scenario its knowledge
-/// cannot rule out, as the gateway does by default (its tolerance: 2 % of the equal cut's value
+/// cannot rule out, as the gateway does by default (its tolerance: 2.5 % of the equal cut's value
 /// under tokens, 0.5 % under progress); --no-hedge shows the bare estimate's plan.
 ///
 /// With --zoo: every curve family (the three built-in ones; those hard for the estimator: deep
@@ -116,7 +116,7 @@ pub struct SimulateArgs {
     #[arg(long)]
     no_hedge: bool,
     /// How far below the equal cut the hedged plan may fall in its worst scenario, as a share
-    /// of the equal cut's value (0.02 = 2 %); smaller hedges more [default: 0.02 under
+    /// of the equal cut's value (0.02 = 2 %); smaller hedges more [default: 0.025 under
     /// tokens, 0.005 under progress].
     #[arg(long, value_name = "SHARE", value_parser = parse_tolerance, conflicts_with = "no_hedge")]
     hedge_tolerance: Option<f64>,

@@ -113,7 +113,7 @@ impl CurveAware {
     }
 
     /// How far below the equal cut the plan's worst scenario may fall, as a share of the equal
-    /// cut's expected value (by default the objective's, [`default_tolerance`]: 2 % under
+    /// cut's expected value (by default the objective's, [`default_tolerance`]: 2.5 % under
     /// `tokens`, 0.5 % under `progress`; a negative or non-finite value is taken as 0: never
     /// below the equal cut in any scenario).
     #[must_use]

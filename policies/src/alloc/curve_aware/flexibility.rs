@@ -136,23 +136,24 @@ impl Prepared<'_> {
             // Plausible shapes are prepared only for the hedge.
             return None;
         }
-        let mut losses = [0.0; PLAUSIBLE_SHAPES];
+        // Σ value × τ_s over the jobs with plausible shapes (τ ≤ 1, so each job's loss is its
+        // value less that), and the others' expected loss, which every scenario shares.
+        let mut kept = [0.0; super::hedge::COLUMNS];
+        let (mut plausible_value, mut shared_loss) = (0.0, 0.0);
         let mut any = false;
         for (i, (job, &power)) in self.jobs.iter().zip(powers).enumerate() {
-            if let Some(taus) = self.plausible.taus(i, plausible_position(power / job.uncapped_power)) {
+            let value = self.scale[i] * job.uncapped_tokens.value();
+            let position = plausible_position(power / job.uncapped_power);
+            if self.plausible.add_values(i, position, value, &mut kept) {
                 any = true;
-                let value = self.scale[i] * job.uncapped_tokens.value();
-                for (loss, tau) in losses.iter_mut().zip(taus) {
-                    *loss += value * (1.0 - tau).max(0.0);
-                }
+                plausible_value += value;
             } else {
                 let expected = self.expected_tokens(i, power, self.hull_tokens(i, power.value()));
-                let lost = self.scale[i] * (job.uncapped_tokens.value() - expected).max(0.0);
-                for loss in &mut losses {
-                    *loss += lost;
-                }
+                shared_loss += self.scale[i] * (job.uncapped_tokens.value() - expected).max(0.0);
             }
         }
+        let losses: [f64; PLAUSIBLE_SHAPES] =
+            std::array::from_fn(|s| (plausible_value - kept[s]).max(0.0) + shared_loss);
         any.then(|| {
             losses.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &l| {
                 (lo.min(l), hi.max(l))
