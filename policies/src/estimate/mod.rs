@@ -673,6 +673,37 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        /// On any grid (2–6 caps below the draw, the 700 W reference), every roofline and
+        /// hinge the set is built from has the PFI asked, by the public definition, wherever it
+        /// is reachable; the deepest roofline is never above the shallowest.
+        #[test]
+        fn the_set_is_calibrated_by_the_pfis_definition_on_any_grid(
+            caps in proptest::collection::btree_set(150u32..650, 2..7),
+            draw in 560.0f64..700.0,
+            pfi in 1.01f64..3.0,
+        ) {
+            let mut watts: Vec<f64> = caps.into_iter().map(f64::from).filter(|&c| c < draw - 5.0).collect();
+            proptest::prop_assume!(watts.len() >= 2);
+            watts.push(700.0);
+            let grid = CapGrid(watts.into_iter().map(WattsPerGpu).collect());
+            let xs = relative_caps(&grid, WattsPerGpu(draw)).xs;
+            let lowest = xs.iter().copied().fold(1.0, f64::min);
+            let (deepest, shallowest) = rooflines_for_pfi(pfi, &xs);
+            proptest::prop_assert!(deepest <= shallowest);
+            for r in [deepest, shallowest].into_iter().filter(|&r| r > lowest + 1e-5) {
+                let got = measured_pfi(|x| (x / r).min(1.0), &grid, draw);
+                proptest::prop_assert!((got - pfi).abs() < 1e-6, "roofline {} of PFI {}: {}", r, pfi, got);
+            }
+            for &c in &PLAUSIBLE_KNEES {
+                if let Some(k) = hinge_slope(c, pfi, &xs).filter(|k| k * c <= 1.0) {
+                    let got = measured_pfi(|x| 1.0 - k * (c - x).max(0.0), &grid, draw);
+                    proptest::prop_assert!((got - pfi).abs() < 1e-6, "hinge at {} of PFI {}: {}", c, pfi, got);
+                }
+            }
+        }
+    }
+
     #[test]
     fn one_pfi_can_name_two_rooflines_and_the_set_holds_both() {
         // A 670 W job swept at 200–600 W: the cap at 600 W (x = 0.896) enters the mean only once
