@@ -158,6 +158,8 @@ fn the_decision_core_does_no_io() {
         "chrono-tz",
         "imbl",
         "sha2",
+        // A pure linear-program solver: the hedge's master problem (arithmetic only).
+        "microlp",
     ];
     for name in &dependencies {
         assert!(

@@ -457,10 +457,11 @@ pub struct GuaranteeView {
     /// deviations of the plan's gain over the errors of what was measured).
     pub noise: f64,
     /// How much of the way from the equal cut to the plan the estimates alone would make was
-    /// kept, 0–1; with a `blend`, of the way to the plan for the blended curves.
+    /// kept, 0–1; with a `blend`, of the way to the best mixture of plans that meets the bound.
     pub kept: f64,
-    /// How much of the worst case's curves were blended into the estimates for that plan, 0–1
-    /// (0: none; the planner does it under `tokens` when it beats the plain shrink).
+    /// How much of the worst cases' curves were weighed into the estimates for the plans that
+    /// mixture mixes, 0–1 (0: none; the planner mixes under `tokens` when it beats the plain
+    /// shrink).
     pub blend: f64,
     /// The worst case, in words.
     pub worst_case: String,

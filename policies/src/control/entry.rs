@@ -377,11 +377,13 @@ pub struct PlanGuarantee {
     /// standard deviations of the plan's gain over the errors of what was measured.
     pub noise: f64,
     /// How much of the way from the equal cut to the plan the estimates alone would make was
-    /// kept (1: that plan; 0: the equal cut); with a `blend`, of the way to the plan for the
-    /// blended curves.
+    /// kept (1: that plan; 0: the equal cut); with a `blend`, of the way to the best mixture of
+    /// plans that meets the bound (the hedge's "Mixture"; before it, the plan for the estimates
+    /// blended with one scenario).
     pub kept: f64,
-    /// How much of the worst case's curves were blended into the estimates for the plan `kept`
-    /// measures the way to (0: none; the hedge's "Blend"). Absent in plans recorded before it.
+    /// How much of the worst cases' curves were weighed into the estimates for the plans that
+    /// mixture mixes (0: none; the hedge's "Mixture"; before it, the one scenario's weight in
+    /// the "Blend"). Absent in plans recorded before either.
     #[serde(default)]
     pub blend: f64,
     /// The worst case, in words.

@@ -172,7 +172,7 @@ function guaranteeText(p) {
   const signed = (v) => `${v >= 0 ? "+" : "−"}${Math.abs(v * 100).toFixed(2)} %`;
   const noise = g.noise > 0 ? `, of which ${(g.noise * 100).toFixed(2)} % for measurement noise` : "";
   const kept = g.blend > 0
-    ? `${(g.kept * 100).toFixed(0)} % of the way to the plan for the estimates blended ${(g.blend * 100).toFixed(0)} % with the worst case`
+    ? `${(g.kept * 100).toFixed(0)} % of the way to the best mix of plans the worst cases allow (worst cases weighed ${(g.blend * 100).toFixed(0)} % into the estimates)`
     : `${(g.kept * 100).toFixed(0)} % of the estimated plan kept`;
   return `worst case ${signed(g.worst_gain_vs_equal)} of the equal cut's ${g.objective} `
     + `(limit −${(g.tolerance * 100).toFixed(2)} %${noise}); ${kept}. `
