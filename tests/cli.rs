@@ -132,6 +132,11 @@ fn simulate_refuses_flags_that_do_not_apply_and_the_season_follows_its_objective
         ),
         (&["simulate", "--zoo", "--objective", "progress"][..], "--objective"),
         (&["simulate", "--zoo", "--plot", "z.svg"][..], "--plot"),
+        (&["simulate", "--frontier"][..], "--zoo"),
+        (
+            &["simulate", "--zoo", "--frontier", "--hedge-tolerance", "0.01"][..],
+            "--hedge-tolerance",
+        ),
         (
             &["simulate", "--curves", "knee", "--curves", "roofline"][..],
             "--curves",
@@ -168,6 +173,59 @@ fn simulate_refuses_flags_that_do_not_apply_and_the_season_follows_its_objective
         tokens["learning"]["events"][0]["equal_kept"], progress["learning"]["events"][0]["equal_kept"],
         "the kept share is the objective's"
     );
+}
+
+/// `simulate --zoo --frontier` traces the families at five tolerances under tokens: its last
+/// line is the zoo's own tokens rows at the default tolerance, and guarding less buys the
+/// paper's fleet more of its gap and costs the roofline fleet more against the equal cut.
+#[test]
+fn simulate_zoo_frontier_traces_the_tolerance_trade_and_ends_at_the_default() {
+    let common = ["--workloads", "3", "--jobs", "40", "--cut", "0.3", "-q", "--json"];
+    let frontier = stdout_json(&flexgate(
+        &[&["simulate", "--zoo", "--frontier"][..], &common[..]].concat(),
+    ));
+    let points = frontier.as_array().expect("one point per tolerance");
+    let tolerances: Vec<f64> = points.iter().filter_map(|p| p["tolerance"].as_f64()).collect();
+    assert_eq!(tolerances, vec![0.005, 0.01, 0.015, 0.02, 0.025]);
+    let value = |point: &Value, family: &str| -> f64 {
+        let rows = point["rows"].as_array().expect("rows");
+        assert_eq!(rows.len(), 2, "physical and roofline at one cut: {point}");
+        assert!(rows.iter().all(|r| r["objective"] == "tokens"), "{point}");
+        rows.iter()
+            .find(|r| r["family"] == family)
+            .and_then(|r| r["flexgate"].as_f64())
+            .unwrap_or_else(|| panic!("{family} in {point}"))
+    };
+    let (tight, default) = (&points[0], &points[4]);
+    assert!(
+        value(default, "physical") > value(tight, "physical"),
+        "betting more keeps more of the paper fleet: {frontier}"
+    );
+    assert!(
+        value(default, "roofline") < value(tight, "roofline"),
+        "and costs the roofline fleet more: {frontier}"
+    );
+    // The last line is the zoo at its default tolerance, row for row (the zoo exits 1 when a
+    // row misses its bar, as `roofline` does here, so its JSON is read whatever the status).
+    let out = flexgate(
+        &[
+            &["simulate", "--zoo", "--curves", "physical", "--curves", "roofline"][..],
+            &common[..],
+        ]
+        .concat(),
+    );
+    let zoo: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("JSON on stdout ({e}); stderr: {}", String::from_utf8_lossy(&out.stderr)));
+    for family in ["physical", "roofline"] {
+        let row = zoo["rows"]
+            .as_array()
+            .and_then(|rows| {
+                rows.iter()
+                    .find(|r| r["family"] == family && r["objective"] == "tokens")
+            })
+            .unwrap_or_else(|| panic!("{family} in {zoo}"));
+        assert_eq!(row["flexgate"].as_f64(), Some(value(default, family)), "{family}");
+    }
 }
 
 /// `simulate --zoo` runs every family under both objectives, judges each row by its own

@@ -41,6 +41,7 @@ pub mod season;
 pub mod settlement;
 pub mod simulate;
 mod simulate_forecast;
+mod simulate_frontier;
 
 use anyhow::{Context, Result, bail};
 use std::path::Path;

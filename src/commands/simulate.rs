@@ -36,6 +36,7 @@ use std::path::PathBuf;
 ///   flexgate simulate --season 20 --plot season.svg # 20 events, learning from each
 ///   flexgate simulate --zoo                        # every curve family, both objectives
 ///   flexgate simulate --zoo --curves sweep-mixed   # one family of the zoo (repeatable)
+///   flexgate simulate --zoo --frontier             # what each hedge tolerance costs
 ///   flexgate simulate --objective progress         # GPU-weighted progress instead of tokens/s
 ///   flexgate simulate --season 20 --objective progress  # the gateway's default objective
 ///   flexgate simulate --forecast                   # backtest the day-ahead flexibility forecast
@@ -123,6 +124,14 @@ pub struct SimulateArgs {
     /// Run the curve zoo: every family, both objectives, cuts 10–40 % (see above).
     #[arg(long, conflicts_with_all = ["fleet", "season"])]
     zoo: bool,
+    /// With --zoo: trace what the hedge's tolerance costs instead. The families named by
+    /// --curves (default: `physical` and `roofline`, which give a policy the same knowledge) at
+    /// tolerances 0.5, 1, 1.5, 2 and 2.5 % under tokens, one line per tolerance: the share of
+    /// the gap closed and the value against the equal cut, cut by cut. Each plan is the best the
+    /// plausible set allows at its tolerance, so the table is the set's trade, to choose
+    /// `hedge_tolerance` by. A report: exits 0.
+    #[arg(long, requires = "zoo", conflicts_with_all = ["hedge_tolerance", "no_hedge"])]
+    frontier: bool,
     /// QoS tiers: `none` (the paper's setup) or `field` (max slowdown 0/10/25/50 % with
     /// probabilities 0.1/0.3/0.4/0.2, as in the field demonstrations) [default: none]. Not with
     /// --season.
@@ -584,11 +593,16 @@ fn run_zoo_table(args: &SimulateArgs) -> Result<()> {
         hedge_tolerance: args.hedge_tolerance,
         ..ExperimentConfig::default()
     };
-    let families: Vec<ZooFamily> = if args.curves.is_empty() {
-        ZooFamily::ALL.to_vec()
-    } else {
+    let families: Vec<ZooFamily> = if !args.curves.is_empty() {
         args.curves.iter().map(|c| c.family()).collect()
+    } else if args.frontier {
+        super::simulate_frontier::default_families()
+    } else {
+        ZooFamily::ALL.to_vec()
     };
+    if args.frontier {
+        return super::simulate_frontier::run(&families, &base, &groups, args.json, args.quiet);
+    }
     let bar = if args.quiet {
         ProgressBar::hidden()
     } else {

@@ -57,9 +57,8 @@
 //! missing its bar, and `biased` went below the equal cut at 20–40 %).
 //!
 //! Because the mixture is the best plan the set allows, it also answers what a tolerance costs:
-//! `flexgate simulate --zoo --curves physical --curves roofline --hedge-tolerance T` gives the
-//! exact trade between the paper's fleet and the roofline fleet (the same knowledge, so the same
-//! plan) for each `T` (BENCHMARKS.md).
+//! `flexgate simulate --zoo --frontier` gives the exact trade between the paper's fleet and the
+//! roofline fleet (the same knowledge, so the same plan) at each tolerance (BENCHMARKS.md).
 //!
 //! Until issue 14's third step the hedge first tried Lagrangian steps (weighing the violated
 //! scenarios into every job's curve, up to four scenarios and eleven multipliers each) and only
