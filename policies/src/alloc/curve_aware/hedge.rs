@@ -56,7 +56,8 @@
 //! the set gained up to 0.5 % of progress, but `smooth_knee` at 20 % fell to −1.34 / −1.16 %,
 //! missing its bar, and `biased` went below the equal cut at 20–40 %).
 //!
-//! Because the mixture is the best plan the set allows, it also answers what a tolerance costs:
+//! Because the mixture is the best plan the set allows for the estimate, it also answers what a
+//! tolerance costs:
 //! `flexgate simulate --zoo --frontier` gives the exact trade between the paper's fleet and the
 //! roofline fleet (the same knowledge, so the same plan) at each tolerance (BENCHMARKS.md).
 //!
