@@ -538,6 +538,34 @@ pub fn run_zoo(
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<ZooReport, ZooError> {
     let objectives = [Objective::Tokens, Objective::Progress];
+    let (rows, all_templates) = zoo_experiments(families, groups, base, &objectives, base.hedging, progress)?;
+    judge(families, &all_templates, base, rows)
+}
+
+/// The zoo's rows for `objectives` only, each family's flexgate plan as `base` configures it and
+/// nothing beside it: no unhedged plan (its column repeats the plan's) and no knowledge bound
+/// (every row is held to its own bar, none to the bound). What `simulate --zoo --frontier` needs
+/// once per tolerance, in a third of the time the whole table takes.
+pub fn run_zoo_rows(
+    families: &[ZooFamily],
+    groups: &[Group],
+    base: &ExperimentConfig,
+    objectives: &[Objective],
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Vec<ZooRow>, ZooError> {
+    Ok(zoo_experiments(families, groups, base, objectives, false, progress)?.0)
+}
+
+/// Every family's experiments under `objectives` (and the unhedged plan's beside them when
+/// `with_unhedged` and `base` hedges), as rows, with each family's templates.
+fn zoo_experiments(
+    families: &[ZooFamily],
+    groups: &[Group],
+    base: &ExperimentConfig,
+    objectives: &[Objective],
+    with_unhedged: bool,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<(Vec<ZooRow>, Vec<Vec<JobTemplate>>), ZooError> {
     let total = families.len() * objectives.len();
     let mut rows = Vec::new();
     let mut done = 0;
@@ -547,7 +575,7 @@ pub fn run_zoo(
         let templates = family.templates(groups)?;
         let in_set = templates.iter().all(|t| family.truth_in_plausible_set(t, &estimator));
         all_templates.push(templates.clone());
-        for objective in objectives {
+        for &objective in objectives {
             let config = ExperimentConfig {
                 knowledge: family.knowledge(),
                 objective,
@@ -555,7 +583,7 @@ pub fn run_zoo(
                 ..base.clone()
             };
             let hedged = run_experiment(&config, &templates, family.name(), &mut |_| {})?;
-            let unhedged = if config.hedging {
+            let unhedged = if config.hedging && with_unhedged {
                 run_experiment(
                     &ExperimentConfig {
                         hedging: false,
@@ -573,7 +601,17 @@ pub fn run_zoo(
             progress(done, total);
         }
     }
-    let bounds = zoo_bounds(families, &all_templates, base, &rows)?;
+    Ok((rows, all_templates))
+}
+
+/// The knowledge bound over `families`, and every row outside the plausible set held to it.
+fn judge(
+    families: &[ZooFamily],
+    all_templates: &[Vec<JobTemplate>],
+    base: &ExperimentConfig,
+    mut rows: Vec<ZooRow>,
+) -> Result<ZooReport, ZooError> {
+    let bounds = zoo_bounds(families, all_templates, base, &rows)?;
     // A truth outside the plausible set, told what other families are told, is judged against
     // what one plan for all of them can reach.
     for row in rows.iter_mut().filter(|r| !r.in_plausible_set) {

@@ -9,7 +9,7 @@
 
 use anyhow::Result;
 use flexgate_lab::ExperimentConfig;
-use flexgate_lab::zoo::{ZooFamily, ZooRow, run_zoo};
+use flexgate_lab::zoo::{ZooFamily, ZooRow, run_zoo_rows};
 use flexgate_policies::alloc::Objective;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
@@ -44,7 +44,7 @@ pub(super) fn run(
     json: bool,
     quiet: bool,
 ) -> Result<()> {
-    let steps = FRONTIER_TOLERANCES.len() * families.len() * 2;
+    let steps = FRONTIER_TOLERANCES.len() * families.len();
     let bar = if quiet || json {
         ProgressBar::hidden()
     } else {
@@ -52,7 +52,7 @@ pub(super) fn run(
     };
     bar.set_style(
         ProgressStyle::with_template(
-            "{spinner} tolerance frontier {bar:40} {pos}/{len} tolerance × family × objective ({eta} left)",
+            "{spinner} tolerance frontier {bar:40} {pos}/{len} tolerance × family ({eta} left)",
         )
         .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
@@ -63,15 +63,10 @@ pub(super) fn run(
             hedge_tolerance: Some(tolerance),
             ..base.clone()
         };
-        let offset = k * families.len() * 2;
-        let report = run_zoo(families, groups, &config, &mut |done, _| {
+        let offset = k * families.len();
+        let rows = run_zoo_rows(families, groups, &config, &[Objective::Tokens], &mut |done, _| {
             bar.set_position((offset + done) as u64)
         })?;
-        let rows = report
-            .rows
-            .into_iter()
-            .filter(|r| r.objective == Objective::Tokens)
-            .collect();
         points.push(FrontierPoint { tolerance, rows });
     }
     bar.finish_and_clear();
