@@ -46,7 +46,7 @@
 //! exactly, unchanged). The misfit is the family's approximation of a truth's shape, the same
 //! for every job of one kind, not a random error per job, so it is not added to the posterior
 //! variance the hedge guards (added, it held every plan at the equal cut: 1–3 % of that gap).
-
+//!
 //! The uncapped point is the job's own T_max, the scale of its relative throughput: it is exact
 //! by definition.
 
@@ -88,6 +88,14 @@ pub struct NoisyPoint {
     pub tau: f64,
     /// Standard error of `tau` (0 for an exact point).
     pub sd: f64,
+}
+
+impl NoisyPoint {
+    /// The variance of the point's departure from the family member that describes its curve:
+    /// its noise and the family's misfit ([`FAMILY_MISFIT`]).
+    fn departure_variance(&self) -> f64 {
+        self.sd * self.sd + FAMILY_MISFIT * FAMILY_MISFIT
+    }
 }
 
 /// The denoised curve of a job's noisy measured points.
@@ -338,9 +346,7 @@ impl CurveFamily {
         let sse = |m: usize| -> f64 {
             let row = &self.tau[m];
             pts.iter()
-                .map(|p| {
-                    (p.tau - super::interpolate_row(row, p.x)).powi(2) / (p.sd * p.sd + FAMILY_MISFIT * FAMILY_MISFIT)
-                })
+                .map(|p| (p.tau - super::interpolate_row(row, p.x)).powi(2) / p.departure_variance())
                 .sum()
         };
         const COARSE: usize = 8;
@@ -381,7 +387,7 @@ fn reads_as_member(pts: &[NoisyPoint], fitted: &[f64]) -> bool {
     let chi_square: f64 = pts
         .iter()
         .zip(fitted)
-        .map(|(p, f)| (p.tau - f).powi(2) / (p.sd * p.sd + FAMILY_MISFIT * FAMILY_MISFIT))
+        .map(|(p, f)| (p.tau - f).powi(2) / p.departure_variance())
         .sum();
     let freedom = (pts.len() as f64 - 1.0).max(1.0);
     chi_square <= chi_square_quantile(freedom, MEMBER_TEST_Z)
