@@ -308,8 +308,15 @@ impl CurveFamily {
     /// itself dips a little below it at the deepest caps of compute-bound jobs (group 1's truth
     /// keeps 0.31 at x = 0.35), and steeper knees are what the curve zoo's `knee_deep` and
     /// `smooth_knee` are made of. Admitting them would have the hedge guard them at the price of
-    /// most of the gain on every fleet; the zoo's knowledge bound shows that no plan can pass
-    /// `knee_deep`'s rows together with the paper's fleet at 30–40 % cuts.
+    /// much of the gain on every fleet; the zoo's knowledge bound shows that no plan can pass
+    /// `knee_deep`'s rows together with the paper's fleet at 30–40 % cuts. Measured (issue 29,
+    /// BENCHMARKS.md, "The physical bound"): the bound physics does give, no throughput reaching
+    /// zero above the power a capped GPU draws at a standstill (static power and the memory's
+    /// base, 155 W on an H200, so slopes up to `1/(c − 0.24)`), applied consistently (a PFI no
+    /// such hinge reaches stood in for by the steepest one) takes the paper's fleet at a 30 % cut
+    /// from 93 % to 65 % of its gap; applied only where a hinge has the PFI (`τ = x` standing in
+    /// elsewhere, as now) it passes every zoo row under `progress` but makes the plan bolder the
+    /// worse the prediction (81 % of the paper's gap at an error of 0.1, 95 % at 0.5).
     ///
     /// The set holds, at both ends of the PFI interval, hinges at knees 1.0, 0.9, …, 0.6 (each
     /// calibrated in closed form so that its PFI on the grid, by the PFI's own definition with
