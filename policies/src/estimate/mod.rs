@@ -314,9 +314,10 @@ impl CurveFamily {
     /// zero above the power a capped GPU draws at a standstill (static power and the memory's
     /// base, 155 W on an H200, so slopes up to `1/(c − 0.24)`), applied consistently (a PFI no
     /// such hinge reaches stood in for by the steepest one) takes the paper's fleet at a 30 % cut
-    /// from 93 % to 65 % of its gap; applied only where a hinge has the PFI (`τ = x` standing in
-    /// elsewhere, as now) it passes every zoo row under `progress` but makes the plan bolder the
-    /// worse the prediction (81 % of the paper's gap at an error of 0.1, 95 % at 0.5).
+    /// from 93 % to 65 % of its gap; applied only where a hinge has the PFI (the deepest roofline,
+    /// or `τ = x` below PFI 1, standing in elsewhere, as now) it passes every zoo row under
+    /// `progress` but makes the plan bolder the worse the prediction (81 % of the paper's gap at
+    /// an error of 0.1, 95 % at 0.5; the set as it is: 96 % and 96 %, 93 % at 0.241).
     ///
     /// The set holds, at both ends of the PFI interval, hinges at knees 1.0, 0.9, …, 0.6 (each
     /// calibrated in closed form so that its PFI on the grid, by the PFI's own definition with
