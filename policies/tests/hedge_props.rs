@@ -171,6 +171,9 @@ fn at(xs: &[f64], values: &[f64], x: f64) -> f64 {
 /// measured curves' error, and the tolerance, rebuilt from scratch.
 fn worst_gain_and_tolerance(jobs: &[JobSpec], plan: &CapPlan, equal: &CapPlan, objective: Objective) -> (f64, f64) {
     let mut gains = [0.0; PLAUSIBLE_SHAPES];
+    // Per kind of shape, every job at whichever end of its interval (or edge of its band) it
+    // fares worse at under this plan.
+    let mut adverse = [0.0; PLAUSIBLE_PER_PFI];
     let mut equal_value = 0.0;
     let mut variance = 0.0;
     for ((job, entry), at_equal) in jobs.iter().zip(&plan.entries).zip(&equal.entries) {
@@ -185,16 +188,31 @@ fn worst_gain_and_tolerance(jobs: &[JobSpec], plan: &CapPlan, equal: &CapPlan, o
                 let per_gpu = job.uncapped_power.per_gpu(job.gpus);
                 let spread = PLAUSIBLE_PFI_SDS * sd;
                 let shapes = FAMILY.plausible_shapes(mean - spread, mean + spread, &grid, per_gpu);
-                for (gain, shape) in gains.iter_mut().zip(&shapes) {
-                    *gain += value * (plausible_tau(shape, x) - plausible_tau(shape, x_equal));
+                let job: Vec<f64> = shapes
+                    .iter()
+                    .map(|shape| value * (plausible_tau(shape, x) - plausible_tau(shape, x_equal)))
+                    .collect();
+                for (gain, g) in gains.iter_mut().zip(&job) {
+                    *gain += g;
+                }
+                for (kind, a) in adverse.iter_mut().enumerate() {
+                    *a += job[kind].min(job[kind + PLAUSIBLE_PER_PFI]);
                 }
                 equal_value += value * FAMILY.expected_shape(*mean, *sd, &grid, per_gpu).tau_at(x_equal);
             }
             Elasticity::Measured { curve, tokens_sd } => {
                 let estimate = denoised(curve, tokens_sd);
+                let edge = |band: usize| {
+                    let shape = &estimate.band[band];
+                    value * (plausible_tau(shape, x) - plausible_tau(shape, x_equal))
+                };
+                let (low, high) = (edge(0), edge(1));
                 for (s, gain) in gains.iter_mut().enumerate() {
-                    let shape = &estimate.band[usize::from(s >= PLAUSIBLE_PER_PFI)];
-                    *gain += value * (plausible_tau(shape, x) - plausible_tau(shape, x_equal));
+                    *gain += if s >= PLAUSIBLE_PER_PFI { high } else { low };
+                }
+                // A measured band is not a PFI interval: the adverse ends leave it at its low edge.
+                for a in &mut adverse {
+                    *a += low;
                 }
                 let (xs, tau): (Vec<f64>, Vec<f64>) = estimate.curve.iter().copied().unzip();
                 equal_value += value * at(&xs, &tau, x_equal);
@@ -210,7 +228,7 @@ fn worst_gain_and_tolerance(jobs: &[JobSpec], plan: &CapPlan, equal: &CapPlan, o
             other => unreachable!("no such job in these fleets: {other:?}"),
         }
     }
-    let worst = gains.iter().copied().fold(f64::INFINITY, f64::min) - NOISE_Z * variance.sqrt();
+    let worst = gains.iter().chain(&adverse).copied().fold(f64::INFINITY, f64::min) - NOISE_Z * variance.sqrt();
     (worst, default_tolerance(objective) * equal_value)
 }
 

@@ -225,9 +225,10 @@ impl CurveAware {
                 let tokens = prepared.hull_tokens(index, plausible_knot_x(k) * p_max).unwrap_or(0.0);
                 if t_max > 0.0 { tokens / t_max } else { 0.0 }
             });
-            prepared.plausible.push(&estimate.plausible, &at_knots);
+            let interval = estimate.measured_hull.is_none();
+            prepared.plausible.push(&estimate.plausible, &at_knots, interval);
         } else {
-            prepared.plausible.push(&[], &[0.0; PLAUSIBLE_KNOTS]);
+            prepared.plausible.push(&[], &[0.0; PLAUSIBLE_KNOTS], false);
         }
         Ok(())
     }

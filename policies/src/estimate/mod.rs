@@ -317,7 +317,8 @@ impl CurveFamily {
     /// from 93 % to 65 % of its gap; applied only where a hinge has the PFI (the deepest roofline,
     /// or `τ = x` below PFI 1, standing in elsewhere, as now) it passes every zoo row under
     /// `progress` but makes the plan bolder the worse the prediction (81 % of the paper's gap at
-    /// an error of 0.1, 95 % at 0.5; the set as it is: 96 % and 96 %, 93 % at 0.241).
+    /// an error of 0.1, 95 % at 0.5). Every zoo row under `progress` passes now by another way,
+    /// the hedge's adverse ends (`alloc::curve_aware::hedge`), with the set as it is.
     ///
     /// The set holds, at both ends of the PFI interval, hinges at knees 1.0, 0.9, …, 0.6 (each
     /// calibrated in closed form so that its PFI on the grid, by the PFI's own definition with
