@@ -166,6 +166,14 @@ const SHRINK_STEPS: usize = 12;
 /// 10 % cut went from −0.11 % of the equal cut's value to −0.56 % when any gain was enough,
 /// −0.51 % at 0.25 %, −0.18 % at this; the plans that gain this much are the ones worth having
 /// (the physical fleet at 30 %: 92 → 96 % of its gap at all three). Seed 1 confirmed it.
+///
+/// A known consequence, open: the kept plan jumps where the mixture's gain crosses this share,
+/// so under `tokens` a fleet of up to 256 planned jobs can lose more at one shed than at a larger
+/// one. `policies/tests/alloc_props.rs` found such a fleet on 2026-12-06 (three measured jobs, one
+/// losing nothing down to its floor; the flexibility curve lost 979 tokens/s at a 3.1 kW shed,
+/// where the line's plan was kept with the mixture 0.36 % better, and 7 at 3.9 kW, where the
+/// mixture was kept 0.52 % better). Any threshold on the gain has such a jump; a rule free of
+/// it that keeps the zoo's rows was not found in the time there was.
 const MIXTURE_MIN_GAIN: f64 = 0.005;
 
 /// What the hedge found for one plan (recorded with it, so a reader sees why a plan is closer to
