@@ -24,8 +24,9 @@
 //! spares (a less flexible job gains more from the watts it keeps), so until issue 29's last step
 //! a wider prediction error could make the hedge *bolder*: at a 30 % cut the paper's fleet closed
 //! 96 % of its gap with an error of 0.1, 93 % with 0.241 and 96 % again with 0.5. So for each kind
-//! of shape the set also holds the scenario in which every job takes whichever end of its
-//! interval (a measured job: whichever edge of its band) the plan fares worse at,
+//! of shape the set also holds the scenario in which every job known by a PFI takes whichever
+//! end of its interval the plan fares worse at (a measured curve's band is not such an interval:
+//! it stays at its low edge, the chords, as in the low-end scenarios),
 //! `A_k = Σ_j V_j·min_end(τ_jk,end(p_j/P_j) − τ_jk,end(e_j/P_j))`: the worst case over the two
 //! ends, job by job, for that kind. A wider interval can only lower it, and it is concave in the
 //! plan (a sum of minima of concave curves), so the line, the bisection and the mixture below
@@ -225,7 +226,7 @@ pub fn scenario_name(s: usize) -> String {
     let (end, band) = if s >= PLAUSIBLE_SHAPES {
         (
             "whichever end of each predicted PFI's range this plan fares worse at",
-            "at whichever edge of their band it fares worse at",
+            "at their chords between points",
         )
     } else if s < per_pfi {
         (
@@ -743,10 +744,10 @@ impl Prepared<'_> {
     }
 
     /// The plan's gain over the equal cut on `jobs` in every scenario ([`ScenarioValues`]: the
-    /// expected gain in its last column) and, per kind of shape, when each job takes the end of
-    /// its PFI interval (or the edge of its measured band) that it loses more at, or gains less
-    /// at, under this plan ("Adverse ends" in the module docs): one pass, each job's rows read
-    /// at both powers.
+    /// expected gain in its last column) and, per kind of shape, when each job known by a PFI
+    /// takes the end of its interval that it loses more at, or gains less at, under this plan (a
+    /// measured curve at its band's low edge; "Adverse ends" in the module docs): one pass, each
+    /// job's rows read at both powers.
     fn gains(&self, jobs: &HedgeJobs, equal: &[f64], shed: &[f64]) -> (ScenarioValues, AdverseGains) {
         let (mut common, mut adverse) = ([0.0; COLUMNS], [0.0; PLAUSIBLE_PER_PFI]);
         let mut shared = 0.0;
@@ -968,9 +969,11 @@ impl Prepared<'_> {
     }
 
     /// Shed `need` watts from the planned jobs at least cost on curves that weigh every column
-    /// of their plausible rows by `weights` (the weights summing to 1: a mixture of concave
-    /// curves, so greedy shedding stays optimal for it), its own hull for any other job; the
-    /// jobs of unknown elasticity at their equal cut. Written into `shed`.
+    /// of their plausible rows by `weights`, and each kind's adverse ends (the rows after
+    /// [`COLUMNS`]) by the job's worse end's gain over its equal cut (the weights summing to 1:
+    /// a mixture of concave curves, so greedy shedding stays optimal for it, on the knots), its
+    /// own hull for any other job; the jobs of unknown elasticity at their equal cut. Written
+    /// into `shed`.
     fn weighted_shed(&self, equal: &[f64], need: f64, weights: &[f64; MIX_ROWS], shed: &mut [f64]) {
         let adverse_weights = &weights[COLUMNS..];
         let any_adverse = adverse_weights.iter().any(|&w| w > 0.0);
