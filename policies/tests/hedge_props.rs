@@ -171,8 +171,8 @@ fn at(xs: &[f64], values: &[f64], x: f64) -> f64 {
 /// measured curves' error, and the tolerance, rebuilt from scratch.
 fn worst_gain_and_tolerance(jobs: &[JobSpec], plan: &CapPlan, equal: &CapPlan, objective: Objective) -> (f64, f64) {
     let mut gains = [0.0; PLAUSIBLE_SHAPES];
-    // Per kind of shape, every job at whichever end of its interval (or edge of its band) it
-    // fares worse at under this plan.
+    // Per kind of shape, every job known by a PFI at whichever end of its interval it fares
+    // worse at under this plan (a measured band at its low edge).
     let mut adverse = [0.0; PLAUSIBLE_PER_PFI];
     let mut equal_value = 0.0;
     let mut variance = 0.0;
