@@ -34,7 +34,7 @@
 //! two ends' gains, read at the knots). Worst-casing the ends job by job is the adversary that
 //! knows the plan; the kinds stay fleet-wide (a fleet of knees, of rooflines), as the
 //! misjudgements that do not average out are. Measured (BENCHMARKS.md): the paper's fleet at
-//! 30 % closes 96 / 92 / 92 / 93 % of its gap at errors 0.1 / 0.241 / 0.3 / 0.5 (40 %: 91 / 79 /
+//! 30 % closes 96 / 92 / 93 / 93 % of its gap at errors 0.1 / 0.241 / 0.3 / 0.5 (40 %: 91 / 79 /
 //! 78 / 79 %), and every zoo row under `progress` passes (`knee_deep` at 40 %, −0.93 % before).
 //!
 //! **The hedge.** The expected-value plan stands if `min_s R_s ≥ −REGRET_TOLERANCE × V_equal`
@@ -720,29 +720,6 @@ impl Prepared<'_> {
         values.map(|v| v + measured)
     }
 
-    /// One pass over `jobs` for two plans: every scenario's value at `equal` and at `shed`.
-    fn scenario_values_pair(&self, jobs: &HedgeJobs, equal: &[f64], shed: &[f64]) -> (ScenarioValues, ScenarioValues) {
-        let (mut at_equal, mut at_plan) = ([0.0; COLUMNS], [0.0; COLUMNS]);
-        let (mut common_equal, mut common_plan) = (0.0, 0.0);
-        for k in 0..jobs.len() {
-            let i = jobs.job[k] as usize;
-            match jobs.place[k] {
-                NONE => {
-                    common_equal += self.scale[i] * self.hull_tokens(i, self.power_of(i, equal)).unwrap_or(0.0);
-                    common_plan += self.scale[i] * self.hull_tokens(i, self.power_of(i, shed)).unwrap_or(0.0);
-                }
-                g => {
-                    let (g, value, inv) = (g as usize, jobs.value[k], jobs.inv_p_max[k]);
-                    self.plausible
-                        .accumulate(g, plausible_position(1.0 - equal[i] * inv), value, &mut at_equal);
-                    self.plausible
-                        .accumulate(g, plausible_position(1.0 - shed[i] * inv), value, &mut at_plan);
-                }
-            }
-        }
-        (at_equal.map(|v| v + common_equal), at_plan.map(|v| v + common_plan))
-    }
-
     /// The plan's gain over the equal cut on `jobs` in every scenario ([`ScenarioValues`]: the
     /// expected gain in its last column) and, per kind of shape, when each job known by a PFI
     /// takes the end of its interval that it loses more at, or gains less at, under this plan (a
@@ -800,10 +777,11 @@ impl Prepared<'_> {
         (common.map(|c| c + shared), adverse.map(|a| a + shared))
     }
 
-    /// The worst of `jobs`' adverse-end gains at `shed` ([`Self::gains`]) and its scenario index
-    /// ([`Hedge::worst_scenario`]).
-    fn adverse_worst(&self, jobs: &HedgeJobs, equal: &[f64], shed: &[f64]) -> (f64, usize) {
-        worst_adverse(&self.gains(jobs, equal, shed).1)
+    /// The worst gain of `shed` over `equal` on `jobs` in any scenario of the set, common or
+    /// adverse-end, and which ([`Hedge::worst_scenario`]): one pass ([`Self::gains`]).
+    fn worst_in_set(&self, jobs: &HedgeJobs, equal: &[f64], shed: &[f64]) -> (f64, usize) {
+        let (common, adverse) = self.gains(jobs, equal, shed);
+        worse(worst_gain(&common, &[0.0; COLUMNS]), worst_adverse(&adverse))
     }
 
     /// Expected value of the jobs of unknown elasticity at `shed` (in proportion to power, as
@@ -1071,7 +1049,7 @@ impl Prepared<'_> {
             None => self.total_delivered(equal),
         };
         let tolerance = self.hedge_tolerance * equal_value.abs();
-        let (search_at_equal, search_at_expected) = self.scenario_values_pair(search, equal, shed);
+        let search_at_equal = self.scenario_values(search, equal);
         // The searched jobs' share of the tolerance: all of it, or the sample's share of the
         // planned jobs' value at the equal cut (the unknown jobs' part is theirs alone).
         let share = match &at_equal {
@@ -1089,10 +1067,7 @@ impl Prepared<'_> {
         // `E/share − z·σ/√share ≥ −tolerance` is `E − z·σ·√share ≥ −share·tolerance`.
         let noise_scale = NOISE_Z * share.sqrt();
         let noise_at = |shed: &[f64]| noise_scale * self.noise_sd(search, equal, shed);
-        let (expected_gain, expected_scenario) = worse(
-            worst_gain(&search_at_expected, &search_at_equal),
-            self.adverse_worst(search, equal, shed),
-        );
+        let (expected_gain, expected_scenario) = self.worst_in_set(search, equal, shed);
         let binding_scenario = expected_scenario;
         let expected_noise = noise_at(shed);
         let expected_plan_bound = (expected_gain - expected_noise) / share;
@@ -1106,10 +1081,7 @@ impl Prepared<'_> {
         };
         let (expected_gain, expected_scenario, expected_noise) = if noise_shrink < 1.0 {
             along(shed, equal, noise_shrink);
-            let (gain, scenario) = worse(
-                worst_gain(&self.scenario_values(search, shed), &search_at_equal),
-                self.adverse_worst(search, equal, shed),
-            );
+            let (gain, scenario) = self.worst_in_set(search, equal, shed);
             (gain, scenario, noise_at(shed))
         } else {
             (expected_gain, expected_scenario, expected_noise)
@@ -1142,10 +1114,7 @@ impl Prepared<'_> {
                     let i = i as usize;
                     shed[i] = equal[i] + alpha * (p - equal[i]);
                 }
-                let (gain, _) = worse(
-                    worst_gain(&self.scenario_values(search, shed), &search_at_equal),
-                    self.adverse_worst(search, equal, shed),
-                );
+                let (gain, _) = self.worst_in_set(search, equal, shed);
                 if gain - noise_at(shed) >= -search_tolerance {
                     feasible = alpha;
                 } else {
@@ -1163,8 +1132,7 @@ impl Prepared<'_> {
         }
         // The kept plan on every job: for a sample, the first time the whole fleet is looked at.
         let measure = |shed: &[f64]| {
-            let (common, adverse) = self.gains(&self.hedged, equal, shed);
-            let (gain, scenario) = worse(worst_gain(&common, &[0.0; COLUMNS]), worst_adverse(&adverse));
+            let (gain, scenario) = self.worst_in_set(&self.hedged, equal, shed);
             let noise = NOISE_Z * self.noise_sd(&self.hedged, equal, shed);
             (gain - noise, scenario, noise)
         };
