@@ -632,7 +632,9 @@ pub struct FlexibilityPointView {
     pub progress_lost: f64,
     /// Expected tokens/s lost, summed over the jobs.
     pub tokens_lost_per_s: f64,
-    /// Expected loss in the objective's units (tokens/s, or GPUs × priority × share).
+    /// Expected loss in the objective's units (tokens/s, or GPUs × priority × share). Under a
+    /// hedging planner a level can cost less than a shallower one (each level's plan is guarded
+    /// against the equal cut of its own depth, which loses more the deeper it is).
     pub value_lost: f64,
     /// `[low, high]` of the objective's loss over the plausible curve shapes, when the
     /// planner hedges (`null` from the caps in force).

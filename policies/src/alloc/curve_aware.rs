@@ -616,7 +616,7 @@ impl Prepared<'_> {
         let jobs = &self.jobs[..];
         let uncapped = self.uncapped_power;
         let budget_w = budget.resolve(uncapped);
-        let need = (uncapped - budget_w).value().max(0.0);
+        let need = self.need_for(budget);
         let Shed {
             shed,
             fallback,
@@ -673,6 +673,16 @@ impl Prepared<'_> {
             fallbacks,
         };
         (plan, hedge)
+    }
+
+    /// The watts `budget` asks the jobs to shed. Every path from a budget to a plan goes through
+    /// here, so that the flexibility curve's levels are exactly the plans events asking for
+    /// those budgets get: the hedge's column generation stops within a tolerance, so two needs a
+    /// rounding apart may end on plans a rounding's worth of value apart.
+    pub(super) fn need_for(&self, budget: Budget) -> f64 {
+        (self.uncapped_power - budget.resolve(self.uncapped_power))
+            .value()
+            .max(0.0)
     }
 
     /// The power job `i` is planned at when `shed` watts are taken from it (never below its

@@ -474,7 +474,10 @@ pub fn forecast(input: &ForecastInput<'_>) -> Forecast {
 
 /// The most the site can shed at the meter within `ceiling` (a share of the objective's value)
 /// by the flexibility curve `curve`, W: interpolated between its levels; the curve's deepest
-/// level when even that costs less.
+/// level when even that costs less. Every shed up to it costs no more than `ceiling`: a hedged
+/// curve can dip (`alloc::curve_aware::flexibility`), and a deeper level that costs less does not
+/// count past a shallower one that costs more, since an event asking for the depth between
+/// would get the costlier plan.
 #[must_use]
 pub fn available_within(curve: &crate::control::flexibility::SiteFlexibility, ceiling: f64) -> f64 {
     let share = |p: &crate::control::flexibility::SiteFlexPoint| {

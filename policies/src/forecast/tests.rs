@@ -277,3 +277,40 @@ proptest! {
         }
     }
 }
+
+/// A hedged curve can dip (a deeper plan guarded less than a shallower one): what the site can
+/// shed within a ceiling stops where the curve first crosses it, since an event asking for a
+/// depth past that crossing would get a plan costing more than the ceiling, however cheap a
+/// deeper level is.
+#[test]
+fn a_dip_past_the_ceiling_does_not_count() {
+    use crate::control::flexibility::{FlexFrom, SiteFlexPoint, SiteFlexibility};
+    let point = |kw: f64, lost: f64| SiteFlexPoint {
+        gpu_shed_w: kw * 800.0,
+        meter_shed_kw: kw,
+        meter_shed_kw_nominal: kw,
+        progress_lost: lost / 100.0,
+        tokens_lost_per_s: lost,
+        value_lost: lost,
+        value_lost_range: None,
+        jobs_capped: 1,
+        tiers_touched: Vec::new(),
+    };
+    let curve = SiteFlexibility {
+        at: now(),
+        objective: Objective::Tokens,
+        source: "planner_estimate",
+        from: FlexFrom::Uncapped,
+        uncapped_power_w: 10_000.0,
+        uncapped_value: 100.0,
+        from_power_w: 10_000.0,
+        from_value_lost: 0.0,
+        // Shares of the value lost: 0, 1 %, 3 %, then 0.5 % at the deepest level.
+        points: vec![point(0.0, 0.0), point(1.0, 1.0), point(2.0, 3.0), point(3.0, 0.5)],
+        from_draws_w: Vec::new(),
+    };
+    // 2 % is crossed halfway between 1 and 2 kW; the cheap 3 kW level does not count.
+    assert!((available_within(&curve, 0.02) - 1_500.0).abs() < 1e-9);
+    // With every level within the ceiling, the deepest.
+    assert!((available_within(&curve, 0.05) - 3_000.0).abs() < 1e-9);
+}

@@ -168,13 +168,16 @@ const SHRINK_STEPS: usize = 12;
 /// −0.51 % at 0.25 %, −0.18 % at this; the plans that gain this much are the ones worth having
 /// (the physical fleet at 30 %: 92 → 96 % of its gap at all three). Seed 1 confirmed it.
 ///
-/// A known consequence, open: the kept plan jumps where the mixture's gain crosses this share,
-/// so under `tokens` a fleet of up to 256 planned jobs can lose more at one shed than at a larger
-/// one. `policies/tests/alloc_props.rs` found such a fleet on 2026-12-06 (three measured jobs, one
-/// losing nothing down to its floor; the flexibility curve lost 979 tokens/s at a 3.1 kW shed,
-/// where the line's plan was kept with the mixture 0.36 % better, and 7 at 3.9 kW, where the
-/// mixture was kept 0.52 % better). Any threshold on the gain has such a jump; a rule free of
-/// it that keeps the zoo's rows was not found in the time there was.
+/// The kept plan jumps where the mixture's gain crosses this share, so under `tokens` a fleet of
+/// up to 256 planned jobs can lose more at one shed than at a larger one (three measured jobs,
+/// one losing nothing down to its floor: 960 tokens/s lost at a 3.1 kW shed with the line's plan
+/// kept, the mixture 0.36 % better, and 7 at 3.9 kW with the mixture kept). That is not the
+/// threshold's alone: the line's plan on the same fleet loses 1,594 at 4.2 kW and 11 at 4.8 kW,
+/// and the mixture kept at any gain dips too (8.5 at 3.6 kW, 6.0 at 3.8 kW), because the bound
+/// is against the equal cut of each depth and that cut loses more the deeper it is. Any gain
+/// kept (a zero share) passes the same zoo rows (132 of 144, seeds 7 and 1) with `equal_tpj` at
+/// 10 % at −0.29 / −0.33 % of the equal cut instead of −0.11 / −0.12 %, and moves no other row by
+/// more than 0.05 %: measured 2026-12-06, not adopted.
 const MIXTURE_MIN_GAIN: f64 = 0.005;
 
 /// What the hedge found for one plan (recorded with it, so a reader sees why a plan is closer to
