@@ -616,7 +616,7 @@ impl Prepared<'_> {
         let jobs = &self.jobs[..];
         let uncapped = self.uncapped_power;
         let budget_w = budget.resolve(uncapped);
-        let need = self.need_for(budget);
+        let need = self.need_for(budget_w);
         let Shed {
             shed,
             fallback,
@@ -675,14 +675,13 @@ impl Prepared<'_> {
         (plan, hedge)
     }
 
-    /// The watts `budget` asks the jobs to shed. Every path from a budget to a plan goes through
-    /// here, so that the flexibility curve's levels are exactly the plans events asking for
-    /// those budgets get: the hedge's column generation stops within a tolerance, so two needs a
-    /// rounding apart may end on plans a rounding's worth of value apart.
-    pub(super) fn need_for(&self, budget: Budget) -> f64 {
-        (self.uncapped_power - budget.resolve(self.uncapped_power))
-            .value()
-            .max(0.0)
+    /// The watts a budget of `budget_w` asks the jobs to shed. Every path from a budget to a
+    /// plan goes through here, so that the flexibility curve's levels are exactly the plans
+    /// events asking for those budgets get: the hedge's column generation stops within a
+    /// tolerance, so two needs a rounding apart may end on plans a rounding's worth of value
+    /// apart.
+    pub(super) fn need_for(&self, budget_w: Watts) -> f64 {
+        (self.uncapped_power - budget_w).value().max(0.0)
     }
 
     /// The power job `i` is planned at when `shed` watts are taken from it (never below its

@@ -25,7 +25,7 @@
 //! model, as it does every budget.
 
 use super::Prepared;
-use crate::alloc::{Budget, Objective};
+use crate::alloc::Objective;
 use crate::estimate::{PLAUSIBLE_SHAPES, plausible_position};
 use crate::units::{TokensPerSec, Watts};
 use serde::Serialize;
@@ -88,7 +88,7 @@ impl Prepared<'_> {
         let points = (0..levels)
             .map(|k| {
                 let level = max_shed * k as f64 / (levels - 1) as f64;
-                let plan = self.shed_for(self.need_for(Budget::Absolute(uncapped - Watts(level))));
+                let plan = self.shed_for(self.need_for(uncapped - Watts(level)));
                 let (mut value, mut tokens, mut progress, mut capped) = (0.0, 0.0, 0.0, 0usize);
                 let mut tiers: Vec<f64> = Vec::new();
                 for (i, job) in self.jobs.iter().enumerate() {
