@@ -1454,13 +1454,30 @@ async fn a_tiered_slurm_job_measured_beyond_its_tier_under_a_real_cap_is_backed_
     assert!((slowdown - (1.0 - capped_at / 700.0)).abs() < 0.06, "{backoff}");
     assert!(floor > capped_at, "{backoff}");
     // Re-planned in the same pass: the next plan comes before the next meter sample, and holds
-    // the job at its new floor.
-    let all = bodies();
-    let at = all
-        .iter()
-        .position(|b| b["entry"] == "tier_backed_off")
-        .expect("the back-off record");
-    let after = &all[at + 1..];
+    // the job at its new floor. The back-off and the plan are two appends, so the ledger can be
+    // read between them: wait until a plan or a meter sample follows the back-off, then see
+    // which came first.
+    let after = wait_for(
+        "a plan or a meter sample after the back-off",
+        Duration::from_secs(20),
+        || async {
+            let all = bodies();
+            let at = all
+                .iter()
+                .position(|b| b["entry"] == "tier_backed_off")
+                .expect("the back-off record");
+            let after = all[at + 1..].to_vec();
+            if after
+                .iter()
+                .any(|b| b["entry"] == "plan" || b["entry"] == "meter_sample")
+            {
+                Ok(after)
+            } else {
+                Err(format!("after the back-off: {after:?}"))
+            }
+        },
+    )
+    .await;
     let next_plan = after.iter().position(|b| b["entry"] == "plan");
     let next_sample = after.iter().position(|b| b["entry"] == "meter_sample");
     let plan = match (next_plan, next_sample) {
